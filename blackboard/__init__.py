@@ -1,0 +1,37 @@
+"""The blackboard: records under processing, persisted with SQLAlchemy.
+
+``from blackboard import Blackboard, Path, PathStep, Literal, Annotation``.
+See ``Blackboard`` for the API and ``blackboard._model`` for the document form.
+"""
+
+from blackboard._blackboard import FRAGMENT_SEPARATOR, Blackboard, default_owner
+from blackboard._errors import (
+    BlackboardError,
+    PathError,
+    RecordLockedError,
+    RecordNotFoundError,
+    StaleRecordError,
+    StorageError,
+)
+from blackboard._model import FORMAT, Annotation, Literal
+from blackboard._path import Path, PathStep
+from blackboard._storage import SCHEMA_VERSION, SqlStore
+
+__all__ = [
+    "Annotation",
+    "Blackboard",
+    "BlackboardError",
+    "FORMAT",
+    "FRAGMENT_SEPARATOR",
+    "Literal",
+    "Path",
+    "PathError",
+    "PathStep",
+    "RecordLockedError",
+    "RecordNotFoundError",
+    "SCHEMA_VERSION",
+    "SqlStore",
+    "StaleRecordError",
+    "StorageError",
+    "default_owner",
+]
