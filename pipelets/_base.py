@@ -7,9 +7,11 @@ writes records only through the blackboard it is given.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
-__all__ = ["Pipelet", "PipeletConfigurationError"]
+__all__ = ["Pipelet", "PipeletConfigurationError", "PipeletError"]
 
 
 class PipeletConfigurationError(ValueError):
@@ -18,6 +20,20 @@ class PipeletConfigurationError(ValueError):
     Raised from :meth:`Pipelet.configure`; the workflow loader reports it with
     the ``file:line`` of the ``invokePipelet`` element.
     """
+
+
+class PipeletError(Exception):
+    """A pipelet failed on one record (its data is bad, or a step failed).
+
+    ``record_id`` names the record; the engine fails that record's workflow
+    instance only (a ``pipeletError`` fault) and lets the rest of the batch go on.
+    """
+
+    def __init__(self, message: str, *, record_id: str | None = None,
+                 pipelet: str | None = None):
+        super().__init__(message)
+        self.record_id = record_id
+        self.pipelet = pipelet
 
 
 class Pipelet:
@@ -41,6 +57,10 @@ class Pipelet:
 
     def configure(self, config: dict[str, Any]) -> None:
         """Take the settings from the workflow file (called once per worker)."""
+        if not isinstance(config, dict):
+            raise PipeletConfigurationError(
+                f"{type(self).__name__}: configuration must be a mapping of parameter names "
+                f"to values, got {type(config).__name__}")
         if self.parameters is not None:
             unknown = sorted(set(config) - set(self.parameters))
             if unknown:
@@ -53,3 +73,23 @@ class Pipelet:
     def process(self, blackboard: Any, ids: list[str]) -> list[str]:
         """Work on the records ``ids`` and return the IDs that go on."""
         raise NotImplementedError(f"{type(self).__name__} must implement process()")
+
+    @contextmanager
+    def record(self, record_id: str) -> Iterator[None]:
+        """Work on one record: any exception becomes a :class:`PipeletError` naming it.
+
+        ``with self.record(rid): ...`` inside ``process`` so that a failure
+        says which pipelet and which record, and keeps the original cause.
+        """
+        try:
+            yield
+        except PipeletError as e:
+            if e.record_id is None:
+                e.record_id = record_id
+            raise
+        except Exception as e:
+            name = type(self).__name__
+            text = str(e)
+            if repr(record_id) not in text:
+                text = f"record {record_id!r}: {text}"
+            raise PipeletError(f"{name}: {text}", record_id=record_id, pipelet=name) from e
