@@ -1,0 +1,334 @@
+"""RabbitMQ through pika: a SelectConnection on its own thread.
+
+pika is not thread-safe, and a BlockingConnection answers heartbeats only
+while its thread is inside pika — a long Spark job would drop it.  So the
+connection lives on one I/O thread; the service hands it acks, rejects and
+publishes with ``add_callback_threadsafe`` and gets deliveries from a queue.
+
+Publishing uses publisher confirms asynchronously: a batch of messages is
+published at once and its :class:`~concurrent.futures.Future` resolves when
+the broker has confirmed every one (or fails on a nack or a lost connection).
+
+Delivery tags belong to one channel; after a reconnect, tags from the old
+channel are void (the broker redelivers those messages), so acks carry the
+channel generation and stale ones are dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import pika
+import pika.exceptions
+from pika.spec import Basic
+
+__all__ = ["AmqpLink", "Delivery", "OutMessage", "BrokerUnavailable", "connection_parameters"]
+
+log = logging.getLogger(__name__)
+
+
+class BrokerUnavailable(ConnectionError):
+    """The broker cannot be reached or the connection was lost (retryable)."""
+
+
+@dataclass(frozen=True)
+class Delivery:
+    generation: int
+    tag: int
+    queue: str
+    body: bytes
+    message_id: str | None
+    headers: dict[str, Any]
+    redelivered: bool
+    properties: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OutMessage:
+    routing_key: str
+    body: bytes
+    message_id: str
+    headers: dict[str, Any] = field(default_factory=dict)
+    exchange: str = ""
+    content_type: str = "application/json"
+
+
+def connection_parameters(url: str, *, heartbeat: int = 30) -> pika.URLParameters:
+    params = pika.URLParameters(url)
+    params.heartbeat = heartbeat
+    params.blocked_connection_timeout = 60
+    params.connection_attempts = 1
+    params.socket_timeout = 5
+    return params
+
+
+def properties_of(message: OutMessage) -> pika.BasicProperties:
+    return pika.BasicProperties(delivery_mode=2, message_id=message.message_id,
+                                content_type=message.content_type,
+                                headers=message.headers or None)
+
+
+class _Batch:
+    __slots__ = ("future", "remaining")
+
+    def __init__(self, future: Future[int], remaining: int):
+        self.future = future
+        self.remaining = remaining
+
+
+class AmqpLink:
+    """One broker connection on an I/O thread: consume, ack, publish with confirms.
+
+    ``prepare`` (called on the I/O thread before each (re)connect, with a
+    BlockingConnection) declares the topology.  ``consume`` names the queues
+    to consume; deliveries arrive on :attr:`deliveries`.
+    """
+
+    def __init__(self, url: str, *, prefetch: int = 1000, consume: Sequence[str] = (),
+                 prepare: Callable[[pika.BlockingConnection], None] | None = None,
+                 reconnect_max_delay: float = 10.0):
+        self.url = url
+        self.prefetch = prefetch
+        self.queues = list(consume)
+        self.prepare = prepare
+        self.reconnect_max_delay = reconnect_max_delay
+        self.deliveries: queue.Queue[Delivery] = queue.Queue()
+        self.ready = threading.Event()
+        self.generation = 0
+        self.last_error: str | None = None
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._conn: pika.SelectConnection | None = None
+        self._consume_ch: Any = None
+        self._publish_ch: Any = None
+        self._consumer_tags: list[str] = []
+        self._unacked: set[int] = set()
+        self._seq = 0
+        self._pending: dict[int, _Batch] = {}
+
+    # -- lifecycle (any thread) ---------------------------------------------------
+    def start(self, wait: float | None = 30.0) -> AmqpLink:
+        self._thread = threading.Thread(target=self._run, name="chalk-amqp", daemon=True)
+        self._thread.start()
+        if wait is not None and not self.ready.wait(wait):
+            raise BrokerUnavailable(f"broker {self._safe_url()} not reachable within {wait:.0f} s"
+                                    + (f": {self.last_error}" if self.last_error else ""))
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stopping = True
+        conn = self._conn
+        if conn is not None:
+            try:
+                conn.ioloop.add_callback_threadsafe(self._close)
+            except Exception:  # the loop is already gone
+                pass
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _safe_url(self) -> str:
+        params = pika.URLParameters(self.url)
+        return f"{params.host}:{params.port}"
+
+    def _call(self, fn: Callable[[], None]) -> bool:
+        conn = self._conn
+        if conn is None or not self.ready.is_set():
+            return False
+        try:
+            conn.ioloop.add_callback_threadsafe(fn)
+            return True
+        except Exception as e:  # closed between the check and the call
+            log.debug("broker call dropped: %s", e)
+            return False
+
+    def publish(self, messages: Sequence[OutMessage]) -> Future[int]:
+        """Publish persistently; the future resolves (to the count) when all are confirmed."""
+        future: Future[int] = Future()
+        if not messages:
+            future.set_result(0)
+            return future
+        if not self._call(lambda: self._publish(list(messages), future)):
+            future.set_exception(BrokerUnavailable("not connected to the broker"))
+        return future
+
+    def ack(self, deliveries: Iterable[Delivery]) -> None:
+        tags = [(d.generation, d.tag) for d in deliveries]
+        if tags:
+            self._call(lambda: self._ack(tags))
+
+    def reject(self, deliveries: Iterable[Delivery], *, requeue: bool) -> None:
+        tags = [(d.generation, d.tag) for d in deliveries]
+        if tags:
+            self._call(lambda: self._reject(tags, requeue))
+
+    def stop_consuming(self) -> None:
+        self._call(self._cancel)
+
+    # -- I/O thread -------------------------------------------------------------
+    def _run(self) -> None:
+        delay = 0.5
+        while not self._stopping:
+            try:
+                if self.prepare is not None:
+                    blocking = pika.BlockingConnection(connection_parameters(self.url))
+                    try:
+                        self.prepare(blocking)
+                    finally:
+                        if blocking.is_open:
+                            blocking.close()
+                self._conn = pika.SelectConnection(
+                    connection_parameters(self.url), on_open_callback=self._on_open,
+                    on_open_error_callback=self._on_open_error,
+                    on_close_callback=self._on_closed)
+                self._conn.ioloop.start()
+                if self.ready.is_set() is False and self.last_error is None:
+                    delay = 0.5
+            except pika.exceptions.AMQPChannelError as e:
+                self.last_error = f"topology refused by the broker: {e}"
+                log.error("broker %s: %s", self._safe_url(), self.last_error)
+            except (pika.exceptions.AMQPError, OSError) as e:
+                self.last_error = f"{type(e).__name__}: {e}"
+                log.warning("broker %s unavailable: %s", self._safe_url(), self.last_error)
+            self.ready.clear()
+            self._fail_pending(BrokerUnavailable(f"connection to the broker lost: {self.last_error}"))
+            if self._stopping:
+                break
+            time.sleep(delay)
+            delay = min(delay * 2, self.reconnect_max_delay)
+
+    def _on_open(self, conn: pika.SelectConnection) -> None:
+        conn.channel(on_open_callback=self._on_consume_channel)
+
+    def _on_open_error(self, conn: Any, error: Exception) -> None:
+        self.last_error = f"cannot connect: {error}"
+        conn.ioloop.stop()
+
+    def _on_closed(self, conn: Any, reason: Exception) -> None:
+        if not self._stopping:
+            self.last_error = f"connection closed: {reason}"
+            log.warning("broker %s: %s", self._safe_url(), self.last_error)
+        self.ready.clear()
+        conn.ioloop.stop()
+
+    def _on_consume_channel(self, channel: Any) -> None:
+        self._consume_ch = channel
+        channel.add_on_close_callback(self._on_channel_closed)
+        channel.basic_qos(prefetch_count=self.prefetch, callback=lambda _f: self._open_publisher())
+
+    def _open_publisher(self) -> None:
+        assert self._conn is not None
+        self._conn.channel(on_open_callback=self._on_publish_channel)
+
+    def _on_publish_channel(self, channel: Any) -> None:
+        self._publish_ch = channel
+        channel.add_on_close_callback(self._on_channel_closed)
+        self._seq = 0
+        self._pending.clear()
+        channel.confirm_delivery(ack_nack_callback=self._on_confirm,
+                                 callback=lambda _f: self._start_consuming())
+
+    def _start_consuming(self) -> None:
+        self.generation += 1
+        self._unacked.clear()
+        self._consumer_tags = []
+        generation = self.generation
+        for name in self.queues:
+            def on_message(ch: Any, method: Any, props: Any, body: bytes, name: str = name) -> None:
+                self._unacked.add(method.delivery_tag)
+                self.deliveries.put(Delivery(
+                    generation, method.delivery_tag, name, body, props.message_id,
+                    dict(props.headers or {}), bool(method.redelivered),
+                    {"content_type": props.content_type, "timestamp": props.timestamp,
+                     "routing_key": method.routing_key, "exchange": method.exchange}))
+            self._consumer_tags.append(self._consume_ch.basic_consume(name, on_message))
+        self.last_error = None
+        self.ready.set()
+        log.info("connected to broker %s, consuming %s", self._safe_url(),
+                 ", ".join(self.queues) or "nothing")
+
+    def _on_channel_closed(self, channel: Any, reason: Exception) -> None:
+        if self._stopping:
+            return
+        self.last_error = f"channel closed: {reason}"
+        log.warning("broker %s: %s", self._safe_url(), self.last_error)
+        conn = self._conn
+        if conn is not None and conn.is_open:
+            conn.close()
+
+    def _publish(self, messages: list[OutMessage], future: Future[int]) -> None:
+        ch = self._publish_ch
+        if ch is None or not ch.is_open:
+            future.set_exception(BrokerUnavailable("publish channel not open"))
+            return
+        batch = _Batch(future, len(messages))
+        try:
+            for message in messages:
+                ch.basic_publish(message.exchange, message.routing_key, message.body,
+                                 properties_of(message))
+                self._seq += 1
+                self._pending[self._seq] = batch
+        except Exception as e:  # channel died mid-batch
+            if not future.done():
+                future.set_exception(BrokerUnavailable(f"publish failed: {e}"))
+
+    def _on_confirm(self, frame: Any) -> None:
+        method = frame.method
+        ok = isinstance(method, Basic.Ack)
+        tags = ([t for t in self._pending if t <= method.delivery_tag] if method.multiple
+                else [method.delivery_tag])
+        for tag in tags:
+            batch = self._pending.pop(tag, None)
+            if batch is None or batch.future.done():
+                continue
+            if not ok:
+                batch.future.set_exception(BrokerUnavailable("the broker refused a message (nack)"))
+                continue
+            batch.remaining -= 1
+            if batch.remaining == 0:
+                batch.future.set_result(1)
+
+    def _ack(self, tags: list[tuple[int, int]]) -> None:
+        live = sorted(t for g, t in tags if g == self.generation and t in self._unacked)
+        if not live or self._consume_ch is None or not self._consume_ch.is_open:
+            return
+        top = live[-1]
+        below = sum(1 for t in self._unacked if t <= top)
+        if below == len(live):
+            self._consume_ch.basic_ack(top, multiple=True)
+        else:
+            for tag in live:
+                self._consume_ch.basic_ack(tag)
+        self._unacked.difference_update(live)
+
+    def _reject(self, tags: list[tuple[int, int]], requeue: bool) -> None:
+        if self._consume_ch is None or not self._consume_ch.is_open:
+            return
+        for generation, tag in tags:
+            if generation == self.generation and tag in self._unacked:
+                self._consume_ch.basic_nack(tag, requeue=requeue)
+                self._unacked.discard(tag)
+
+    def _cancel(self) -> None:
+        for tag in self._consumer_tags:
+            if self._consume_ch is not None and self._consume_ch.is_open:
+                self._consume_ch.basic_cancel(tag)
+        self._consumer_tags = []
+
+    def _close(self) -> None:
+        if self._conn is not None and (self._conn.is_open or self._conn.is_opening):
+            self._conn.close()
+        elif self._conn is not None:
+            self._conn.ioloop.stop()
+
+    def _fail_pending(self, error: Exception) -> None:
+        for batch in list(self._pending.values()):
+            if not batch.future.done():
+                batch.future.set_exception(error)
+        self._pending.clear()

@@ -1,0 +1,286 @@
+"""The ``chalk`` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from listener_router._config import ConfigError, Settings, load_settings
+
+__all__ = ["main"]
+
+log = logging.getLogger("chalk")
+
+SHIPPED_WORKFLOWS = Path(__file__).resolve().parent.parent / "workflows"
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    settings = load_settings(args.config)
+    overrides: dict[str, Any] = {}
+    if getattr(args, "workflows", None):
+        overrides["workflows_dir"] = args.workflows
+    if getattr(args, "local", False):
+        overrides["runner"] = "local"
+    if getattr(args, "blackboard", None):
+        overrides["blackboard_url"] = args.blackboard
+    return settings.with_overrides(**overrides)
+
+
+def _runner(settings: Settings) -> Any:
+    import engine
+    if settings.runner == "local":
+        return engine.LocalRunner()
+    return engine.SparkRunner(engine.spark_session(settings.spark_master, settings.spark_conf),
+                              batch_timeout=settings.batch_timeout)
+
+
+# -- chalk run ------------------------------------------------------------------------
+def cmd_run(args: argparse.Namespace) -> int:
+    from listener_router._localbroker import ensure_local_broker
+    from listener_router._service import Service
+    settings = _settings(args)
+    ensure_local_broker(settings.broker_url)
+    with Service(settings) as service:
+        service.install_signal_handlers()
+        stats = service.run(idle_exit=args.idle_exit)
+    print(_summary_line(stats.counts))
+    return 0
+
+
+def _summary_line(counts: Any) -> str:
+    keys = ("received", "committed", "duplicate", "retrying", "dead", "deferred",
+            "records_committed", "batches")
+    return ", ".join(f"{k}={counts.get(k, 0)}" for k in keys)
+
+
+# -- chalk push -----------------------------------------------------------------------
+def cmd_push(args: argparse.Namespace) -> int:
+    from rich.progress import Progress
+
+    from listener_router._localbroker import ensure_local_broker
+    from listener_router._records import push_records, read_records
+    settings = _settings(args)
+    if args.ids:
+        records = [{"id": i, "attributes": {}} for i in args.ids]
+    elif args.file:
+        records = list(read_records(args.file))
+    else:
+        raise ConfigError("give a JSONL file of records or --id ID (one or more)")
+    ensure_local_broker(settings.broker_url)
+    with Progress(disable=not sys.stderr.isatty()) as progress:
+        task = progress.add_task(f"push → {args.queue}", total=len(records))
+        sent = push_records(settings, args.queue, records, store=not args.ids_only and not args.ids,
+                            operation=args.operation.upper(), per_message=args.per_message,
+                            progress=lambda n: progress.advance(task, n))
+    print(f"pushed {len(records)} record(s) in {sent} message(s) to {args.queue}")
+    return 0
+
+
+# -- chalk process --------------------------------------------------------------------
+def cmd_process(args: argparse.Namespace) -> int:
+    from rich.progress import Progress
+
+    import engine
+    from blackboard import Blackboard
+    from listener_router._records import chunked, read_records
+    settings = _settings(args)
+    registry = engine.WorkflowRegistry(settings.workflows_dir, aliases=settings.aliases)
+    for problem in registry.errors:
+        print(problem, file=sys.stderr)
+    workflow = registry.get(args.workflow)
+    records = list(read_records(args.input))
+    runner = _runner(settings)
+    ok = failed = 0
+    out = open(args.output, "w", encoding="utf-8") if args.output else None  # noqa: SIM115
+    started = time.monotonic()
+    try:
+        with Blackboard.connect(settings.blackboard_url) as bb, \
+                Progress(disable=not sys.stderr.isatty()) as progress:
+            task = progress.add_task(f"{workflow.name}", total=len(records))
+            for part in chunked(records, args.batch_size):
+                ids = [r["id"] for r in part]
+                bb.load_many(ids)
+                for record in part:
+                    if record["attributes"]:
+                        bb.set_attributes(record["id"], record["attributes"])
+                results = runner.run(workflow, bb, [[i] for i in ids])
+                good = [rid for r in results if r.ok for rid in r.record_ids]
+                bad = [rid for r in results if not r.ok for rid in r.record_ids]
+                for r in results:
+                    if not r.ok:
+                        print(f"record {ids[r.index]!r}: {r.error}", file=sys.stderr)
+                if out is not None:
+                    for r in results:
+                        for rid in r.result_ids if r.ok else ():
+                            out.write(json.dumps({"id": rid, "attributes": bb.get_attributes(rid)},
+                                                 ensure_ascii=False) + "\n")
+                bb.invalidate_many(bad)
+                bb.commit_many(good)
+                ok += sum(1 for r in results if r.ok)
+                failed += sum(1 for r in results if not r.ok)
+                progress.advance(task, len(part))
+    finally:
+        if out is not None:
+            out.close()
+    elapsed = time.monotonic() - started
+    print(f"{workflow.name}: {ok} succeeded, {failed} failed in {elapsed:.1f} s")
+    return 0 if failed == 0 else 1
+
+
+# -- chalk validate / graph -----------------------------------------------------------
+def cmd_validate(args: argparse.Namespace) -> int:
+    import engine
+    settings = _settings(args)
+    problems = engine.validate_path(args.path, aliases=settings.aliases)
+    for problem in problems:
+        print(problem)
+    if not problems:
+        print(f"{args.path}: valid")
+    return 1 if problems else 0
+
+
+def cmd_graph(args: argparse.Namespace) -> int:
+    import engine
+    settings = _settings(args)
+    workflow = engine.load_workflow(args.file, aliases=settings.aliases)
+    graph = engine.workflow_graph(workflow)
+    if args.output:
+        engine.render_graph(graph, args.output)
+        print(f"wrote {args.output}")
+    else:
+        print(engine.to_dot(graph))
+    return 0
+
+
+# -- chalk status / jobs / dlq --------------------------------------------------------
+def cmd_status(args: argparse.Namespace) -> int:
+    from listener_router._admin import status
+    status(_settings(args))
+    return 0
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    from listener_router._admin import jobs
+    jobs(_settings(args), limit=args.limit)
+    return 0
+
+
+def cmd_dlq(args: argparse.Namespace) -> int:
+    from listener_router import _admin
+    settings = _settings(args)
+    queues = [args.queue] if args.queue else [r.queue for r in settings.listeners]
+    if args.action == "list":
+        _admin.dlq_list(settings, queues, limit=args.limit)
+    elif args.action == "show":
+        _admin.dlq_show(settings, queues, args.message_id)
+    elif args.action == "replay":
+        n = _admin.dlq_replay(settings, queues, message_id=args.message_id)
+        print(f"replayed {n} message(s)")
+    elif args.action == "purge":
+        n = _admin.dlq_purge(settings, queues)
+        print(f"purged {n} message(s)")
+    return 0
+
+
+# -- chalk demo -----------------------------------------------------------------------
+def cmd_demo(args: argparse.Namespace) -> int:
+    from listener_router._demo import run_demo
+    return run_demo(records=args.records, config=args.config)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="chalk", description="Chalk: a record-processing engine (RabbitMQ listener/router, "
+        "SQLAlchemy blackboard, BPEL-style XML workflows on PySpark).")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv: debug)")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", metavar="FILE", help="chalk.toml (default: ./chalk.toml when present)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("run", parents=[common], help="run the service: consume, process, commit, route")
+    p.add_argument("--rules", dest="config", metavar="FILE", help="same as --config")
+    p.add_argument("--workflows", metavar="DIR", help="workflow directory (default from config: workflows)")
+    p.add_argument("--local", action="store_true", help="run workflows in-process instead of on Spark")
+    p.add_argument("--idle-exit", type=float, metavar="SECONDS",
+                   help="stop after this many seconds without messages")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("push", parents=[common], help="store records from JSONL and publish their IDs")
+    p.add_argument("file", nargs="?", help="JSON Lines file: {\"id\": …, \"attributes\": {…}} per line")
+    p.add_argument("--queue", default="chalk.in", help="queue to publish to (default chalk.in)")
+    p.add_argument("--id", dest="ids", action="append", metavar="ID",
+                   help="publish this record ID without storing anything (repeatable)")
+    p.add_argument("--ids-only", action="store_true", help="publish the file's IDs without storing the records")
+    p.add_argument("--operation", default="ADD", help="operation header: ADD (default) or DELETE")
+    p.add_argument("--per-message", type=int, default=1, help="record IDs per message (default 1)")
+    p.set_defaults(func=cmd_push)
+
+    p = sub.add_parser("process", parents=[common], help="run a workflow over a JSONL file, no broker")
+    p.add_argument("--workflow", required=True, help="workflow name (<process name=…>)")
+    p.add_argument("--input", required=True, help="JSON Lines file of records")
+    p.add_argument("--output", help="write the result records as JSON Lines here")
+    p.add_argument("--workflows", metavar="DIR", help="workflow directory")
+    p.add_argument("--local", action="store_true", help="run in-process instead of on Spark")
+    p.add_argument("--batch-size", type=int, default=1000, help="records per Spark job (default 1000)")
+    p.set_defaults(func=cmd_process)
+
+    p = sub.add_parser("validate", parents=[common], help="check workflow files; exit 1 with file:line errors")
+    p.add_argument("path", help="a workflow file or a directory of them")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("graph", parents=[common], help="draw a workflow's control-flow graph")
+    p.add_argument("file", help="workflow file")
+    p.add_argument("-o", "--output", help="out.dot, out.svg or out.png (default: dot text on stdout)")
+    p.set_defaults(func=cmd_graph)
+
+    p = sub.add_parser("status", parents=[common], help="queues, store and service status")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("jobs", parents=[common], help="recently processed messages and their outgoing messages")
+    p.add_argument("--limit", type=int, default=20)
+    p.set_defaults(func=cmd_jobs)
+
+    p = sub.add_parser("dlq", parents=[common], help="dead letters: list, show, replay, purge")
+    p.add_argument("action", choices=["list", "show", "replay", "purge"])
+    p.add_argument("message_id", nargs="?", help="for show/replay: one message ID")
+    p.add_argument("--queue", help="input queue whose dead letters to use (default: every listener queue)")
+    p.add_argument("--limit", type=int, default=50)
+    p.set_defaults(func=cmd_dlq)
+
+    p = sub.add_parser("demo", parents=[common], help="push sample records through the demo workflow and report")
+    p.add_argument("--records", type=int, default=1000, help="how many sample records (default 1000)")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    level = logging.WARNING - 10 * min(args.verbose, 2)
+    if args.command in ("run", "demo") and args.verbose == 0:
+        level = logging.INFO
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("pika").setLevel(logging.WARNING)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # every error ends as one clear line (traceback with -v)
+        if args.verbose:
+            log.exception("chalk %s failed", args.command)
+        message = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"chalk {args.command}: {message}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,197 @@
+"""Settings: read once from ``chalk.toml`` and the environment, then frozen.
+
+Every key is optional; the defaults run on one machine with no file at all
+(SQLite file, Spark ``local[*]``, RabbitMQ on localhost).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["Settings", "ListenerRule", "RouterRule", "ConfigError", "load_settings"]
+
+DEFAULT_BROKER = "amqp://guest:guest@localhost:5672/%2F"
+
+
+class ConfigError(ValueError):
+    """The configuration file or an option is not usable; the message names the key."""
+
+
+@dataclass(frozen=True)
+class ListenerRule:
+    """Which messages go to which workflow, and how they are batched and retried."""
+
+    name: str
+    queue: str = "chalk.in"
+    workflow: str = "Demo"
+    condition: str | None = None
+    batch_size: int = 500
+    max_wait_ms: int = 200
+    prefetch: int = 2000
+    max_retries: int = 3
+    backoff_ms: tuple[int, ...] = (1000, 5000, 30000)
+    max_records: int = 1000            # records per message
+    max_body_bytes: int = 1 << 20
+
+
+@dataclass(frozen=True)
+class RouterRule:
+    """Where a result record goes after a successful workflow (first match wins)."""
+
+    queue: str | None = None
+    exchange: str = ""
+    routing_key: str | None = None
+    condition: str | None = None       # XPath over the record; None: always
+    use_next_destination: bool = False  # route by the record's nextDestination annotation
+    attributes: tuple[str, ...] = ()
+    workflow: str | None = None        # only for results of this workflow
+
+
+@dataclass(frozen=True)
+class Settings:
+    blackboard_url: str = "sqlite:///chalk.db"
+    lease_seconds: float = 60.0
+    broker_url: str = DEFAULT_BROKER
+    queue_type: str = "quorum"
+    delivery_limit: int = 20
+    spark_master: str = "local[*]"
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+    workflows_dir: str = "workflows"
+    aliases: Mapping[str, str] = field(default_factory=dict)
+    runner: str = "spark"              # or "local"
+    batch_timeout: float = 300.0
+    listeners: tuple[ListenerRule, ...] = (ListenerRule(name="default"),)
+    routers: tuple[RouterRule, ...] = (RouterRule(queue="chalk.out"),)
+    node: str | None = None            # lease owner / cluster member name
+    source: str | None = None          # the file the settings came from
+
+    def with_overrides(self, **changes: Any) -> Settings:
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+def _take(table: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str,
+          default: Any) -> Any:
+    if key not in table:
+        return default
+    value = table[key]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise ConfigError(f"{where}: {key!r} must be {names}, got {value!r}")
+    return value
+
+
+def _check_keys(table: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; "
+                          f"known: {', '.join(sorted(allowed))}")
+
+
+def _listener(table: Mapping[str, Any], where: str, position: int) -> ListenerRule:
+    fields = set(ListenerRule.__dataclass_fields__) - {"backoff_ms"} | {"backoff_ms"}
+    _check_keys(table, fields, where)
+    base = ListenerRule(name=f"listener{position}")
+    values: dict[str, Any] = {}
+    for key in ("name", "queue", "workflow", "condition"):
+        values[key] = _take(table, key, str, where, getattr(base, key))
+    for key in ("batch_size", "max_wait_ms", "prefetch", "max_retries", "max_records",
+                "max_body_bytes"):
+        values[key] = _take(table, key, int, where, getattr(base, key))
+        if values[key] < (0 if key in ("max_retries", "max_wait_ms") else 1):
+            raise ConfigError(f"{where}: {key!r} must be positive, got {values[key]}")
+    backoff = _take(table, "backoff_ms", (list, int), where, list(base.backoff_ms))
+    values["backoff_ms"] = tuple(backoff if isinstance(backoff, list) else [backoff])
+    return ListenerRule(**values)
+
+
+def _router(table: Mapping[str, Any], where: str) -> RouterRule:
+    _check_keys(table, set(RouterRule.__dataclass_fields__), where)
+    values: dict[str, Any] = {}
+    for key in ("queue", "exchange", "routing_key", "condition", "workflow"):
+        values[key] = _take(table, key, str, where, getattr(RouterRule(), key))
+    values["use_next_destination"] = _take(table, "use_next_destination", bool, where, False)
+    values["attributes"] = tuple(_take(table, "attributes", list, where, []))
+    rule = RouterRule(**values)
+    if not rule.use_next_destination and rule.queue is None and rule.routing_key is None:
+        raise ConfigError(f"{where}: give 'queue', 'exchange'+'routing_key' or "
+                          "'use_next_destination = true'")
+    return rule
+
+
+def load_settings(path: str | os.PathLike[str] | None = None,
+                  env: Mapping[str, str] | None = None) -> Settings:
+    """Read ``path`` (default ``chalk.toml`` when present) and the CHALK_* environment."""
+    env = os.environ if env is None else env
+    data: dict[str, Any] = {}
+    source = None
+    candidate = Path(path) if path is not None else Path("chalk.toml")
+    if path is not None and not candidate.is_file():
+        raise ConfigError(f"{candidate}: no such configuration file")
+    if candidate.is_file():
+        source = str(candidate)
+        try:
+            data = tomllib.loads(candidate.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{candidate}: not valid TOML: {e}") from e
+    where = source or "defaults"
+    _check_keys(data, {"blackboard", "broker", "spark", "workflows", "listener", "router",
+                       "engine", "node"}, where)
+    bb = data.get("blackboard", {})
+    broker = data.get("broker", {})
+    spark = data.get("spark", {})
+    wf = data.get("workflows", {})
+    engine = data.get("engine", {})
+    node = data.get("node", {})
+    _check_keys(bb, {"url", "lease_seconds"}, f"{where} [blackboard]")
+    _check_keys(broker, {"url", "queue_type", "delivery_limit"}, f"{where} [broker]")
+    _check_keys(spark, {"master", "conf"}, f"{where} [spark]")
+    _check_keys(wf, {"dir", "aliases"}, f"{where} [workflows]")
+    _check_keys(engine, {"runner", "batch_timeout"}, f"{where} [engine]")
+    _check_keys(node, {"name"}, f"{where} [node]")
+    defaults = Settings()
+    listeners = tuple(_listener(t, f"{where} [[listener]] #{i + 1}", i + 1)
+                      for i, t in enumerate(data.get("listener", [])))
+    routers = tuple(_router(t, f"{where} [[router]] #{i + 1}")
+                    for i, t in enumerate(data.get("router", [])))
+    queue_type = _take(broker, "queue_type", str, f"{where} [broker]", defaults.queue_type)
+    if queue_type not in ("quorum", "classic"):
+        raise ConfigError(f"{where} [broker]: queue_type must be 'quorum' or 'classic'")
+    runner = _take(engine, "runner", str, f"{where} [engine]", defaults.runner)
+    if runner not in ("spark", "local"):
+        raise ConfigError(f"{where} [engine]: runner must be 'spark' or 'local'")
+    settings = Settings(
+        blackboard_url=env.get("CHALK_BLACKBOARD_URL")
+        or _take(bb, "url", str, f"{where} [blackboard]", defaults.blackboard_url),
+        lease_seconds=float(_take(bb, "lease_seconds", (int, float), f"{where} [blackboard]",
+                                  defaults.lease_seconds)),
+        broker_url=env.get("CHALK_BROKER_URL")
+        or _take(broker, "url", str, f"{where} [broker]", defaults.broker_url),
+        queue_type=queue_type,
+        delivery_limit=_take(broker, "delivery_limit", int, f"{where} [broker]",
+                             defaults.delivery_limit),
+        spark_master=env.get("CHALK_SPARK_MASTER")
+        or _take(spark, "master", str, f"{where} [spark]", defaults.spark_master),
+        spark_conf={str(k): str(v) for k, v in
+                    _take(spark, "conf", dict, f"{where} [spark]", {}).items()},
+        workflows_dir=env.get("CHALK_WORKFLOWS_DIR")
+        or _take(wf, "dir", str, f"{where} [workflows]", defaults.workflows_dir),
+        aliases=dict(_take(wf, "aliases", dict, f"{where} [workflows]", {})),
+        runner=runner,
+        batch_timeout=float(_take(engine, "batch_timeout", (int, float), f"{where} [engine]",
+                                  defaults.batch_timeout)),
+        listeners=listeners or defaults.listeners,
+        routers=routers or defaults.routers,
+        node=env.get("CHALK_NODE") or _take(node, "name", str, f"{where} [node]", None),
+        source=source,
+    )
+    return settings

@@ -1,0 +1,121 @@
+"""Incoming and outgoing messages: parsing, validation, deterministic IDs.
+
+Body: ``{"records": [{"id": …, "attributes": {…}}, …]}`` or ``{"id": …}``.
+A body that cannot be a unit of work is a :class:`BadMessage` — it goes to
+the dead-letter queue at once with the reason; nothing else is affected.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["BadMessage", "Incoming", "parse_message", "outgoing_id", "derive_message_id",
+           "ATTEMPTS_HEADER", "ERROR_HEADER", "WORKFLOW_HEADER", "QUEUE_HEADER"]
+
+ATTEMPTS_HEADER = "x-chalk-attempts"
+ERROR_HEADER = "x-chalk-error"
+WORKFLOW_HEADER = "x-chalk-workflow"
+QUEUE_HEADER = "x-chalk-queue"          # the queue a dead letter came from (for replay)
+OPERATIONS = ("ADD", "DELETE", "UPDATE")
+
+
+class BadMessage(ValueError):
+    """The message cannot be processed as sent; the text says why."""
+
+
+@dataclass
+class Incoming:
+    """One consumed message, parsed: one workflow instance."""
+
+    message_id: str
+    queue: str
+    records: list[dict[str, Any]]          # [{"id": str, "attributes": {...}}]
+    operation: str
+    headers: dict[str, Any]
+    attempts: int
+    tag: Any = None                        # the transport's delivery handle
+    body: bytes = b""
+    properties: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def record_ids(self) -> list[str]:
+        return [r["id"] for r in self.records]
+
+
+def derive_message_id(body: bytes) -> str:
+    """A message ID from the body, for publishers that send none."""
+    return "sha256:" + hashlib.sha256(body).hexdigest()[:32]
+
+
+def outgoing_id(input_id: str, target: str, record_id: str) -> str:
+    """Deterministic outgoing message ID: the same input, target and record → the same ID."""
+    digest = hashlib.sha256(f"{input_id}\x00{target}\x00{record_id}".encode()).hexdigest()
+    return f"out:{digest[:40]}"
+
+
+def _header_str(headers: Mapping[str, Any], key: str) -> str | None:
+    value = headers.get(key)
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    return None if value is None else str(value)
+
+
+def parse_message(body: bytes, *, queue: str, message_id: str | None,
+                  headers: Mapping[str, Any] | None, max_records: int = 1000,
+                  max_body_bytes: int = 1 << 20, tag: Any = None,
+                  properties: Mapping[str, Any] | None = None) -> Incoming:
+    """Parse a delivery, or raise :class:`BadMessage` naming what is wrong."""
+    headers = dict(headers or {})
+    mid = message_id or derive_message_id(body)
+    if len(body) > max_body_bytes:
+        raise BadMessage(f"message {mid}: body of {len(body)} bytes exceeds the limit of "
+                         f"{max_body_bytes} bytes")
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise BadMessage(f"message {mid}: body is not JSON ({e})") from None
+    if isinstance(data, dict) and "records" in data:
+        records = data["records"]
+        if not isinstance(records, list):
+            raise BadMessage(f"message {mid}: 'records' must be a list")
+    elif isinstance(data, dict) and "id" in data:
+        records = [data]
+    else:
+        raise BadMessage(f"message {mid}: body must be {{\"records\": [...]}} or "
+                         f"{{\"id\": ...}}, got {type(data).__name__}")
+    if not records:
+        raise BadMessage(f"message {mid}: no records")
+    if len(records) > max_records:
+        raise BadMessage(f"message {mid}: {len(records)} records exceed the limit of "
+                         f"{max_records} per message")
+    parsed: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for position, record in enumerate(records):
+        if not isinstance(record, dict):
+            raise BadMessage(f"message {mid}: record #{position} must be an object")
+        rid = record.get("id")
+        if not isinstance(rid, str) or not rid.strip() or len(rid) > 512:
+            raise BadMessage(f"message {mid}: record #{position} has a bad id {rid!r} "
+                             "(a non-empty string of at most 512 characters)")
+        if rid in seen:
+            raise BadMessage(f"message {mid}: record {rid!r} appears twice")
+        seen.add(rid)
+        attributes = record.get("attributes", {})
+        if not isinstance(attributes, dict):
+            raise BadMessage(f"message {mid}: record {rid!r}: 'attributes' must be an object")
+        parsed.append({"id": rid, "attributes": attributes})
+    operation = (_header_str(headers, "operation") or "ADD").upper()
+    if operation not in OPERATIONS:
+        raise BadMessage(f"message {mid}: unknown operation {operation!r}; use one of "
+                         f"{', '.join(OPERATIONS)}")
+    try:
+        attempts = int(_header_str(headers, ATTEMPTS_HEADER) or 0)
+    except ValueError:
+        attempts = 0
+    return Incoming(message_id=mid, queue=queue, records=parsed, operation=operation,
+                    headers=headers, attempts=attempts, tag=tag, body=body,
+                    properties=dict(properties or {}))

@@ -1,0 +1,102 @@
+"""Record files (JSON Lines) and pushing records to a queue."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from blackboard import Blackboard
+from listener_router._amqp import AmqpLink, OutMessage
+from listener_router._config import ListenerRule, Settings
+from listener_router._topology import declare_input
+
+__all__ = ["RecordFileError", "read_records", "push_records", "chunked"]
+
+
+class RecordFileError(ValueError):
+    """A line of a record file is not a record; the message names file and line."""
+
+
+def read_records(path: str | Path) -> Iterator[dict[str, Any]]:
+    """Yield ``{"id", "attributes"}`` from a JSON Lines file; blank lines are skipped."""
+    path = Path(path)
+    try:
+        handle = path.open(encoding="utf-8")
+    except OSError as e:
+        raise RecordFileError(f"{path}: cannot read: {e.strerror}") from e
+    with handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise RecordFileError(f"{path}:{number}: not JSON: {e.msg}") from None
+            if not isinstance(data, dict) or not isinstance(data.get("id"), str) or not data["id"]:
+                raise RecordFileError(f"{path}:{number}: expected {{\"id\": \"…\", "
+                                      "\"attributes\": {…}} with a non-empty string id")
+            attributes = data.get("attributes", {})
+            if not isinstance(attributes, dict):
+                raise RecordFileError(f"{path}:{number}: 'attributes' must be an object")
+            yield {"id": data["id"], "attributes": attributes}
+
+
+def chunked(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+def store_records(bb: Blackboard, records: Sequence[dict[str, Any]], chunk: int = 1000) -> None:
+    """Write records to the store (attributes given replace those of the stored record)."""
+    for part in chunked(records, chunk):
+        ids = [r["id"] for r in part]
+        bb.load_many(ids)
+        try:
+            for record in part:
+                bb.set_attributes(record["id"], record["attributes"])
+            bb.commit_many(ids)
+        except BaseException:
+            bb.invalidate_many(ids)
+            raise
+
+
+def push_records(settings: Settings, queue: str, records: Sequence[dict[str, Any]], *,
+                 store: bool = True, operation: str = "ADD", per_message: int = 1,
+                 progress: Any = None) -> int:
+    """Store the records (unless ``store`` is false) and publish their IDs to ``queue``.
+
+    Each message carries ``per_message`` record IDs and a fresh message ID.
+    Publishing waits for the broker's confirms.  Returns the number of messages.
+    """
+    ids = list(dict.fromkeys(r["id"] for r in records))
+    if len(ids) != len(records):
+        raise RecordFileError("the same record ID appears more than once in the input")
+    if store:
+        with Blackboard.connect(settings.blackboard_url) as bb:
+            store_records(bb, records)
+    rule = next((r for r in settings.listeners if r.queue == queue), ListenerRule(name="push", queue=queue))
+
+    def prepare(conn: Any) -> None:
+        channel = conn.channel()
+        declare_input(channel, queue, settings, rule.backoff_ms)
+        channel.close()
+
+    link = AmqpLink(settings.broker_url, consume=(), prepare=prepare).start()
+    sent = 0
+    try:
+        for part in chunked(ids, 1000 * per_message):
+            messages = [
+                OutMessage(routing_key=queue, message_id=f"push:{uuid.uuid4().hex}",
+                           headers={"operation": operation},
+                           body=json.dumps({"records": [{"id": i} for i in group]}).encode())
+                for group in chunked(part, per_message)]
+            link.publish(messages).result(timeout=120)
+            sent += len(messages)
+            if progress is not None:
+                progress(len(part))
+    finally:
+        link.stop()
+    return sent

@@ -1,0 +1,159 @@
+"""Listener rules (which workflow gets a message) and router rules (where results go).
+
+Listener conditions are XPath 1.0 over the message: every header is a
+variable (``$operation = 'ADD'``), as are ``$message_id``, ``$queue``,
+``$content_type`` and ``$routing_key``; the expression may also navigate
+``/message/headers/NAME`` and ``/message/properties/NAME``.  A condition
+naming a header the message lacks is false for that message.
+
+Router conditions are XPath over the result record's workflow object
+(``$record/Val[@key='lang'] = 'de'``), compiled by the engine.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from lxml import etree
+
+from blackboard import Blackboard, BlackboardError
+from listener_router._amqp import OutMessage
+from listener_router._config import ConfigError, ListenerRule, RouterRule
+from listener_router._messages import Incoming, outgoing_id
+
+__all__ = ["ListenerRules", "Router"]
+
+log = logging.getLogger(__name__)
+
+NEXT_DESTINATION = "nextDestination"
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return "" if value is None else str(value)
+
+
+def _message_element(variables: Mapping[str, str], headers: Mapping[str, Any]) -> etree._Element:
+    root = etree.Element("message")
+    props = etree.SubElement(root, "properties")
+    for key, value in variables.items():
+        etree.SubElement(props, key).text = value
+    hdrs = etree.SubElement(root, "headers")
+    for key, value in headers.items():
+        try:
+            etree.SubElement(hdrs, key).text = _text(value)
+        except ValueError:  # header name that is no XML name: reachable as a variable only
+            continue
+    return root
+
+
+class ListenerRules:
+    """First matching listener rule per message."""
+
+    def __init__(self, rules: Sequence[ListenerRule]):
+        self.rules = list(rules)
+        self._compiled: dict[str, etree.XPath] = {}
+        for rule in self.rules:
+            if rule.condition:
+                try:
+                    self._compiled[rule.name] = etree.XPath(rule.condition)
+                except etree.XPathSyntaxError as e:
+                    raise ConfigError(f"listener rule {rule.name!r}: condition "
+                                      f"{rule.condition!r} is not valid XPath: {e}") from e
+
+    @property
+    def queues(self) -> list[str]:
+        return list(dict.fromkeys(rule.queue for rule in self.rules))
+
+    def for_queue(self, queue: str) -> list[ListenerRule]:
+        return [rule for rule in self.rules if rule.queue == queue]
+
+    def match(self, message: Incoming) -> ListenerRule | None:
+        variables = {
+            "operation": message.operation, "message_id": message.message_id,
+            "queue": message.queue,
+            "content_type": _text(message.properties.get("content_type")),
+            "routing_key": _text(message.properties.get("routing_key")),
+        }
+        for rule in self.for_queue(message.queue):
+            xpath = self._compiled.get(rule.name)
+            if xpath is None:
+                return rule
+            values = {**{k: _text(v) for k, v in message.headers.items()}, **variables}
+            try:
+                result = xpath(_message_element(variables, message.headers), **values)
+            except etree.XPathEvalError as e:
+                log.debug("listener rule %s: %s for message %s", rule.name, e, message.message_id)
+                continue
+            if (bool(result) if not isinstance(result, float) else result != 0):
+                return rule
+        return None
+
+
+def _compile_condition(expression: str, position: int) -> Any:
+    from engine._conditions import check, compiled
+    from engine._specs import Condition
+    condition = Condition(expression, 0)
+    problem = check(condition)
+    if problem:
+        raise ConfigError(f"router rule #{position + 1}: condition {expression!r}: {problem}")
+    return compiled(condition)
+
+
+class Router:
+    """Outgoing messages for a successful instance's result records."""
+
+    def __init__(self, rules: Sequence[RouterRule]):
+        self.rules = list(rules)
+        self._conditions: dict[int, Any] = {}
+        for position, rule in enumerate(self.rules):
+            if rule.condition:
+                self._conditions[position] = _compile_condition(rule.condition, position)
+
+    def targets(self) -> list[str]:
+        return [rule.queue for rule in self.rules if rule.queue]
+
+    def _next_destination(self, bb: Blackboard, rid: str) -> str | None:
+        try:
+            ann = bb.get_annotation(rid, None, NEXT_DESTINATION)
+        except BlackboardError:
+            return None
+        if ann is None:
+            return None
+        if ann.values:
+            return str(ann.values[0])
+        return str(ann.named.get("queue")) if ann.named.get("queue") else None
+
+    def route(self, bb: Blackboard, workflow: str, message: Incoming,
+              result_ids: Sequence[str]) -> list[OutMessage]:
+        out: list[OutMessage] = []
+        for rid in result_ids:
+            for position, rule in enumerate(self.rules):
+                if rule.workflow and rule.workflow != workflow:
+                    continue
+                exchange, key = rule.exchange, rule.routing_key or rule.queue
+                if rule.use_next_destination:
+                    key = self._next_destination(bb, rid)
+                    if key is None:
+                        continue
+                elif position in self._conditions:
+                    if not self._conditions[position].test([bb.document(rid)]):
+                        continue
+                assert key is not None
+                attributes = bb.get_attributes(rid, rule.attributes) if rule.attributes else {}
+                record: dict[str, Any] = {"id": rid}
+                if attributes:
+                    record["attributes"] = attributes
+                headers = {"operation": message.operation, "x-chalk-source": message.message_id,
+                           "x-chalk-workflow": workflow}
+                out.append(OutMessage(
+                    routing_key=key, exchange=exchange,
+                    body=json.dumps({"records": [record]}, separators=(",", ":")).encode(),
+                    message_id=outgoing_id(message.message_id, f"{exchange}/{key}", rid),
+                    headers=headers))
+                break
+        return out

@@ -1,0 +1,482 @@
+"""The service: consume → load → run workflow → commit (+inbox, +outbox) → publish → ack.
+
+See ``_states`` for the life of one message.  One batch is processed at a
+time on the calling thread; the broker connection lives on its own thread
+(``_amqp``), so a long Spark job never starves the connection's heartbeats.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import logging
+import os
+import queue
+import signal
+import socket
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+
+import engine
+from blackboard import Blackboard, BlackboardError, RecordLockedError, StorageError
+from listener_router._amqp import AmqpLink, BrokerUnavailable, Delivery, OutMessage
+from listener_router._config import ListenerRule, Settings
+from listener_router._messages import (
+    ATTEMPTS_HEADER,
+    ERROR_HEADER,
+    QUEUE_HEADER,
+    WORKFLOW_HEADER,
+    BadMessage,
+    Incoming,
+    derive_message_id,
+    parse_message,
+)
+from listener_router._outbox import Outbox
+from listener_router._rules import ListenerRules, Router
+from listener_router._states import State, check_transition
+from listener_router._topology import declare_all, dlq_name, retry_name
+
+__all__ = ["Service", "Stats", "claim_node_name"]
+
+log = logging.getLogger(__name__)
+
+CONFIRM_TIMEOUT = 60.0
+REFRESH_EVERY = 2.0
+
+
+@dataclass
+class Stats:
+    counts: Counter[str] = field(default_factory=Counter)
+    started: float = field(default_factory=time.monotonic)
+    last_activity: float = field(default_factory=time.monotonic)
+
+    def add(self, key: str, n: int = 1) -> None:
+        self.counts[key] += n
+
+    def __getitem__(self, key: str) -> int:
+        return self.counts[key]
+
+
+@dataclass
+class _Work:
+    delivery: Delivery
+    state: State = State.RECEIVED
+    message: Incoming | None = None
+    rule: ListenerRule | None = None
+    error: str | None = None
+    workflow: str | None = None
+    outgoing: list[OutMessage] = field(default_factory=list)
+
+    def to(self, state: State, error: str | None = None) -> None:
+        self.state = check_transition(self.state, state)
+        if error is not None:
+            self.error = error
+
+
+_held_locks: list[Any] = []
+
+
+def claim_node_name(blackboard_url: str) -> str:
+    """A node name stable across restarts on this host and unique among live processes.
+
+    Slot N is claimed with an exclusive ``flock`` that the kernel drops when
+    the process dies, so a service restarted after ``kill -9`` takes the same
+    name again and can take over its own unexpired leases at once, while two
+    live services on one host never share a name.
+    """
+    digest = hashlib.sha256(blackboard_url.encode()).hexdigest()[:12]
+    folder = os.path.join(tempfile.gettempdir(), "chalk-nodes")
+    os.makedirs(folder, exist_ok=True)
+    for slot in range(1024):
+        handle = open(os.path.join(folder, f"{digest}-{slot}.lock"), "a+")  # noqa: SIM115
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            continue
+        _held_locks.append(handle)
+        return f"{socket.gethostname()}/{slot}"
+    raise RuntimeError("no free node slot (1024 services on this host?)")
+
+
+class Service:
+    """One Chalk service process (see module doc)."""
+
+    def __init__(self, settings: Settings, *, spark: Any = None, runner: Any = None,
+                 registry: Any = None):
+        self.settings = settings
+        self.stats = Stats()
+        self._spark = spark
+        self._runner = runner
+        self._registry = registry
+        self._stopping = threading.Event()
+        self._signals = 0
+        self.link: AmqpLink | None = None
+        self.bb: Blackboard | None = None
+
+    # -- opening and closing ---------------------------------------------------------
+    def open(self) -> Service:
+        s = self.settings
+        self.node = s.node or claim_node_name(s.blackboard_url)
+        self.listeners = ListenerRules(s.listeners)
+        self.router = Router(s.routers)
+        self.bb = Blackboard.connect(s.blackboard_url, owner=self.node,
+                                     lease_seconds=s.lease_seconds)
+        assert self.bb.store is not None
+        self.outbox = Outbox(self.bb.store.engine)
+        self.registry = self._registry or engine.WorkflowRegistry(s.workflows_dir,
+                                                                  aliases=s.aliases)
+        for problem in self.registry.errors:
+            log.error("%s", problem)
+        if self._runner is None:
+            if s.runner == "local":
+                self._runner = engine.LocalRunner()
+            else:
+                spark = self._spark or engine.spark_session(s.spark_master, s.spark_conf)
+                self._runner = engine.SparkRunner(spark, batch_timeout=s.batch_timeout)
+        self.runner = self._runner
+        prefetch = max(rule.prefetch for rule in s.listeners)
+        self.link = AmqpLink(s.broker_url, prefetch=prefetch, consume=self.listeners.queues,
+                             prepare=lambda conn: declare_all(conn, s)).start()
+        self._last_refresh = time.monotonic()
+        log.info("service %s up: queues %s, workflows %s", self.node,
+                 ", ".join(self.listeners.queues), ", ".join(self.registry.names()))
+        return self
+
+    def close(self) -> None:
+        if self.link is not None:
+            self.link.stop()
+        if self.bb is not None:
+            self.bb.close()
+
+    def __enter__(self) -> Service:
+        return self.open()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- the loop ------------------------------------------------------------------
+    def request_stop(self) -> None:
+        """Stop consuming; the current batch is finished, then ``run`` returns."""
+        self._stopping.set()
+        if self.link is not None:
+            self.link.stop_consuming()
+
+    def install_signal_handlers(self) -> None:
+        def handler(signum: int, _frame: Any) -> None:
+            self._signals += 1
+            if self._signals > 1:
+                log.warning("second signal: exiting now (unacked messages will be redelivered)")
+                os._exit(128 + signum)
+            log.info("signal %d: finishing the current batch, then stopping", signum)
+            self.request_stop()
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+    def run(self, *, until: Callable[[Stats], bool] | None = None,
+            idle_exit: float | None = None) -> Stats:
+        """Process batches until stopped, ``until(stats)`` is true, or idle for ``idle_exit`` s."""
+        assert self.link is not None
+        while not self._stopping.is_set():
+            batch = self._gather()
+            if batch:
+                self.process(batch)
+                self.stats.last_activity = time.monotonic()
+            if until is not None and until(self.stats):
+                break
+            if idle_exit is not None and time.monotonic() - self.stats.last_activity > idle_exit:
+                break
+            if time.monotonic() - self._last_refresh > REFRESH_EVERY:
+                self._last_refresh = time.monotonic()
+                for problem in self.registry.refresh():
+                    log.error("%s", problem)
+        return self.stats
+
+    def _gather(self) -> list[Delivery]:
+        assert self.link is not None
+        size = max(rule.batch_size for rule in self.settings.listeners)
+        wait = max(rule.max_wait_ms for rule in self.settings.listeners) / 1000.0
+        try:
+            batch = [self.link.deliveries.get(timeout=0.2)]
+        except queue.Empty:
+            return []
+        deadline = time.monotonic() + wait
+        while len(batch) < size:
+            remaining = deadline - time.monotonic()
+            try:
+                batch.append(self.link.deliveries.get(timeout=max(remaining, 0))
+                             if remaining > 0 else self.link.deliveries.get_nowait())
+            except queue.Empty:
+                break
+        return batch
+
+    # -- one batch -----------------------------------------------------------------
+    def process(self, deliveries: Sequence[Delivery]) -> None:
+        assert self.link is not None
+        generation = self.link.generation
+        works = [self._receive(d) for d in deliveries if d.generation == generation]
+        self.stats.add("received", len(works))
+        live = [w for w in works if w.state is State.RECEIVED]
+        self._check_inbox(live)
+        groups: dict[str, list[_Work]] = {}
+        taken: set[str] = set()
+        for w in live:
+            if w.state is not State.RECEIVED:
+                continue
+            assert w.message is not None and w.rule is not None
+            ids = set(w.message.record_ids)
+            if ids & taken:  # the same record twice in one batch: next batch
+                w.to(State.DEFERRED, "record also in an earlier message of this batch")
+                continue
+            taken |= ids
+            w.to(State.PROCESSING)
+            w.workflow = w.rule.workflow
+            groups.setdefault(w.rule.workflow, []).append(w)
+        for name, group in groups.items():
+            self._run_group(name, group)
+        self._finish(works)
+
+    def _receive(self, d: Delivery) -> _Work:
+        w = _Work(d)
+        rules = self.listeners.for_queue(d.queue)
+        limits = rules[0] if rules else ListenerRule(name="none")
+        try:
+            w.message = parse_message(d.body, queue=d.queue, message_id=d.message_id,
+                                      headers=d.headers, max_records=limits.max_records,
+                                      max_body_bytes=limits.max_body_bytes, tag=d,
+                                      properties=d.properties)
+        except BadMessage as e:
+            w.to(State.DEAD, str(e))
+            return w
+        w.rule = self.listeners.match(w.message)
+        if w.rule is None:
+            w.to(State.DEAD, f"message {w.message.message_id}: no listener rule for queue "
+                 f"{d.queue!r} matches (operation {w.message.operation})")
+        elif w.rule.workflow not in self.registry:
+            w.workflow = w.rule.workflow
+            w.to(State.DEAD, f"message {w.message.message_id}: listener rule "
+                 f"{w.rule.name!r} names unknown workflow {w.rule.workflow!r}; known: "
+                 f"{', '.join(self.registry.names()) or 'none'}")
+        return w
+
+    def _check_inbox(self, live: list[_Work]) -> None:
+        ids = [w.message.message_id for w in live if w.message is not None]
+        if not ids:
+            return
+        try:
+            seen = self.outbox.seen(ids)
+            unsent = self.outbox.unsent(sorted(seen)) if seen else []
+        except (StorageError, SQLAlchemyError) as e:
+            log.warning("inbox check failed, deferring %d message(s): %s", len(live), e)
+            for w in live:
+                w.to(State.DEFERRED, str(e))
+            return
+        by_source: dict[str, list[OutMessage]] = {}
+        for m in unsent:
+            by_source.setdefault(str(m.headers.get("x-chalk-source")), []).append(m)
+        first: set[str] = set()
+        for w in live:
+            assert w.message is not None
+            mid = w.message.message_id
+            if mid in seen:
+                w.to(State.DUPLICATE)
+                w.outgoing = by_source.pop(mid, [])
+            elif mid in first:
+                w.to(State.DEFERRED, "message delivered twice in one batch")
+            else:
+                first.add(mid)
+
+    @contextmanager
+    def _leases_kept(self, ids: list[str]) -> Iterator[None]:
+        """Renew the leases of ``ids`` while a long workflow runs."""
+        assert self.bb is not None and self.bb.store is not None
+        store, owner, lease = self.bb.store, self.bb.owner, self.bb.lease_seconds
+        done = threading.Event()
+
+        def keep() -> None:
+            while not done.wait(lease / 3):
+                try:
+                    store.renew(ids, owner, lease)
+                except StorageError as e:
+                    log.warning("lease renewal failed: %s", e)
+        thread = threading.Thread(target=keep, name="chalk-leases", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
+
+    def _run_group(self, name: str, group: list[_Work]) -> None:
+        assert self.bb is not None
+        bb = self.bb
+        workflow = self.registry.get(name)
+        group = self._load(group)
+        if not group:
+            return
+        all_ids = [rid for w in group for rid in w.message.record_ids]  # type: ignore[union-attr]
+        try:
+            runnable: list[_Work] = []
+            for w in group:
+                assert w.message is not None
+                try:
+                    for record in w.message.records:
+                        if record["attributes"]:
+                            bb.set_attributes(record["id"], record["attributes"])
+                    runnable.append(w)
+                except BlackboardError as e:
+                    w.to(State.DEAD, f"message {w.message.message_id}: {e}")
+                    bb.invalidate_many(w.message.record_ids)
+            if not runnable:
+                return
+            try:
+                with self._leases_kept(all_ids):
+                    results = self.runner.run(workflow, bb,
+                                              [w.message.record_ids for w in runnable])  # type: ignore[union-attr]
+            except Exception as e:  # the runner itself failed: nothing is known done
+                log.exception("workflow %s: batch of %d failed in the runner", name, len(runnable))
+                for w in runnable:
+                    w.to(State.DEFERRED, f"runner failed: {e}")
+                return
+            commit_ids: list[str] = []
+            failed_ids: list[str] = []
+            processed: list[tuple[str, str]] = []
+            outgoing: list[tuple[str, OutMessage]] = []
+            committing: list[_Work] = []
+            for w, result in zip(runnable, results, strict=True):
+                assert w.message is not None
+                if result.ok:
+                    if w.message.operation == "DELETE":
+                        for rid in result.record_ids:
+                            bb.delete(rid)
+                    w.outgoing = self.router.route(bb, name, w.message, result.result_ids)
+                    commit_ids.extend(result.record_ids)
+                    processed.append((w.message.message_id, w.message.queue))
+                    outgoing.extend((w.message.message_id, m) for m in w.outgoing)
+                    committing.append(w)
+                else:
+                    failed_ids.extend(result.record_ids)
+                    self._failed(w, result.error or "workflow failed")
+            if failed_ids:
+                bb.invalidate_many(failed_ids)
+            if committing:
+                try:
+                    bb.commit_many(commit_ids, hook=lambda conn: Outbox.write(conn, processed,
+                                                                             outgoing))
+                except (StorageError, BlackboardError, IntegrityError, SQLAlchemyError) as e:
+                    log.warning("workflow %s: commit of %d message(s) failed, retrying them: %s",
+                                name, len(committing), e)
+                    bb.invalidate_many(commit_ids)
+                    for w in committing:
+                        w.outgoing = []
+                        w.to(State.DEFERRED, f"commit failed: {e}")
+                    return
+                for w in committing:
+                    w.to(State.COMMITTED)
+                self.stats.add("records_committed", len(commit_ids))
+        finally:
+            leftover = [rid for rid in all_ids if rid in bb]
+            leftover += [rid for rid in bb.ids() if rid not in set(all_ids)]
+            if leftover:
+                bb.invalidate_many(leftover)
+
+    def _load(self, group: list[_Work]) -> list[_Work]:
+        """Load the group's records; messages whose records are locked are deferred."""
+        assert self.bb is not None
+        for _attempt in range(2):
+            ids = [rid for w in group for rid in w.message.record_ids]  # type: ignore[union-attr]
+            try:
+                self.bb.load_many(ids)
+                return group
+            except RecordLockedError as e:
+                locked = set(e.holders)
+                keep = []
+                for w in group:
+                    if locked & set(w.message.record_ids):  # type: ignore[union-attr]
+                        w.to(State.DEFERRED, str(e))
+                    else:
+                        keep.append(w)
+                group = keep
+            except (StorageError, SQLAlchemyError) as e:
+                log.warning("loading %d record(s) failed, deferring: %s", len(ids), e)
+                for w in group:
+                    w.to(State.DEFERRED, f"storage unavailable: {e}")
+                return []
+        return group
+
+    def _failed(self, w: _Work, error: str) -> None:
+        assert w.message is not None and w.rule is not None
+        if w.message.attempts < w.rule.max_retries:
+            w.to(State.RETRYING, error)
+        else:
+            w.to(State.DEAD, f"{error} (after {w.message.attempts + 1} attempt(s))")
+
+    # -- publishing and acking -------------------------------------------------------
+    def _copy_headers(self, w: _Work, **extra: Any) -> dict[str, Any]:
+        headers = {k: v for k, v in w.delivery.headers.items() if k != ERROR_HEADER}
+        headers.update(extra)
+        return headers
+
+    def _side_messages(self, w: _Work) -> list[OutMessage]:
+        d = w.delivery
+        mid = w.message.message_id if w.message else (d.message_id or derive_message_id(d.body))
+        attempts = (w.message.attempts if w.message else 0) + 1
+        error = (w.error or "unknown error")[:4000]
+        if w.state is State.RETRYING:
+            assert w.rule is not None
+            steps = len(w.rule.backoff_ms)
+            key = retry_name(d.queue, min(attempts, steps)) if steps else d.queue
+            return [OutMessage(routing_key=key, body=d.body, message_id=mid,
+                               headers=self._copy_headers(w, **{ATTEMPTS_HEADER: attempts,
+                                                                "x-chalk-last-error": error}))]
+        if w.state is State.DEAD:
+            return [OutMessage(routing_key=dlq_name(d.queue), body=d.body, message_id=mid,
+                               headers=self._copy_headers(w, **{
+                                   ERROR_HEADER: error, WORKFLOW_HEADER: w.workflow or "",
+                                   ATTEMPTS_HEADER: attempts, QUEUE_HEADER: d.queue}))]
+        return []
+
+    def _finish(self, works: list[_Work]) -> None:
+        assert self.link is not None
+        done_states = (State.COMMITTED, State.DUPLICATE, State.RETRYING, State.DEAD)
+        done = [w for w in works if w.state in done_states]
+        for w in works:
+            if w.state is State.DEAD:
+                log.warning("dead-lettering %s: %s", w.delivery.message_id or "(no id)", w.error)
+            elif w.state is State.RETRYING:
+                log.info("retrying %s: %s", w.message.message_id if w.message else "?", w.error)
+        routed = [m for w in done for m in w.outgoing]
+        side = [m for w in done for m in self._side_messages(w)]
+        if routed or side:
+            try:
+                self.link.publish(routed + side).result(timeout=CONFIRM_TIMEOUT)
+            except (BrokerUnavailable, TimeoutError) as e:
+                log.warning("publishing %d message(s) failed; inputs stay unacked and come "
+                            "back: %s", len(routed) + len(side), e)
+                for w in done:
+                    w.to(State.DEFERRED, str(e))
+                done = []
+            else:
+                try:
+                    self.outbox.mark_sent([m.message_id for m in routed])
+                except (StorageError, SQLAlchemyError) as e:
+                    log.warning("could not mark %d outbox row(s) sent: %s", len(routed), e)
+        for w in done:
+            self.stats.add(w.state.value)
+            w.to(State.ACKED)
+        self.link.ack(w.delivery for w in done)
+        deferred = [w for w in works if w.state is State.DEFERRED]
+        if deferred:
+            self.stats.add("deferred", len(deferred))
+            log.info("deferring %d message(s): %s", len(deferred), deferred[0].error)
+            time.sleep(0.2)
+            self.link.reject((w.delivery for w in deferred), requeue=True)
+        self.stats.add("batches")

@@ -1,0 +1,56 @@
+"""Message states and the transitions the service makes.
+
+Theory of operation: a consumed message is *received*; once parsed and
+matched it is *processing*.  It leaves processing in exactly one way:
+
+- *committed*: its records, its inbox row and its outbox rows were written in
+  one transaction; after the broker confirmed the outbox it is *acked*.
+- *duplicate*: its ID is already in the inbox; unsent outbox rows are
+  published again, then it is acked.
+- *retrying*: its instance failed with attempts left; a copy with the attempt
+  count raised waits in a delay queue; after the broker confirmed the copy the
+  original is acked.
+- *dead*: bad input, no rule, unknown workflow, or no attempts left; a copy
+  with the reason goes to the dead-letter queue, then the original is acked.
+- *deferred*: its records are locked by another owner, or the database or the
+  broker failed; nothing was written; it is rejected with requeue (or simply
+  left unacked when the connection is gone) and is delivered again.
+
+Nothing is acked before what it depends on is durable, so a crash at any
+point leaves a message either redelivered or done.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+__all__ = ["State", "TRANSITIONS", "check_transition"]
+
+
+class State(str, Enum):
+    RECEIVED = "received"
+    PROCESSING = "processing"
+    COMMITTED = "committed"
+    DUPLICATE = "duplicate"
+    RETRYING = "retrying"
+    DEAD = "dead"
+    DEFERRED = "deferred"
+    ACKED = "acked"
+
+
+TRANSITIONS: dict[State, frozenset[State]] = {
+    State.RECEIVED: frozenset({State.PROCESSING, State.DUPLICATE, State.DEAD, State.DEFERRED}),
+    State.PROCESSING: frozenset({State.COMMITTED, State.RETRYING, State.DEAD, State.DEFERRED}),
+    State.COMMITTED: frozenset({State.ACKED, State.DEFERRED}),
+    State.DUPLICATE: frozenset({State.ACKED, State.DEFERRED}),
+    State.RETRYING: frozenset({State.ACKED, State.DEFERRED}),
+    State.DEAD: frozenset({State.ACKED, State.DEFERRED}),
+    State.DEFERRED: frozenset(),
+    State.ACKED: frozenset(),
+}
+
+
+def check_transition(old: State, new: State) -> State:
+    if new not in TRANSITIONS[old]:
+        raise RuntimeError(f"message state {old.value} cannot become {new.value}")
+    return new
