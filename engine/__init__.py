@@ -1,0 +1,41 @@
+"""Engine: workflow XML -> validated model, the interpreter, the Spark runner.
+
+``load_workflow`` / ``WorkflowRegistry`` load and validate BPEL-shaped
+workflow files; ``SparkRunner`` runs a batch of instances as one Spark job,
+``LocalRunner`` does the same in this process.  ``validate_path``,
+``workflow_graph``, ``to_dot`` and ``render_graph`` serve the ``chalk
+validate`` and ``chalk graph`` commands.
+"""
+
+from engine._errors import (
+    EngineError,
+    RunnerError,
+    UnknownWorkflowError,
+    WorkflowDefinitionError,
+    WorkflowFault,
+)
+from engine._graph import render_graph, to_dot, workflow_graph
+from engine._loader import WorkflowRegistry, load_workflow, validate_path
+from engine._pipelets import DEFAULT_ALIASES
+from engine._runner import InstanceResult, LocalRunner, SparkRunner, spark_session
+from engine._specs import Workflow
+
+__all__ = [
+    "DEFAULT_ALIASES",
+    "EngineError",
+    "InstanceResult",
+    "LocalRunner",
+    "RunnerError",
+    "SparkRunner",
+    "UnknownWorkflowError",
+    "Workflow",
+    "WorkflowDefinitionError",
+    "WorkflowFault",
+    "WorkflowRegistry",
+    "load_workflow",
+    "render_graph",
+    "spark_session",
+    "to_dot",
+    "validate_path",
+    "workflow_graph",
+]

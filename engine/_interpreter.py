@@ -1,0 +1,455 @@
+"""The interpreter: runs a workflow over many instances at once.
+
+Theory of operation.  An *instance* is one message's records.  The
+interpreter walks the activity tree once for a whole cohort of instances and
+keeps each instance's state (its current record IDs, link statuses, fault,
+exit) in :class:`Instance`.  Control flow splits the cohort (an ``if`` runs
+each branch for the instances that chose it; a ``while`` runs its body for
+those whose condition still holds), so every ``invokePipelet`` is reached
+once per cohort and calls its pipelet **once** with every ID of every
+instance that got there.  Results map back to instances by record: an ID that
+was an input of instance *i*, or a fragment whose parent chain leads to one,
+belongs to *i*.
+
+States (a table, not scattered flags)::
+
+    RUNNING --fault--> FAULTED --caught by a scope--> RUNNING
+    RUNNING --exit---> EXITED            (done, success)
+    RUNNING --end----> COMPLETED         (done, success)
+    RUNNING --batched pipelet call raised--> TAINTED (rerun by the caller)
+
+A batched pipelet call that raises cannot say whose records it already
+changed, so instances in that call are *tainted*: the caller reruns them from
+their original records (see ``_worker``).  When the exception is a
+``PipeletError`` naming a record, that record's instance faults in place
+(``pipeletError``, catchable) -- running alone it would have failed the same
+way at the same record -- and only the others are rerun.
+
+``flow`` branches run one after the other in an order that respects links
+(a legal BPEL serialization); a link not (yet) set reads as false, which is
+dead-path elimination in that order.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from lxml import etree
+
+from engine import _conditions
+from engine._errors import WorkflowFault
+from engine._specs import (
+    Activity,
+    Assign,
+    Condition,
+    Empty,
+    Exit,
+    Flow,
+    ForEach,
+    If,
+    InvokePipelet,
+    InvokeWorkflow,
+    RepeatUntil,
+    Rethrow,
+    Scope,
+    Sequence,
+    Throw,
+    While,
+    Workflow,
+    walk,
+)
+
+__all__ = ["Instance", "Interpreter", "State"]
+
+log = logging.getLogger(__name__)
+
+
+class State(enum.Enum):
+    RUNNING = "running"
+    FAULTED = "faulted"
+    EXITED = "exited"
+    COMPLETED = "completed"
+    TAINTED = "tainted"
+
+
+_DONE_OK = {State.EXITED, State.COMPLETED}
+
+
+@dataclass(eq=False)
+class Instance:
+    """Running state of one workflow instance (or one ``forEach`` iteration of it)."""
+
+    key: Any
+    ids: list[str]
+    state: State = State.RUNNING
+    fault: WorkflowFault | None = None
+    handling: list[WorkflowFault] = field(default_factory=list)  # faults being handled (for rethrow)
+    links: dict[str, bool] = field(default_factory=dict)
+    parent: Instance | None = None
+    taint: str | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.state is State.RUNNING
+
+    @property
+    def ok(self) -> bool:
+        return self.state in _DONE_OK
+
+    def fail(self, fault: WorkflowFault) -> None:
+        self.state = State.FAULTED
+        self.fault = fault
+
+
+PipeletFactory = Callable[[Workflow, InvokePipelet], Any]
+
+
+def _pipelet_record_id(exc: BaseException) -> str | None:
+    rid = getattr(exc, "record_id", None)
+    return rid if isinstance(rid, str) else None
+
+
+class Interpreter:
+    """Runs ``workflow`` over cohorts of instances on ``blackboard``."""
+
+    def __init__(self, blackboard: Any, workflow: Workflow, pipelet_for: PipeletFactory) -> None:
+        self.bb = blackboard
+        self.workflow = workflow
+        self.pipelet_for = pipelet_for
+        self._loop_links: dict[int, frozenset[str]] = {}
+        self._runners: dict[type, Callable[[Workflow, Any, list[Instance]], None]] = {
+            Sequence: self._sequence,
+            Flow: self._flow,
+            If: self._if,
+            While: self._while,
+            RepeatUntil: self._repeat_until,
+            ForEach: self._for_each,
+            Scope: self._scope,
+            Throw: self._throw,
+            Rethrow: self._rethrow,
+            Exit: self._exit,
+            Empty: lambda wf, a, c: None,
+            Assign: self._assign,
+            InvokePipelet: self._invoke_pipelet,
+            InvokeWorkflow: self._invoke_workflow,
+        }
+
+    # -- entry ------------------------------------------------------------------
+    def run(self, instances: list[Instance]) -> list[Instance]:
+        """Run the workflow for ``instances``; on return none is RUNNING."""
+        self._run(self.workflow, self.workflow.body, instances)
+        for inst in instances:
+            if inst.running:
+                inst.state = State.COMPLETED
+        return instances
+
+    def _run(self, wf: Workflow, act: Activity, cohort: list[Instance]) -> None:
+        cohort = [i for i in cohort if i.running]
+        if not cohort:
+            return
+        if act.targets:
+            cohort = self._join(act, cohort)
+            if not cohort:
+                return
+        self._runners[type(act)](wf, act, cohort)
+        if act.sources:
+            for inst in cohort:
+                if inst.running:
+                    self._set_sources(act, inst)
+
+    # -- links ------------------------------------------------------------------
+    def _join(self, act: Activity, cohort: list[Instance]) -> list[Instance]:
+        go: list[Instance] = []
+        for inst in cohort:
+            statuses = {name: inst.links.get(name, False) for name in act.targets}
+            if act.join_condition is None:
+                ok = any(statuses.values())
+            else:
+                ok = self._test(act.join_condition, inst, statuses)
+                if not inst.running:
+                    continue
+            if ok:
+                go.append(inst)
+            elif act.suppress_join_failure:
+                self._dead_path(act, inst)
+            else:
+                inst.fail(WorkflowFault(
+                    "joinFailure",
+                    f"{self.workflow.path}:{act.line}: {act.label()}: join condition is false "
+                    f"(links: {statuses}); set suppressJoinFailure=\"yes\" to skip it instead"))
+        return go
+
+    def _dead_path(self, act: Activity, inst: Instance) -> None:
+        for a in walk(act):
+            for s in a.sources:
+                inst.links[s.link] = False
+
+    def _set_sources(self, act: Activity, inst: Instance) -> None:
+        for s in act.sources:
+            status = True if s.condition is None else self._test(s.condition, inst)
+            if not inst.running:
+                return
+            inst.links[s.link] = status
+
+    def _clear_loop_links(self, loop: Activity, cohort: list[Instance]) -> None:
+        names = self._loop_links.get(loop.aid)
+        if names is None:
+            names = frozenset(s.link for a in walk(loop) for s in a.sources)
+            self._loop_links[loop.aid] = names
+        if names:
+            for inst in cohort:
+                for n in names:
+                    inst.links.pop(n, None)
+
+    # -- conditions ---------------------------------------------------------------
+    def _documents(self, inst: Instance) -> list[dict[str, Any]]:
+        return [self.bb.document(rid) for rid in inst.ids if rid in self.bb]
+
+    def _test(self, cond: Condition, inst: Instance, extra: dict[str, Any] | None = None) -> bool:
+        try:
+            return _conditions.compiled(cond).test(self._documents(inst), extra)
+        except (etree.XPathError, ValueError, TypeError) as e:
+            inst.fail(WorkflowFault(
+                "conditionError",
+                f"{self.workflow.path}:{cond.line}: condition {cond.expression.strip()!r} failed: {e}"))
+            return False
+
+    # -- structured activities ---------------------------------------------------
+    def _sequence(self, wf: Workflow, act: Sequence, cohort: list[Instance]) -> None:
+        for child in act.body:
+            self._run(wf, child, cohort)
+
+    def _flow(self, wf: Workflow, act: Flow, cohort: list[Instance]) -> None:
+        for index in act.order:
+            self._run(wf, act.body[index], cohort)
+
+    def _if(self, wf: Workflow, act: If, cohort: list[Instance]) -> None:
+        remaining = cohort
+        for cond, branch in act.branches:
+            taken = [i for i in remaining if self._test(cond, i)]
+            remaining = [i for i in remaining if i.running and i not in taken]
+            self._run(wf, branch, taken)
+        if act.otherwise is not None:
+            self._run(wf, act.otherwise, remaining)
+
+    def _while(self, wf: Workflow, act: While, cohort: list[Instance]) -> None:
+        assert act.condition is not None and act.body is not None
+        active = cohort
+        while active:
+            active = [i for i in active if i.running and self._test(act.condition, i)]
+            if not active:
+                return
+            self._clear_loop_links(act.body, active)
+            self._run(wf, act.body, active)
+
+    def _repeat_until(self, wf: Workflow, act: RepeatUntil, cohort: list[Instance]) -> None:
+        assert act.condition is not None and act.body is not None
+        active = cohort
+        while active:
+            self._clear_loop_links(act.body, active)
+            self._run(wf, act.body, active)
+            active = [i for i in active if i.running and not self._test(act.condition, i)]
+
+    def _for_each(self, wf: Workflow, act: ForEach, cohort: list[Instance]) -> None:
+        assert act.body is not None
+        records = {id(i): list(i.ids) for i in cohort}
+        results: dict[int, list[str]] = {id(i): [] for i in cohort}
+
+        def iteration(subs: list[Instance]) -> None:
+            self._run(wf, act.body, subs)  # type: ignore[arg-type]
+            for sub in subs:
+                parent = sub.parent
+                assert parent is not None
+                if sub.state is State.RUNNING or sub.state is State.COMPLETED:
+                    results[id(parent)].extend(sub.ids)
+                elif parent.running:
+                    parent.state, parent.fault, parent.taint = sub.state, sub.fault, sub.taint
+                    if sub.state is State.EXITED:
+                        parent.ids = results[id(parent)] + sub.ids
+
+        def sub_of(inst: Instance, rid: str) -> Instance:
+            return Instance(key=inst.key, ids=[rid], parent=inst, handling=list(inst.handling))
+
+        if act.parallel:
+            iteration([sub_of(i, rid) for i in cohort for rid in records[id(i)]])
+        else:
+            longest = max((len(r) for r in records.values()), default=0)
+            for k in range(longest):
+                iteration([sub_of(i, records[id(i)][k]) for i in cohort if i.running and len(records[id(i)]) > k])
+        for inst in cohort:
+            if inst.running:
+                inst.ids = results[id(inst)]
+
+    def _scope(self, wf: Workflow, act: Scope, cohort: list[Instance]) -> None:
+        if act.body is not None:
+            self._run(wf, act.body, cohort)
+        if not act.handlers:
+            return
+        groups: dict[int, list[Instance]] = {}
+        for inst in cohort:
+            if inst.state is not State.FAULTED or inst.fault is None:
+                continue
+            for index, handler in enumerate(act.handlers):
+                if handler.fault_name is None or handler.fault_name == inst.fault.name:
+                    groups.setdefault(index, []).append(inst)
+                    break
+        for index, insts in sorted(groups.items()):
+            for inst in insts:
+                assert inst.fault is not None
+                inst.handling.append(inst.fault)
+                inst.state, inst.fault = State.RUNNING, None
+                log.debug("instance %s: fault caught by %s", inst.key, act.label())
+            self._run(wf, act.handlers[index].activity, insts)
+            for inst in insts:
+                inst.handling.pop()
+
+    # -- basic activities ------------------------------------------------------------
+    def _throw(self, wf: Workflow, act: Throw, cohort: list[Instance]) -> None:
+        for inst in cohort:
+            inst.fail(WorkflowFault(act.fault_name, f"thrown at {wf.path}:{act.line}"))
+
+    def _rethrow(self, wf: Workflow, act: Rethrow, cohort: list[Instance]) -> None:
+        for inst in cohort:
+            fault = inst.handling[-1] if inst.handling else WorkflowFault("rethrow", "nothing to rethrow")
+            inst.fail(fault)
+
+    def _exit(self, wf: Workflow, act: Exit, cohort: list[Instance]) -> None:
+        for inst in cohort:
+            inst.state = State.EXITED
+
+    def _invoke_workflow(self, wf: Workflow, act: InvokeWorkflow, cohort: list[Instance]) -> None:
+        try:
+            sub = wf.subworkflow(act.workflow)
+        except KeyError:
+            for inst in cohort:
+                inst.fail(WorkflowFault(
+                    "invalidWorkflow", f"{wf.path}:{act.line}: sub-workflow {act.workflow!r} is not attached"))
+            return
+        self._run(sub, sub.body, cohort)
+
+    def _assign(self, wf: Workflow, act: Assign, cohort: list[Instance]) -> None:
+        for inst in cohort:
+            try:
+                for copy in act.copies:
+                    if copy.source[0] == "variable":
+                        continue  # BPEL variable to variable: no record changes
+                    for rid in inst.ids:
+                        self._copy_one(copy.source, copy.target, rid)
+            except Exception as e:
+                inst.fail(WorkflowFault(
+                    "selectionFailure", f"{wf.path}:{act.line}: {act.label()}: {type(e).__name__}: {e}"))
+
+    def _copy_one(self, source: tuple[str, Any], target: tuple[str, Any], rid: str) -> None:
+        from blackboard import Annotation
+
+        kind, arg = source
+        values: list[Any]
+        if kind == "literal":
+            values = [arg]
+        elif kind == "expression":
+            result = _conditions.compiled(arg).evaluate([self.bb.document(rid)])
+            values = _conditions.xpath_value_strings(result)
+        elif kind == "attribute":
+            values = list(self.bb.get_literals(rid, arg)) if self.bb.has_attribute(rid, arg) else []
+        else:  # annotation
+            path, name = arg
+            ann = self.bb.get_annotation(rid, path or None, name)
+            values = list(ann.values) if ann is not None else []
+        tkind, targ = target
+        if tkind == "attribute":
+            if values:
+                self.bb.set_literals(rid, targ, values)
+            elif self.bb.has_attribute(rid, targ):
+                self.bb.remove_attribute(rid, targ)
+        else:
+            path, name = targ
+            plain = [getattr(v, "value", v) for v in values]
+            self.bb.set_annotation(rid, path or None, name, Annotation(values=[_plain(v) for v in plain]))
+
+    # -- pipelets ---------------------------------------------------------------------
+    def _invoke_pipelet(self, wf: Workflow, act: InvokePipelet, cohort: list[Instance]) -> None:
+        all_ids = [rid for inst in cohort for rid in inst.ids]
+        if not all_ids:
+            return
+        where = f"{wf.path}:{act.line}: {act.label()}"
+        try:
+            pipelet = self.pipelet_for(wf, act)
+        except Exception as e:
+            for inst in cohort:
+                inst.fail(WorkflowFault("pipeletError", f"{where}: cannot make the pipelet: {type(e).__name__}: {e}"))
+            return
+        try:
+            result = pipelet.process(self.bb, list(all_ids))
+        except Exception as e:
+            self._pipelet_failed(where, cohort, e)
+            return
+        try:
+            self._map_back(cohort, list(result or []))
+        except ValueError as e:
+            self._pipelet_failed(where, cohort, e)
+
+    def _pipelet_failed(self, where: str, cohort: list[Instance], exc: Exception) -> None:
+        message = f"{where}: {type(exc).__name__}: {exc}"
+        if len(cohort) == 1:
+            cohort[0].fail(WorkflowFault("pipeletError", message))
+            return
+        culprit: Instance | None = None
+        rid = _pipelet_record_id(exc)
+        if rid is not None:
+            culprit = next((i for i in cohort if rid in i.ids), None)
+        for inst in cohort:
+            if inst is culprit:
+                inst.fail(WorkflowFault("pipeletError", message))
+            else:
+                root = inst
+                while root.parent is not None:
+                    root = root.parent
+                inst.state = root.state = State.TAINTED
+                inst.taint = root.taint = message
+        log.info("%s failed in a batched call of %d instances; rerunning the others", where, len(cohort))
+
+    def _map_back(self, cohort: list[Instance], result: Iterable[str]) -> None:
+        owner: dict[str, Instance] = {}
+        for inst in cohort:
+            for rid in inst.ids:
+                owner.setdefault(rid, inst)
+        out: dict[int, list[str]] = {id(i): [] for i in cohort}
+        by_key: dict[Any, list[Instance]] = {}
+        for inst in cohort:
+            by_key.setdefault(inst.key, []).append(inst)
+        for rid in result:
+            inst = owner.get(rid)
+            if inst is None:
+                inst = self._owner_by_parent(rid, owner)
+            if inst is None:
+                same = by_key.get(self.bb.instance_of(rid)) if rid in self.bb else None
+                if same and len(same) == 1:
+                    inst = same[0]
+                elif len(cohort) == 1:
+                    inst = cohort[0]
+            if inst is None:
+                raise ValueError(f"returned record {rid!r}, which belongs to none of the instances it was given")
+            out[id(inst)].append(rid)
+        for inst in cohort:
+            inst.ids = out[id(inst)]
+
+    def _owner_by_parent(self, rid: str, owner: dict[str, Instance]) -> Instance | None:
+        seen = 0
+        current: str | None = rid
+        while current is not None and current in self.bb and seen < 64:
+            parent = self.bb.document(current).get("parent")
+            if parent in owner:
+                return owner[parent]
+            current = parent
+            seen += 1
+        return None
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)

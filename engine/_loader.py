@@ -1,0 +1,304 @@
+"""Loading workflow files: one file, or a watched directory of them.
+
+A directory is a registry of workflows by process name.  ``refresh()``
+reloads new and changed files (by mtime and size); a file that fails
+validation is reported and the last good version of its workflow keeps
+running.  Sub-workflows (``invokeWorkflow``) are resolved among the loaded
+workflows: unknown names and recursion are errors at the invoking line.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import networkx as nx
+
+from engine._errors import UnknownWorkflowError, WorkflowDefinitionError
+from engine._parser import parse_file
+from engine._pipelets import DEFAULT_ALIASES
+from engine._specs import Workflow
+from engine._validate import check
+
+__all__ = ["WorkflowRegistry", "load_workflow", "validate_path"]
+
+log = logging.getLogger(__name__)
+
+_SUFFIXES = (".xml", ".bpel")
+
+
+def _aliases(aliases: Mapping[str, str] | None) -> dict[str, str]:
+    merged = dict(DEFAULT_ALIASES)
+    merged.update(aliases or {})
+    return merged
+
+
+def _load_unresolved(path: str, aliases: Mapping[str, str]) -> tuple[Workflow | None, list[str]]:
+    """Parse and check one file; sub-workflow names are not resolved yet."""
+    parsed = parse_file(path, aliases)
+    search_path = (str(Path(path).resolve().parent), os.getcwd())
+    body, errors = check(parsed, search_path)
+    if body is None or parsed.name is None:
+        return None, errors
+    wf = Workflow(
+        name=parsed.name,
+        path=path,
+        body=body,
+        version=parsed.version,
+        search_path=search_path,
+        invoked=tuple(parsed.invoked),
+    )
+    return wf, errors
+
+
+def _resolve(workflows: Mapping[str, Workflow]) -> tuple[dict[str, Workflow], dict[str, list[str]]]:
+    """Attach sub-workflows; return the resolved workflows and errors by workflow name.
+
+    A workflow with an unknown sub-workflow or in a recursion is left out.
+    """
+    errors: dict[str, list[str]] = {}
+    g = nx.DiGraph()
+    g.add_nodes_from(workflows)
+    for name, wf in workflows.items():
+        for sub, line in wf.invoked:
+            if sub == name:
+                errors.setdefault(name, []).append(
+                    f"{wf.path}:{line}: <invokeWorkflow {sub!r}>: a workflow cannot invoke itself (recursion)"
+                )
+            elif sub not in workflows:
+                known = ", ".join(sorted(workflows)) or "none"
+                errors.setdefault(name, []).append(
+                    f"{wf.path}:{line}: <invokeWorkflow {sub!r}>: unknown sub-workflow; known workflows: {known}"
+                )
+            else:
+                g.add_edge(name, sub, line=line)
+    for cycle in nx.simple_cycles(g):
+        if len(cycle) < 2:
+            continue
+        ring = " -> ".join([*cycle, cycle[0]])
+        for i, name in enumerate(cycle):
+            nxt = cycle[(i + 1) % len(cycle)]
+            line = g.edges[name, nxt]["line"]
+            errors.setdefault(name, []).append(
+                f"{workflows[name].path}:{line}: <invokeWorkflow {nxt!r}>: sub-workflow recursion {ring}"
+            )
+    bad = set(errors)
+    # a workflow that invokes a bad one cannot run either
+    for name in list(g.nodes):
+        if name not in bad and any(d in bad for d in nx.descendants(g, name)):
+            wf = workflows[name]
+            culprits = sorted(d for d in nx.descendants(g, name) if d in bad)
+            line = next((ln for s, ln in wf.invoked if s in culprits), 0)
+            errors.setdefault(name, []).append(
+                f"{wf.path}:{line}: sub-workflow(s) {', '.join(culprits)} are not valid; fix them first"
+            )
+    resolved: dict[str, Workflow] = {}
+    for name in reversed(list(nx.topological_sort(g.subgraph(n for n in g if n not in errors)))):
+        wf = workflows[name]
+        subs: dict[str, Workflow] = {}
+        for sub, _ in wf.invoked:
+            if sub in resolved:
+                subs[sub] = resolved[sub]
+                subs.update(dict(resolved[sub].subworkflows))
+        resolved[name] = replace(wf, subworkflows=tuple(sorted(subs.items())))
+    return resolved, errors
+
+
+def load_workflow(
+    path: str | os.PathLike[str],
+    *,
+    aliases: Mapping[str, str] | None = None,
+    known_workflows: Mapping[str, Workflow] | Iterable[str] | None = None,
+) -> Workflow:
+    """Load, validate and return the workflow in ``path``.
+
+    Args:
+        path: the workflow XML (BPEL ``<process>``) file.
+        aliases: pipelet class name -> dotted Python path (e.g. Java SMILA names),
+            on top of the built-in alias table.
+        known_workflows: workflows ``invokeWorkflow`` may name: a mapping
+            name -> :class:`Workflow` (attached, so the result can run), or just
+            names (checked, not attached).
+
+    Raises:
+        WorkflowDefinitionError: every problem found, each as ``file:line: message``.
+    """
+    p = os.fspath(path)
+    wf, errors = _load_unresolved(p, _aliases(aliases))
+    if wf is not None:
+        known: dict[str, Workflow] = {}
+        names: set[str] = set()
+        if isinstance(known_workflows, Mapping):
+            known = dict(known_workflows)
+            names = set(known)
+        elif known_workflows is not None:
+            names = set(known_workflows)
+        pool: dict[str, Workflow] = {n: k for n, k in known.items() if n != wf.name}
+        for n in names - set(pool) - {wf.name}:
+            # names only: stand-ins so the name check passes; they are not attached
+            pool[n] = Workflow(name=n, path="?", body=wf.body, version="")
+        pool[wf.name] = wf
+        resolved, sub_errors = _resolve(pool)
+        errors.extend(sub_errors.get(wf.name, []))
+        if wf.name in resolved:
+            attached = tuple((n, s) for n, s in resolved[wf.name].subworkflows if n in known)
+            wf = replace(wf, subworkflows=attached)
+    if errors:
+        raise WorkflowDefinitionError(errors)
+    assert wf is not None
+    log.info("loaded workflow %s from %s", wf.name, p, extra={"workflow": wf.name})
+    return wf
+
+
+@dataclass
+class _FileState:
+    stamp: tuple[float, int]
+    workflow: Workflow | None  # unresolved, when the file itself was valid
+    errors: list[str]
+
+
+class WorkflowRegistry:
+    """The workflows of a directory, by process name, reloaded on change.
+
+    Every ``*.xml`` and ``*.bpel`` file is loaded.  Thread-safe: ``get`` may
+    run while another thread calls ``refresh``.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], *, aliases: Mapping[str, str] | None = None) -> None:
+        self.directory = Path(directory)
+        self._aliases = _aliases(aliases)
+        self._files: dict[str, _FileState] = {}
+        self._workflows: dict[str, Workflow] = {}
+        self._errors: dict[str, list[str]] = {}  # by file path
+        self._lock = threading.RLock()
+        if not self.directory.is_dir():
+            raise FileNotFoundError(f"workflow directory {str(self.directory)!r} does not exist")
+        self.refresh()
+
+    @property
+    def errors(self) -> list[str]:
+        """The current errors of every file, as ``file:line: message``."""
+        with self._lock:
+            return [e for errs in self._errors.values() for e in errs]
+
+    def names(self) -> list[str]:
+        """Names of the workflows that can run, sorted."""
+        with self._lock:
+            return sorted(self._workflows)
+
+    def get(self, name: str) -> Workflow:
+        """The current good version of workflow ``name``.
+
+        Raises:
+            UnknownWorkflowError: no valid workflow of that name (lists the known ones).
+        """
+        with self._lock:
+            try:
+                return self._workflows[name]
+            except KeyError:
+                raise UnknownWorkflowError(name, self._workflows) from None
+
+    def __contains__(self, name: object) -> bool:
+        with self._lock:
+            return name in self._workflows
+
+    def _scan(self) -> dict[str, tuple[float, int]]:
+        found: dict[str, tuple[float, int]] = {}
+        for entry in sorted(self.directory.iterdir()):
+            if entry.suffix.lower() in _SUFFIXES and entry.is_file():
+                st = entry.stat()
+                found[str(entry)] = (st.st_mtime, st.st_size)
+        return found
+
+    def refresh(self) -> list[str]:
+        """Reload new and changed files; return the errors of the files loaded now.
+
+        A file that fails keeps the last good version of its workflow running;
+        a removed file's workflow is dropped.
+        """
+        with self._lock:
+            found = self._scan()
+            loaded_now: list[str] = []
+            for path in list(self._files):
+                if path not in found:
+                    log.info("workflow file %s was removed", path)
+                    del self._files[path]
+                    self._errors.pop(path, None)
+            for path, stamp in found.items():
+                state = self._files.get(path)
+                if state is not None and state.stamp == stamp:
+                    continue
+                wf, errors = _load_unresolved(path, self._aliases)
+                self._files[path] = _FileState(stamp, wf if not errors else None, errors)
+                loaded_now.append(path)
+            # candidates: valid files, first file wins a name
+            candidates: dict[str, Workflow] = {}
+            dup_errors: dict[str, list[str]] = {}
+            for path, state in sorted(self._files.items()):
+                wf = state.workflow
+                if wf is None:
+                    continue
+                if wf.name in candidates:
+                    dup_errors[path] = [
+                        f"{path}:{wf.body.line}: process name {wf.name!r} is already defined in "
+                        f"{candidates[wf.name].path}; rename one of them"
+                    ]
+                    continue
+                candidates[wf.name] = wf
+            # a bad file's last good version stays available to its invokers too
+            for name, wf in self._workflows.items():
+                state = self._files.get(wf.path)
+                if name not in candidates and state is not None and state.workflow is None:
+                    candidates[name] = wf
+            resolved, sub_errors = _resolve(candidates)
+            errors_by_file: dict[str, list[str]] = {}
+            for path, state in self._files.items():
+                errs = list(state.errors) + dup_errors.get(path, [])
+                if state.workflow is not None and state.workflow.name in sub_errors and path not in dup_errors:
+                    errs += sub_errors[state.workflow.name]
+                if errs:
+                    errors_by_file[path] = errs
+            previous = self._workflows
+            current: dict[str, Workflow] = dict(resolved)
+            # last good version keeps running when its file is now bad
+            live_paths = set(self._files)
+            for name, wf in previous.items():
+                if name not in current and wf.path in live_paths and wf.path in errors_by_file:
+                    current[name] = wf
+                    log.warning("workflow %s: keeping the last good version; %s has errors", name, wf.path)
+            self._workflows = current
+            self._errors = errors_by_file
+            new_errors = [e for p in loaded_now for e in errors_by_file.get(p, [])]
+            for e in new_errors:
+                log.error("%s", e)
+            for name in sorted(set(current) - set(previous)):
+                log.info("workflow %s loaded from %s", name, current[name].path, extra={"workflow": name})
+            return new_errors
+
+
+def validate_path(path: str | os.PathLike[str], *, aliases: Mapping[str, str] | None = None) -> list[str]:
+    """Validate a workflow file or every workflow in a directory.
+
+    Sub-workflows resolve among the files of the same directory.  Returns all
+    errors as ``file:line: message`` (empty when valid).
+    """
+    p = Path(path)
+    if p.is_dir():
+        return WorkflowRegistry(p, aliases=aliases).errors
+    if not p.exists():
+        return [f"{p}:0: no such file or directory"]
+    registry = WorkflowRegistry(p.parent, aliases=aliases)
+    own = [e for e in registry.errors if e.startswith(f"{p.parent / p.name}:")]
+    if p.suffix.lower() not in _SUFFIXES:
+        wf, errs = _load_unresolved(str(p), _aliases(aliases))
+        if errs:
+            return errs
+        if wf is not None:
+            pool = {n: registry.get(n) for n in registry.names() if n != wf.name}
+            pool[wf.name] = wf
+            return _resolve(pool)[1].get(wf.name, [])
+    return own

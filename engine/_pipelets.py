@@ -1,0 +1,84 @@
+"""Finding, configuring and caching pipelet objects.
+
+Pipelet classes are named by dotted path.  The workflow's directory and the
+working directory are importable (put on ``sys.path`` before importing).
+Java class names from SMILA files map to Python pipelets through the alias
+table (``DEFAULT_ALIASES`` plus the caller's).
+
+Workers keep configured pipelets per ``(workflow version, activity id)`` for
+the life of the Python worker process: configuration happens once per worker,
+not once per batch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+from engine._specs import InvokePipelet, Workflow
+
+__all__ = ["DEFAULT_ALIASES", "configured_pipelet", "ensure_importable", "instantiate", "resolve_class"]
+
+log = logging.getLogger(__name__)
+
+#: Java pipelet classes of SMILA -> the Python pipelet doing the same job.
+#: Entries whose target does not import are reported as unknown pipelets at
+#: load time (with the Java name and the alias target).
+DEFAULT_ALIASES: dict[str, str] = {}
+
+_cache: dict[tuple[str, int], Any] = {}
+_cache_lock = threading.Lock()
+
+
+def ensure_importable(paths: Iterable[str]) -> None:
+    """Put ``paths`` on ``sys.path`` (once each, after the existing entries)."""
+    for p in paths:
+        if p and p not in sys.path:
+            sys.path.append(p)
+
+
+def resolve_class(dotted: str) -> type:
+    """Import ``package.module.Class``; raise ``ImportError`` with a clear message."""
+    module_name, _, cls_name = dotted.rpartition(".")
+    if not module_name or not cls_name:
+        raise ImportError(f"{dotted!r} is not a dotted path 'package.module.Class'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ImportError(f"cannot import module {module_name!r}: {e}") from e
+    try:
+        cls = getattr(module, cls_name)
+    except AttributeError as e:
+        raise ImportError(f"module {module_name!r} has no class {cls_name!r}") from e
+    if not isinstance(cls, type) or not callable(getattr(cls, "process", None)):
+        raise ImportError(f"{dotted!r} is not a pipelet class (it needs a process(blackboard, ids) method)")
+    return cls
+
+
+def instantiate(spec: InvokePipelet) -> Any:
+    """A new pipelet object for ``spec``, configured; exceptions propagate."""
+    cls = resolve_class(spec.pipelet_class)
+    pipelet = cls()
+    configure = getattr(pipelet, "configure", None)
+    if configure is not None:
+        configure(dict(spec.config))
+    return pipelet
+
+
+def configured_pipelet(workflow: Workflow, spec: InvokePipelet) -> Any:
+    """The configured pipelet for ``spec`` in this process (made on first use)."""
+    key = (workflow.version, spec.aid)
+    pipelet = _cache.get(key)
+    if pipelet is None:
+        with _cache_lock:
+            pipelet = _cache.get(key)
+            if pipelet is None:
+                ensure_importable(workflow.search_path)
+                pipelet = instantiate(spec)
+                _cache[key] = pipelet
+                log.debug("configured pipelet %s for %s", spec.pipelet_class, workflow.name)
+    return pipelet

@@ -1,0 +1,131 @@
+"""Pipelets for engine tests (importable as ``tests.engine._pipelets`` from the repo root).
+
+Each does one visible thing to a record so tests can tell which activities
+ran, in which order, and how often.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from pipelets import Pipelet, PipeletError
+
+
+class Mark(Pipelet):
+    """Append ``value`` to the ``trail`` attribute (shows order and repetitions)."""
+
+    parameters = frozenset({"value", "attribute"})
+
+    def configure(self, config: dict[str, Any]) -> None:
+        super().configure(config)
+        self.value = str(config.get("value", "x"))
+        self.attribute = str(config.get("attribute", "trail"))
+
+    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
+        for rid in ids:
+            blackboard.add_literal(rid, self.attribute, self.value)
+        return ids
+
+
+class Upper(Pipelet):
+    """Uppercase the string values of ``attribute``."""
+
+    parameters = frozenset({"attribute"})
+
+    def configure(self, config: dict[str, Any]) -> None:
+        super().configure(config)
+        self.attribute = config.get("attribute", "text")
+
+    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
+        for rid in ids:
+            if blackboard.has_attribute(rid, self.attribute):
+                values = [lit.value for lit in blackboard.get_literals(rid, self.attribute)]
+                blackboard.set_literals(rid, self.attribute, [str(v).upper() for v in values])
+        return ids
+
+
+class Increment(Pipelet):
+    """Add 1 to the int attribute ``counter`` (0 when absent)."""
+
+    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
+        for rid in ids:
+            n = blackboard.get_literal(rid, "counter").value if blackboard.has_attribute(rid, "counter") else 0
+            blackboard.set_literal(rid, "counter", n + 1)
+        return ids
+
+
+class FailWhen(Pipelet):
+    """Raise for records whose ``fail`` attribute is set.
+
+    ``named`` (default true) raises a PipeletError naming the record; false
+    raises a bare RuntimeError (the engine cannot tell whose record it was).
+    Records before the failing one are marked first, like a real pipelet that
+    stops half-way through a batch.
+    """
+
+    parameters = frozenset({"named"})
+
+    def configure(self, config: dict[str, Any]) -> None:
+        super().configure(config)
+        self.named = str(config.get("named", "true")).lower() == "true"
+
+    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
+        for rid in ids:
+            if blackboard.has_attribute(rid, "fail"):
+                if self.named:
+                    raise PipeletError(f"record {rid!r} is marked to fail", record_id=rid)
+                raise RuntimeError("something failed somewhere in the batch")
+            blackboard.add_literal(rid, "trail", "failwhen")
+        return ids
+
+
+class SplitInTwo(Pipelet):
+    """Replace each record by two fragments ``#a`` and ``#b`` (each gets ``part``)."""
+
+    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
+        out = []
+        for rid in ids:
+            for part in ("a", "b"):
+                fid = blackboard.split(rid, part)
+                blackboard.set_literal(fid, "part", part)
+                out.append(fid)
+        return out
+
+
+class DropMarked(Pipelet):
+    """Return only records without a ``drop`` attribute."""
+
+    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
+        return [rid for rid in ids if not blackboard.has_attribute(rid, "drop")]
+
+
+class Crash(Pipelet):
+    """Kill the Python worker (``os._exit``) for a record with ``crash``; hang for one with ``hang``."""
+
+    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
+        for rid in ids:
+            if blackboard.has_attribute(rid, "crash"):
+                os._exit(3)
+            if blackboard.has_attribute(rid, "hang"):
+                time.sleep(3600)
+            blackboard.add_literal(rid, "trail", "survived")
+        return ids
+
+
+class NeedsSetting(Pipelet):
+    """Rejects its configuration unless ``level`` is an int between 1 and 9."""
+
+    parameters = frozenset({"level"})
+
+    def configure(self, config: dict[str, Any]) -> None:
+        super().configure(config)
+        from pipelets import PipeletConfigurationError
+
+        level = config.get("level")
+        if not isinstance(level, int) or not 1 <= level <= 9:
+            raise PipeletConfigurationError(f"level must be an int 1..9, got {level!r}")
+
+    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
+        return ids

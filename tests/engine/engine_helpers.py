@@ -1,0 +1,40 @@
+"""Helpers for engine tests: paths, workflow snippets, record set-up."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from blackboard import Blackboard
+
+REPO = Path(__file__).resolve().parents[2]
+SMILA_DIR = REPO / ".." / "shared" / "smila-workflows"
+VALID_DIR = REPO / "tests" / "workflows" / "valid"
+INVALID_DIR = REPO / "tests" / "workflows" / "invalid"
+
+BPEL_HEADER = (
+    '<process name="{name}" xmlns="http://docs.oasis-open.org/wsbpel/2.0/process/executable" '
+    'xmlns:proc="http://www.eclipse.org/smila/processor" xmlns:rec="http://www.eclipse.org/smila/record">'
+)
+
+
+def pipelet(name: str, cls: str, **params: Any) -> str:
+    """XML of an ``invokePipelet`` of a test pipelet in ``tests.engine._pipelets``."""
+    conf = "".join(f'<proc:param name="{k}">{v}</proc:param>' for k, v in params.items())
+    return (
+        f'<extensionActivity><proc:invokePipelet name="{name}">'
+        f'<proc:pipelet class="tests.engine._pipelets.{cls}"/>'
+        f"<proc:configuration>{conf}</proc:configuration></proc:invokePipelet></extensionActivity>"
+    )
+
+
+def records(bb: Blackboard, spec: dict[str, dict[str, Any]]) -> None:
+    """Create records ``id -> attributes`` on ``bb``."""
+    for rid, attrs in spec.items():
+        bb.create(rid)
+        bb.set_attributes(rid, attrs)
+
+
+def snapshot(bb: Blackboard, ids: list[str] | None = None) -> dict[str, Any]:
+    """Every record's attributes on ``bb`` (for comparisons)."""
+    return {rid: bb.get_attributes(rid) for rid in sorted(ids if ids is not None else bb.ids())}
