@@ -94,6 +94,8 @@ def run_demo(records: int = 1000, config: str | None = None) -> int:
     table.add_row("processing time", f"{t_run:.1f} s")
     table.add_row("records/s", f"{stats['records_committed'] / max(t_run, 1e-9):.0f}")
     console.print(table)
+    console.print("time per phase (ms): " + ", ".join(
+        f"{k[:-3]} {stats[k]}" for k in ("load_ms", "run_ms", "commit_ms", "publish_ms", "batch_ms")))
     console.print(f"record {sample}: text {data[0]['attributes']['text']!r} → "
                   f"{after.get('text')!r}, words = {after.get('words')}")
     ok = stats["committed"] == records and out_depth >= records

@@ -221,6 +221,7 @@ class Service:
     # -- one batch -----------------------------------------------------------------
     def process(self, deliveries: Sequence[Delivery]) -> None:
         assert self.link is not None
+        t_batch = time.perf_counter()
         generation = self.link.generation
         works = [self._receive(d) for d in deliveries if d.generation == generation]
         self.stats.add("received", len(works))
@@ -243,6 +244,8 @@ class Service:
         for name, group in groups.items():
             self._run_group(name, group)
         self._finish(works)
+        log.debug("batch of %d message(s) in %.3f s", len(deliveries), time.perf_counter() - t_batch)
+        self.stats.add("batch_ms", int((time.perf_counter() - t_batch) * 1000))
 
     def _receive(self, d: Delivery) -> _Work:
         w = _Work(d)
@@ -319,7 +322,9 @@ class Service:
         assert self.bb is not None
         bb = self.bb
         workflow = self.registry.get(name)
+        t_load = time.perf_counter()
         group = self._load(group)
+        self.stats.add("load_ms", int((time.perf_counter() - t_load) * 1000))
         if not group:
             return
         all_ids = [rid for w in group for rid in w.message.record_ids]  # type: ignore[union-attr]
@@ -337,10 +342,12 @@ class Service:
                     bb.invalidate_many(w.message.record_ids)
             if not runnable:
                 return
+            t_run = time.perf_counter()
             try:
                 with self._leases_kept(all_ids):
                     results = self.runner.run(workflow, bb,
                                               [w.message.record_ids for w in runnable])  # type: ignore[union-attr]
+                self.stats.add("run_ms", int((time.perf_counter() - t_run) * 1000))
             except Exception as e:  # the runner itself failed: nothing is known done
                 log.exception("workflow %s: batch of %d failed in the runner", name, len(runnable))
                 for w in runnable:
@@ -368,6 +375,7 @@ class Service:
             if failed_ids:
                 bb.invalidate_many(failed_ids)
             if committing:
+                t_commit = time.perf_counter()
                 try:
                     bb.commit_many(commit_ids, hook=lambda conn: Outbox.write(conn, processed,
                                                                              outgoing))
@@ -382,6 +390,7 @@ class Service:
                 for w in committing:
                     w.to(State.COMMITTED)
                 self.stats.add("records_committed", len(commit_ids))
+                self.stats.add("commit_ms", int((time.perf_counter() - t_commit) * 1000))
         finally:
             leftover = [rid for rid in all_ids if rid in bb]
             leftover += [rid for rid in bb.ids() if rid not in set(all_ids)]
@@ -455,6 +464,7 @@ class Service:
                 log.info("retrying %s: %s", w.message.message_id if w.message else "?", w.error)
         routed = [m for w in done for m in w.outgoing]
         side = [m for w in done for m in self._side_messages(w)]
+        t_publish = time.perf_counter()
         if routed or side:
             try:
                 self.link.publish(routed + side).result(timeout=CONFIRM_TIMEOUT)
@@ -479,4 +489,5 @@ class Service:
             log.info("deferring %d message(s): %s", len(deferred), deferred[0].error)
             time.sleep(0.2)
             self.link.reject((w.delivery for w in deferred), requeue=True)
+        self.stats.add("publish_ms", int((time.perf_counter() - t_publish) * 1000))
         self.stats.add("batches")
