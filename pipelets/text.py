@@ -1,4 +1,4 @@
-"""Text clean-up on attribute values: whitespace, case, word counts."""
+"""Text on attribute values: whitespace, case, word counts, regular expressions."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pipelets._base import Pipelet
 from pipelets._config import Settings
 from pipelets._literals import rewrite_strings, string_values
 
-__all__ = ["Lowercase", "NormalizeWhitespace", "WordCount", "count_words"]
+__all__ = ["Lowercase", "NormalizeWhitespace", "RegexExtract", "Replace", "WordCount", "count_words"]
 
 _SPACE = re.compile(r"\s+")
 # A word is a run of letters/digits; apostrophes and hyphens inside keep it one word.
@@ -100,4 +100,128 @@ class WordCount(Pipelet):
             with self.record(rid):
                 total = sum(count_words(v) for v in string_values(blackboard, rid, self.attribute))
                 blackboard.set_literal(rid, self.output, total)
+        return ids
+
+
+def _template_problem(pattern: re.Pattern[str], template: str) -> str | None:
+    """Why ``template`` cannot be used with ``pattern`` (``sub`` checks only on a match)."""
+    # The parser of replacement templates is private and moved between Python
+    # versions (3.11: _compile_repl; 3.12+: _compile_template).
+    compile_template = getattr(re, "_compile_template", None) or getattr(re, "_compile_repl", None)
+    if compile_template is None:  # pragma: no cover - a future Python
+        return None
+    try:
+        compile_template(pattern, template) if compile_template.__name__ == "_compile_template" \
+            else compile_template(template, pattern)
+    except (re.error, IndexError) as e:
+        return f"not usable with this pattern: {e}"
+    return None
+
+
+def _flags(s: Settings) -> int:
+    flags = 0
+    if s.boolean("ignoreCase", default=False):
+        flags |= re.IGNORECASE
+    if s.boolean("multiline", default=False):
+        flags |= re.MULTILINE
+    if s.boolean("dotAll", default=False):
+        flags |= re.DOTALL
+    return flags
+
+
+class RegexExtract(Pipelet):
+    """Write the matches of a regular expression in an attribute to another attribute.
+
+    Parameters:
+        attribute: the attribute (or path) to search (required).
+        pattern: a Python regular expression (required).
+        output: the attribute receiving the matches (required); it is
+            replaced, and removed when nothing matches.
+        group: the group to take, by number or name (default: 1 when the
+            pattern has groups, else the whole match).
+        all: every match of every value (default true) or only the first.
+        ignoreCase, multiline, dotAll: regular expression flags (default false).
+    """
+
+    parameters = frozenset({"attribute", "pattern", "output", "group", "all", "ignoreCase",
+                            "multiline", "dotAll"})
+
+    def configure(self, config: dict[str, Any]) -> None:
+        super().configure(config)
+        s = Settings(type(self).__name__, config)
+        self.attribute: str = s.name("attribute")
+        self.output: str = s.name("output")
+        self.pattern: re.Pattern[str] = s.regex("pattern", flags=_flags(s))
+        self.all: bool = s.boolean("all", default=True)
+        group = s.raw("group", default=1 if self.pattern.groups else 0)[1]
+        if isinstance(group, str) and group.strip() in self.pattern.groupindex:
+            self.group: int | str = group.strip()
+        else:
+            self.group = s.integer("group", default=group, minimum=0)
+            if self.group > self.pattern.groups:
+                raise s.error("group", f"the pattern has {self.pattern.groups} group(s), "
+                                       f"not {self.group}")
+
+    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
+        for rid in ids:
+            with self.record(rid):
+                found: list[str] = []
+                for text in string_values(blackboard, rid, self.attribute):
+                    for match in self.pattern.finditer(text):
+                        value = match.group(self.group)
+                        if value is not None:
+                            found.append(value)
+                        if found and not self.all:
+                            break
+                    if found and not self.all:
+                        break
+                blackboard.set_literals(rid, self.output, found)
+        return ids
+
+
+class Replace(Pipelet):
+    """Replace text in every string value of an attribute.
+
+    Parameters:
+        attribute: the attribute (or path) (required).
+        pattern: what to find: a regular expression, or plain text with
+            ``regex: false`` (required).
+        replacement: the replacement (default empty: delete); with regular
+            expressions ``\\1`` and ``\\g<name>`` refer to groups.
+        regex: whether ``pattern`` is a regular expression (default true).
+        count: replace at most this many occurrences per value (default all).
+        output: where to write (default: the attribute itself).
+        ignoreCase, multiline, dotAll: regular expression flags.
+    """
+
+    parameters = frozenset({"attribute", "pattern", "replacement", "regex", "count", "output",
+                            "ignoreCase", "multiline", "dotAll"})
+
+    def configure(self, config: dict[str, Any]) -> None:
+        super().configure(config)
+        s = Settings(type(self).__name__, config)
+        self.attribute: str = s.name("attribute")
+        self.output: str = s.name("output", default=self.attribute)
+        regex = s.boolean("regex", default=True)
+        if regex:
+            self.pattern: re.Pattern[str] = s.regex("pattern", flags=_flags(s))
+        else:
+            self.pattern = re.compile(re.escape(s.text("pattern")), _flags(s))
+        self.replacement: str = s.text("replacement", default="", empty=True)
+        if not regex:
+            # plain text: backslashes in the replacement are literal too
+            self.replacement = self.replacement.replace("\\", "\\\\")
+        self.count: int = s.integer("count", default=0, minimum=0)
+        if regex:
+            problem = _template_problem(self.pattern, self.replacement)
+            if problem:
+                raise s.error("replacement", problem)
+
+    def replace(self, text: str) -> str:
+        return self.pattern.sub(self.replacement, text, count=self.count)
+
+    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
+        for rid in ids:
+            with self.record(rid):
+                rewrite_strings(blackboard, rid, self.attribute, self.output, self.replace)
         return ids

@@ -1,0 +1,102 @@
+"""Content fingerprints for finding duplicates."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from pipelets._base import Pipelet
+from pipelets._config import Settings
+
+__all__ = ["ALGORITHMS", "Fingerprint"]
+
+ALGORITHMS = tuple(sorted(a for a in hashlib.algorithms_guaranteed if not a.startswith("shake")))
+_SPACE = re.compile(r"\s+")
+_CHUNK = 1 << 20
+
+
+def _normalized(value: Any) -> Any:
+    if isinstance(value, str):
+        return _SPACE.sub(" ", value).strip().lower()
+    if isinstance(value, list):
+        return [_normalized(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _normalized(v) for k, v in value.items()}
+    return value
+
+
+def _frame(h: Any, tag: bytes, *parts: bytes) -> None:
+    # length-prefixed parts: ("ab", "c") and ("a", "bc") never hash alike
+    h.update(tag)
+    for part in parts:
+        h.update(len(part).to_bytes(8, "big"))
+        h.update(part)
+
+
+class Fingerprint(Pipelet):
+    """Write a hash of chosen attributes and attachments (hex), to find duplicates.
+
+    Parameters:
+        attributes: attribute names, a list or comma-separated (default: all
+            attributes but the output, unless ``attachments`` is given).
+        attachments: attachment names, a list or comma-separated (default: all
+            attachments, unless ``attributes`` is given).
+        output: the attribute written (default ``fingerprint``).
+        algorithm: a hashlib algorithm (default ``sha256``).
+        normalize: compare text loosely: lowercase, whitespace collapsed
+            (default false).
+
+    Two records get the same fingerprint exactly when the chosen attributes
+    hold the same values (in order; an absent attribute differs from an
+    empty one) and the chosen attachments the same bytes.  Attachments are
+    read as streams.
+    """
+
+    parameters = frozenset({"attributes", "attribute", "attachments", "attachment", "output",
+                            "algorithm", "normalize"})
+
+    def configure(self, config: dict[str, Any]) -> None:
+        super().configure(config)
+        s = Settings(type(self).__name__, config)
+        self.attributes: list[str] | None = s.names("attributes", "attribute", default=None)
+        self.attachments: list[str] | None = s.names("attachments", "attachment", default=None)
+        self.everything = self.attributes is None and self.attachments is None
+        self.output: str = s.name("output", default="fingerprint")
+        self.algorithm: str = s.choice("algorithm", ALGORITHMS, default="sha256")
+        self.normalize: bool = s.boolean("normalize", default=False)
+
+    def fingerprint(self, bb: Any, rid: str) -> str:
+        """The fingerprint of record ``rid``."""
+        h = hashlib.new(self.algorithm)
+        if self.everything:
+            names = sorted(n for n in bb.attribute_names(rid) if n != self.output)
+            attachments = sorted(bb.attachment_names(rid))
+        else:
+            names, attachments = self.attributes or [], self.attachments or []
+        for name in names:
+            if bb.has_attribute(rid, name):
+                value = bb.get_attributes(rid, [name]).get(name)
+                if self.normalize:
+                    value = _normalized(value)
+                encoded = json.dumps(value, sort_keys=True, ensure_ascii=False).encode("utf-8")
+                _frame(h, b"A", name.encode("utf-8"), encoded)
+            else:
+                _frame(h, b"a", name.encode("utf-8"))
+        for name in attachments:
+            if not bb.has_attachment(rid, name):
+                _frame(h, b"b", name.encode("utf-8"))
+                continue
+            inner = hashlib.new(self.algorithm)
+            with bb.get_attachment_stream(rid, name) as stream:
+                while chunk := stream.read(_CHUNK):
+                    inner.update(chunk)
+            _frame(h, b"B", name.encode("utf-8"), inner.digest())
+        return h.hexdigest()
+
+    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
+        for rid in ids:
+            with self.record(rid):
+                blackboard.set_literal(rid, self.output, self.fingerprint(blackboard, rid))
+        return ids

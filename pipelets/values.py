@@ -1,0 +1,296 @@
+"""Setting, adding, copying, renaming and removing attribute values."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from blackboard import Literal
+from pipelets._base import Pipelet
+from pipelets._config import Settings
+from pipelets._literals import copy_attribute
+
+__all__ = ["AddValues", "Copy", "RemoveAttribute", "Rename", "SetValue", "SubAttributeExtract"]
+
+_TYPES = ("str", "int", "float", "bool", "date", "datetime")
+
+
+def _convert(owner: str, param: str, value: Any, kind: str | None) -> Any:
+    """A configured value as ``kind`` (values from XML arrive as text)."""
+    if kind is None:
+        return value
+    if kind == "str":
+        return _text_of(value)
+    s = Settings(owner, {param: value})
+    try:
+        if kind == "int":
+            return s.integer(param)
+        if kind == "float":
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if kind == "bool":
+            return s.boolean(param)
+        if kind == "date":
+            return dt.date.fromisoformat(str(value).strip())
+        return dt.datetime.fromisoformat(str(value).strip())
+    except ValueError:
+        raise s.error(param, f"{value!r} is not a valid {kind}") from None
+
+
+class _ValuesPipelet(Pipelet):
+    """Shared configuration of SetValue and AddValues."""
+
+    def _read(self, config: dict[str, Any], *, plural: bool) -> None:
+        owner = type(self).__name__
+        s = Settings(owner, config)
+        self.attribute: str = s.name("attribute", "outputAttribute")
+        kind = s.choice("type", _TYPES, default=None)
+        semantic = s.name("semanticType", default=None)
+        names = ("values", "value", "valuesToAdd") if plural else ("value", "values")
+        used, _ = s.raw(*names)
+        self.values = [Literal(_convert(owner, used, v, kind), semantic)
+                       for v in s.values(*names)]
+
+
+class SetValue(_ValuesPipelet):
+    """Set an attribute to fixed values, replacing what it held.
+
+    Parameters:
+        attribute: the attribute (or path) to set (required).
+        value / values: one value or a list (``rec:Seq``) (required).
+        type: convert the values to str, int, float, bool, date or datetime
+            (XML gives text unless ``rec:Val type=...`` says otherwise).
+        semanticType: semantic type given to each literal.
+    """
+
+    parameters = frozenset({"attribute", "outputAttribute", "value", "values", "type",
+                            "semanticType"})
+
+    def configure(self, config: dict[str, Any]) -> None:
+        super().configure(config)
+        self._read(config, plural=False)
+
+    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
+        for rid in ids:
+            with self.record(rid):
+                blackboard.set_literals(rid, self.attribute, self.values)
+        return ids
+
+
+class AddValues(_ValuesPipelet):
+    """Append fixed values to an attribute (SMILA's ``AddValuesPipelet``).
+
+    Parameters:
+        attribute / outputAttribute: the attribute (or path) (required).
+        values / valuesToAdd: one value or a list (required).
+        type, semanticType: as for :class:`SetValue`.
+    """
+
+    parameters = frozenset({"attribute", "outputAttribute", "value", "values", "valuesToAdd",
+                            "type", "semanticType"})
+
+    def configure(self, config: dict[str, Any]) -> None:
+        super().configure(config)
+        self._read(config, plural=True)
+
+    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
+        for rid in ids:
+            with self.record(rid):
+                for value in self.values:
+                    blackboard.add_literal(rid, self.attribute, value)
+        return ids
+
+
+class Copy(Pipelet):
+    """Copy (or move) between attributes and attachments (SMILA's ``CopyPipelet``).
+
+    Parameters:
+        input / inputName: the source attribute or attachment (required).
+        output / outputName: the target (required).
+        inputType, outputType: ``attribute`` (default) or ``attachment``
+            (SMILA's ``ATTRIBUTE``/``ATTACHMENT`` work too).
+        mode: ``copy`` (default) or ``move`` (remove the source afterwards).
+        encoding: text encoding between attachments and attributes (utf-8).
+        separator: joins several string values written to an attachment ("\\n").
+
+    Attribute to attribute copies every value with its annotations and
+    sub-objects.  An attachment becomes one string value; bytes that do not
+    decode fail the record.  Records without the source pass unchanged.
+    """
+
+    parameters = frozenset({"input", "inputName", "output", "outputName", "inputType",
+                            "outputType", "mode", "encoding", "separator"})
+
+    def configure(self, config: dict[str, Any]) -> None:
+        super().configure(config)
+        s = Settings(type(self).__name__, config)
+        self.input: str = s.name("input", "inputName")
+        self.output: str = s.name("output", "outputName")
+        kinds = ("attribute", "attachment")
+        self.input_type: str = s.choice("inputType", kinds, default="attribute")
+        self.output_type: str = s.choice("outputType", kinds, default="attribute")
+        self.move: bool = s.choice("mode", ("copy", "move"), default="copy") == "move"
+        self.encoding: str = s.name("encoding", default="utf-8")
+        self.separator: str = s.text("separator", default="\n", empty=True)
+        try:
+            "".encode(self.encoding)
+        except LookupError:
+            raise s.error("encoding", f"unknown encoding {self.encoding!r}") from None
+        if (self.input, self.input_type) == (self.output, self.output_type):
+            raise s.error("output", "is the same as the input; nothing to copy")
+
+    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
+        for rid in ids:
+            with self.record(rid):
+                self._copy(blackboard, rid)
+        return ids
+
+    def _copy(self, bb: Any, rid: str) -> None:
+        if self.input_type == "attachment":
+            if not bb.has_attachment(rid, self.input):
+                return
+            if self.output_type == "attachment":
+                with bb.get_attachment_stream(rid, self.input) as stream:
+                    bb.set_attachment_from_stream(rid, self.output, stream)
+            else:
+                data = bb.get_attachment(rid, self.input)
+                try:
+                    text = data.decode(self.encoding)
+                except UnicodeDecodeError as e:
+                    raise ValueError(f"attachment {self.input!r} is not {self.encoding} "
+                                     f"text: {e}") from e
+                bb.set_literal(rid, self.output, text)
+            if self.move:
+                bb.remove_attachment(rid, self.input)
+            return
+        if not bb.has_attribute(rid, self.input):
+            return
+        if self.output_type == "attachment":
+            texts = [lit.value if isinstance(lit.value, str) else _text_of(lit.value)
+                     for lit in bb.get_literals(rid, self.input)]
+            bb.set_attachment(rid, self.output, self.separator.join(texts).encode(self.encoding))
+        else:
+            copy_attribute(bb, rid, self.input, self.output)
+        if self.move:
+            bb.remove_attribute(rid, self.input)
+
+
+def _text_of(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dt.date, dt.datetime)):
+        return value.isoformat()
+    return str(value)
+
+
+class Rename(Pipelet):
+    """Rename an attribute, keeping its values, sub-objects and annotations.
+
+    Parameters:
+        from: the attribute (or path) to rename (required).
+        to: its new name (or path) (required); an existing ``to`` is replaced.
+    """
+
+    parameters = frozenset({"from", "to"})
+
+    def configure(self, config: dict[str, Any]) -> None:
+        super().configure(config)
+        s = Settings(type(self).__name__, config)
+        self.source: str = s.name("from")
+        self.target: str = s.name("to")
+        if self.source == self.target:
+            raise s.error("to", "is the same as 'from'")
+
+    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
+        for rid in ids:
+            with self.record(rid):
+                if blackboard.has_attribute(rid, self.source):
+                    copy_attribute(blackboard, rid, self.source, self.target)
+                    blackboard.remove_attribute(rid, self.source)
+        return ids
+
+
+class RemoveAttribute(Pipelet):
+    """Remove attributes (with all their values and annotations).
+
+    Parameters:
+        attribute / attributes: one name (or path) or a list; a string with
+            commas names several (required).
+    """
+
+    parameters = frozenset({"attribute", "attributes"})
+
+    def configure(self, config: dict[str, Any]) -> None:
+        super().configure(config)
+        self.attributes: list[str] = Settings(type(self).__name__, config).names(
+            "attributes", "attribute")
+
+    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
+        for rid in ids:
+            with self.record(rid):
+                for name in self.attributes:
+                    if blackboard.has_attribute(rid, name):
+                        blackboard.remove_attribute(rid, name)
+        return ids
+
+
+class SubAttributeExtract(Pipelet):
+    """Collect the values at a path through sub-objects into one attribute.
+
+    SMILA's ``SubAttributeExtractorPipelet``: ``Authors/Name`` visits every
+    sub-object of ``Authors`` and takes its ``Name`` values.
+
+    Parameters:
+        inputPath: the path (required); each step but the last walks all
+            sub-objects unless it carries an index (``Authors[0]/Name``).
+        outputPath: the attribute that receives the values (required).
+        mode: ``ALL_AS_LIST`` (default: every value), ``FIRST``, ``LAST``,
+            or ``ALL_AS_ONE`` (string values joined by ``separator``).
+        separator: for ``ALL_AS_ONE`` (default one space).
+
+    A record where the path finds nothing gets no output attribute.
+    """
+
+    parameters = frozenset({"inputPath", "outputPath", "mode", "separator"})
+
+    def configure(self, config: dict[str, Any]) -> None:
+        super().configure(config)
+        s = Settings(type(self).__name__, config)
+        self.input: str = s.name("inputPath")
+        self.output: str = s.name("outputPath")
+        self.mode: str = s.choice("mode", ("ALL_AS_LIST", "ALL_AS_ONE", "FIRST", "LAST"),
+                                  default="ALL_AS_LIST")
+        self.separator: str = s.text("separator", default=" ", empty=True)
+        self.steps = [step for step in self.input.split("/")]
+        if any(not step.strip() for step in self.steps):
+            raise s.error("inputPath", f"{self.input!r} has an empty step")
+
+    def _collect(self, bb: Any, rid: str, prefix: str, steps: list[str]) -> list[Literal]:
+        step, rest = steps[0], steps[1:]
+        here = f"{prefix}/{step}" if prefix else step
+        if not rest:
+            return bb.get_literals(rid, here) if bb.has_attribute(rid, here) else []
+        if not bb.has_attribute(rid, here):
+            return []
+        if "[" in step:
+            return self._collect(bb, rid, here, rest)
+        out: list[Literal] = []
+        for i in range(bb.object_size(rid, here)):
+            out += self._collect(bb, rid, f"{here}[{i}]", rest)
+        return out
+
+    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
+        for rid in ids:
+            with self.record(rid):
+                found = self._collect(blackboard, rid, "", self.steps)
+                if not found:
+                    continue
+                if self.mode == "FIRST":
+                    found = found[:1]
+                elif self.mode == "LAST":
+                    found = found[-1:]
+                elif self.mode == "ALL_AS_ONE":
+                    found = [Literal(self.separator.join(_text_of(lit.value) for lit in found))]
+                blackboard.set_literals(rid, self.output, found)
+        return ids
