@@ -337,11 +337,27 @@ class Interpreter:
                 for copy in act.copies:
                     if copy.source[0] == "variable":
                         continue  # BPEL variable to variable: no record changes
+                    if copy.target[0] == "record_attribute":
+                        self._copy_to_record(copy.source, copy.target[1], inst)
+                        continue
                     for rid in inst.ids:
                         self._copy_one(copy.source, copy.target, rid)
             except Exception as e:
                 inst.fail(WorkflowFault(
                     "selectionFailure", f"{wf.path}:{act.line}: {act.label()}: {type(e).__name__}: {e}"))
+
+    def _copy_to_record(self, source: tuple[str, Any], target: tuple[int, str], inst: Instance) -> None:
+        index, key = target
+        if not 1 <= index <= len(inst.ids):
+            raise ValueError(f"the instance has {len(inst.ids)} record(s); there is no record {index}")
+        rid = inst.ids[index - 1]
+        kind, arg = source
+        if kind == "expression":
+            result = _conditions.compiled(arg).evaluate(self._documents(inst))
+            values = _conditions.xpath_value_strings(result)
+            self.bb.set_literals(rid, key, values)
+        else:
+            self._copy_one(source, ("attribute", key), rid)
 
     def _copy_one(self, source: tuple[str, Any], target: tuple[str, Any], rid: str) -> None:
         from blackboard import Annotation

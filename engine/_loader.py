@@ -55,7 +55,9 @@ def _load_unresolved(path: str, aliases: Mapping[str, str]) -> tuple[Workflow | 
     return wf, errors
 
 
-def _resolve(workflows: Mapping[str, Workflow]) -> tuple[dict[str, Workflow], dict[str, list[str]]]:
+def _resolve(
+    workflows: Mapping[str, Workflow], failed: Mapping[str, str] | None = None
+) -> tuple[dict[str, Workflow], dict[str, list[str]]]:
     """Attach sub-workflows; return the resolved workflows and errors by workflow name.
 
     A workflow with an unknown sub-workflow or in a recursion is left out.
@@ -69,6 +71,11 @@ def _resolve(workflows: Mapping[str, Workflow]) -> tuple[dict[str, Workflow], di
                 errors.setdefault(name, []).append(
                     f"{wf.path}:{line}: <invokeWorkflow {sub!r}>: a workflow cannot invoke itself (recursion)"
                 )
+            elif sub not in workflows and failed and sub in failed:
+                errors.setdefault(name, []).append(
+                    f"{wf.path}:{line}: <invokeWorkflow {sub!r}>: the sub-workflow has errors "
+                    f"(see {failed[sub]}); fix them first"
+                )
             elif sub not in workflows:
                 known = ", ".join(sorted(workflows)) or "none"
                 errors.setdefault(name, []).append(
@@ -79,6 +86,8 @@ def _resolve(workflows: Mapping[str, Workflow]) -> tuple[dict[str, Workflow], di
     for cycle in nx.simple_cycles(g):
         if len(cycle) < 2:
             continue
+        start = cycle.index(min(cycle))
+        cycle = cycle[start:] + cycle[:start]
         ring = " -> ".join([*cycle, cycle[0]])
         for i, name in enumerate(cycle):
             nxt = cycle[(i + 1) % len(cycle)]
@@ -159,6 +168,7 @@ class _FileState:
     stamp: tuple[float, int]
     workflow: Workflow | None  # unresolved, when the file itself was valid
     errors: list[str]
+    name: str | None = None  # process name, also when the file has errors
 
 
 class WorkflowRegistry:
@@ -233,7 +243,7 @@ class WorkflowRegistry:
                 if state is not None and state.stamp == stamp:
                     continue
                 wf, errors = _load_unresolved(path, self._aliases)
-                self._files[path] = _FileState(stamp, wf if not errors else None, errors)
+                self._files[path] = _FileState(stamp, wf if not errors else None, errors, wf.name if wf else None)
                 loaded_now.append(path)
             # candidates: valid files, first file wins a name
             candidates: dict[str, Workflow] = {}
@@ -254,7 +264,10 @@ class WorkflowRegistry:
                 state = self._files.get(wf.path)
                 if name not in candidates and state is not None and state.workflow is None:
                     candidates[name] = wf
-            resolved, sub_errors = _resolve(candidates)
+            failed = {
+                st.name: p for p, st in self._files.items() if st.workflow is None and st.name and st.name not in candidates
+            }
+            resolved, sub_errors = _resolve(candidates, failed)
             errors_by_file: dict[str, list[str]] = {}
             for path, state in self._files.items():
                 errs = list(state.errors) + dup_errors.get(path, [])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -404,6 +405,13 @@ def _parse_simple(cls: type[Activity]) -> Callable[[_Context, etree._Element], A
     return parse
 
 
+# SMILA writes record attributes with XPath targets:
+# $request.records/rec:Record[1]/rec:Val[@key="x"]/text()  (or $record/Val[@key='x'])
+_RECORD_TARGET = re.compile(
+    r"""\$(?:request\.records/(?:\w+:)?Record\[(\d+)\]|record)/(?:\w+:)?Val\[@key=(?:"([^"]+)"|'([^']+)')\](?:/text\(\))?"""
+)
+
+
 def _copy_end(ctx: _Context, el: etree._Element, role: str) -> tuple[str, Any] | None:
     attribute = el.get("attribute")
     annotation = el.get("annotation")
@@ -420,6 +428,10 @@ def _copy_end(ctx: _Context, el: etree._Element, role: str) -> tuple[str, Any] |
             return None
         return ("literal", "".join(literal[0].itertext()))
     text = (el.text or "").strip()
+    record_target = _RECORD_TARGET.fullmatch(text)
+    if record_target and role == "to":
+        index = int(record_target.group(1) or 1)
+        return ("record_attribute", (index, record_target.group(2) or record_target.group(3)))
     if text.startswith("$") and text[1:].replace(".", "").replace("_", "").isalnum() and text not in {"$record", "$records"}:
         return ("variable", text[1:])
     if role == "from" and text:
@@ -493,14 +505,19 @@ def _config_map(ctx: _Context, items: list[etree._Element]) -> dict[str, Any]:
     config: dict[str, Any] = {}
     for item in items:
         local = _local(item)
-        key = item.get("name") if local == "param" else item.get("key")
+        named = local in {"param", "Property"}
+        key = item.get("name") if named else item.get("key")
         if key is None:
-            ctx.error(item.sourceline, f"<{local}> in a configuration needs {'name' if local == 'param' else 'key'}=")
+            ctx.error(item.sourceline, f"<{local}> in a configuration needs {'name' if named else 'key'}=")
             continue
         if key in config:
             ctx.error(item.sourceline, f"configuration key {key!r} is given twice")
         if local == "param":
             config[key] = _param(ctx, item)
+        elif local == "Property":  # SMILA's older form: <proc:Property name=..><proc:Value>..</proc:Value>
+            values = [_typed(ctx, "".join(v.itertext()).strip(), item.get("type") or "string", v.sourceline)
+                      for v in _elements(item) if _local(v) == "Value"]
+            config[key] = values[0] if len(values) == 1 else values
         elif _ns(item) in {RECORD_NS, ""} or local in {"Val", "Seq", "Map"}:
             config[key] = _config_value(ctx, item)
         else:
@@ -617,8 +634,11 @@ def parse_text(text: bytes, path: str, aliases: Mapping[str, str] | None = None)
         line = e.lineno if getattr(e, "lineno", None) else 0
         msg = e.msg if getattr(e, "msg", None) else str(e)
         return ParsedFile(None, None, version, [f"{path}:{line}: malformed XML: {msg}"], [])
-    if any(isinstance(n, etree._Entity) for n in root.iter()):
-        ctx.error(root.sourceline, "entity references are not allowed in workflow files")
+    for node in root.iter():
+        if isinstance(node, etree._Entity):
+            # resolve_entities=False leaves them in the tree; never expand them
+            line = node.sourceline or (node.getparent().sourceline if node.getparent() is not None else 0)
+            ctx.error(line, f"entity reference {node.text} is not allowed in workflow files; write the text itself")
     if _local(root) != "process" or _ns(root) not in _ACTIVITY_NS:
         ctx.error(root.sourceline, f"the root element must be BPEL <process>, not <{_local(root)}> ({_ns(root) or 'no namespace'})")
         return ParsedFile(None, None, version, ctx.errors, [], ctx)

@@ -196,7 +196,10 @@ class CopySpec:
     ``source`` is one of ``("literal", text)``, ``("expression", Condition)``,
     ``("attribute", path)``, ``("annotation", (path or "", name))``,
     ``("variable", name)``; ``target`` one of ``("attribute", path)``,
-    ``("annotation", (path or "", name))``, ``("variable", name)``.
+    ``("annotation", (path or "", name))``, ``("variable", name)``, or
+    ``("record_attribute", (n, key))`` -- attribute ``key`` of the instance's
+    n-th record (1-based), SMILA's ``$request.records/rec:Record[n]/rec:Val[@key=...]``;
+    then the source is evaluated once over all the instance's records.
     A copy between BPEL variables (``$request`` to ``$result`` in SMILA's echo
     pipelines) carries no meaning here and does nothing.
     """
