@@ -153,11 +153,11 @@ class RegexExtract(Pipelet):
         self.output: str = s.name("output")
         self.pattern: re.Pattern[str] = s.regex("pattern", flags=_flags(s))
         self.all: bool = s.boolean("all", default=True)
-        group = s.raw("group", default=1 if self.pattern.groups else 0)[1]
+        group = s.raw("group", default=None)[1]
         if isinstance(group, str) and group.strip() in self.pattern.groupindex:
             self.group: int | str = group.strip()
         else:
-            self.group = s.integer("group", default=group, minimum=0)
+            self.group = s.integer("group", default=1 if self.pattern.groups else 0, minimum=0)
             if self.group > self.pattern.groups:
                 raise s.error("group", f"the pattern has {self.pattern.groups} group(s), "
                                        f"not {self.group}")

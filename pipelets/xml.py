@@ -16,7 +16,7 @@ from pipelets._base import Pipelet
 from pipelets._config import Settings
 from pipelets._io import read_endpoints
 
-__all__ = ["XPathExtract", "XsltTransform", "safe_parser", "parse_xml"]
+__all__ = ["XPathExtract", "XsltTransform", "from_document", "parse_xml", "safe_parser"]
 
 _XML_DECL = re.compile(r"^\s*<\?xml[^>]*\?>")
 
@@ -36,6 +36,52 @@ def parse_xml(source: bytes | str, what: str) -> Any:
         return etree.fromstring(source, safe_parser())
     except etree.XMLSyntaxError as e:
         raise ValueError(f"{what} is not well-formed XML: {e}") from e
+
+
+_NODE_TYPES = ("node", "text", "comment", "processing-instruction")
+_STEP_START = re.compile(r"[A-Za-z_*@.]")
+_FUNCTION = re.compile(r"([A-Za-z_][\w.-]*(?::[A-Za-z_][\w.-]*)?)\s*\(")
+
+
+def from_document(expression: str) -> str:
+    """Rewrite ``expression`` so that evaluated on the root element it means
+    what it means evaluated on the document node.
+
+    lxml evaluates on elements; SMILA (and XPath over a document) starts at
+    the document node, where ``page/title`` finds the root ``<page>``'s
+    title.  Top-level relative location paths (at the start and after
+    ``|``) get a leading ``/``; everything inside predicates and function
+    calls keeps its own context.
+    """
+    out: list[str] = []
+    depth = 0
+    quote = ""
+    operand_start = True
+    i = 0
+    while i < len(expression):
+        ch = expression[i]
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+            operand_start = False
+        elif ch in "([":
+            depth += 1
+            operand_start = False
+        elif ch in ")]":
+            depth -= 1
+        elif depth == 0 and ch == "|":
+            operand_start = True
+        elif depth == 0 and operand_start and not ch.isspace():
+            operand_start = False
+            function = _FUNCTION.match(expression, i)
+            is_call = function is not None and function.group(1) not in _NODE_TYPES \
+                and "::" not in expression[i:function.end()]
+            if _STEP_START.match(ch) and not is_call:
+                out.append("/")
+        out.append(ch)
+        i += 1
+    return "".join(out)
 
 
 class XsltTransform(Pipelet):
@@ -136,7 +182,8 @@ class XPathExtract(Pipelet):
             (default: one value per result).
         serialize: elements as XML markup instead of their text (default false).
 
-    Elements give their text (or markup), attributes and text nodes their
+    The expression is evaluated on the document, as in SMILA: ``page/title``
+    finds the title of a root ``<page>`` element.  Elements give their text (or markup), attributes and text nodes their
     string, numbers an int or float, booleans a bool.  The output is
     replaced, and removed when the expression finds nothing.
     """
@@ -158,7 +205,8 @@ class XPathExtract(Pipelet):
         self.separator = s.text("separator", default=None, empty=True)
         expression = s.text("xpath")
         try:
-            self.xpath = etree.XPath(expression, namespaces=namespaces, smart_strings=False)
+            self.xpath = etree.XPath(from_document(expression), namespaces=namespaces,
+                                     smart_strings=False)
             self.xpath(etree.Element("probe"))  # unknown prefixes and functions show here
         except (etree.XPathError, TypeError) as e:
             raise s.error("xpath", f"{expression!r} is not usable XPath: {e}") from e
@@ -183,7 +231,7 @@ class XPathExtract(Pipelet):
                 values: list[Any] = []
                 for source in sources:
                     doc = parse_xml(source, f"{self.input}")
-                    result = self.xpath(doc.getroottree())  # relative paths start at the document, as in SMILA
+                    result = self.xpath(doc)
                     items = result if isinstance(result, list) else [result]
                     values += [self._value(i) for i in items]
                 if self.separator is not None and values:

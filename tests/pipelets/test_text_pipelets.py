@@ -5,7 +5,14 @@ from pipelet_helpers import configured, make, values
 
 from blackboard import Blackboard, Literal
 from pipelets import PipeletConfigurationError, PipeletError
-from pipelets.text import Lowercase, NormalizeWhitespace, WordCount, count_words
+from pipelets.text import (
+    Lowercase,
+    NormalizeWhitespace,
+    RegexExtract,
+    Replace,
+    WordCount,
+    count_words,
+)
 
 
 def test_normalize_whitespace_collapses_and_strips_every_value(bb):
@@ -109,3 +116,55 @@ def test_text_pipelets_on_a_stored_blackboard(sqlite_url):
     with Blackboard.connect(sqlite_url) as board:
         board.load("doc-1")
         assert board.get_attributes("doc-1") == {"title": "mixed case", "n": 2}
+
+
+def test_regex_extract_takes_group_one_of_every_match(bb):
+    make(bb, "a", body=["call 555-1234 or 555-9876", "fax 555-0000"])
+    configured(RegexExtract, attribute="body", pattern=r"555-(\d+)", output="nums").process(bb, ["a"])
+    assert values(bb, "a", "nums") == ["1234", "9876", "0000"]
+
+
+def test_regex_extract_first_only_and_named_group(bb):
+    make(bb, "a", body="x=1 x=2")
+    p = configured(RegexExtract, attribute="body", pattern=r"x=(?P<n>\d)", group="n",
+                   all="false", output="n")
+    p.process(bb, ["a"])
+    assert values(bb, "a", "n") == ["1"]
+
+
+def test_regex_extract_without_a_match_removes_the_output(bb):
+    make(bb, "a", body="nothing", nums="old")
+    configured(RegexExtract, attribute="body", pattern=r"\d+", output="nums").process(bb, ["a"])
+    assert not bb.has_attribute("a", "nums")
+
+
+@pytest.mark.parametrize("config, name", [
+    ({"attribute": "b", "output": "o", "pattern": "("}, "pattern"),
+    ({"attribute": "b", "output": "o", "pattern": "(a)", "group": "2"}, "group"),
+    ({"attribute": "b", "output": "o", "pattern": "a", "ignoreCase": "sometimes"}, "ignoreCase"),
+])
+def test_regex_extract_rejects_bad_configuration(config, name):
+    with pytest.raises(PipeletConfigurationError) as err:
+        RegexExtract().configure(config)
+    assert repr(name) in str(err.value)
+
+
+def test_replace_with_groups_and_ignore_case(bb):
+    make(bb, "a", title="Hello World, hello")
+    configured(Replace, attribute="title", pattern=r"hel(lo)", replacement=r"J\1",
+               ignoreCase="true").process(bb, ["a"])
+    assert values(bb, "a", "title") == ["Jlo World, Jlo"]
+
+
+def test_replace_plain_text_with_count_and_empty_replacement(bb):
+    make(bb, "a", t="a.b.c.d")
+    configured(Replace, attribute="t", pattern=".", regex=False, count="2",
+               output="u").process(bb, ["a"])
+    assert values(bb, "a", "u") == ["abc.d"]
+    assert values(bb, "a", "t") == ["a.b.c.d"]
+
+
+def test_replace_rejects_a_replacement_naming_a_missing_group():
+    with pytest.raises(PipeletConfigurationError) as err:
+        Replace().configure({"attribute": "t", "pattern": "(a)", "replacement": r"\2"})
+    assert "'replacement'" in str(err.value)
