@@ -9,6 +9,7 @@ Java SMILA pipelet classes to them.
 """
 
 from pipelets._base import Pipelet, PipeletConfigurationError, PipeletError
+from pipelets._config import Settings
 from pipelets.aliases import SMILA_ALIASES
 from pipelets.filtering import Filter
 from pipelets.fingerprint import Fingerprint
@@ -40,6 +41,7 @@ __all__ = [
     "Rename",
     "Replace",
     "SetValue",
+    "Settings",
     "SubAttributeExtract",
     "WordCount",
     "XPathExtract",
