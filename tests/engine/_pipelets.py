@@ -129,3 +129,28 @@ class NeedsSetting(Pipelet):
 
     def process(self, blackboard: Any, ids: list[str]) -> list[str]:
         return ids
+
+
+class RecordIndex(Pipelet):
+    """Stand-in for SMILA's LuceneIndexPipelet: note each record as indexed.
+
+    Takes SMILA's ``_indexing`` map (``indexname``/``indexName``,
+    ``executionMode``) and writes ``indexed = "<index>:<mode>"``.
+    """
+
+    parameters = frozenset({"_indexing"})
+
+    def configure(self, config: dict[str, Any]) -> None:
+        super().configure(config)
+        from pipelets import PipeletConfigurationError
+
+        indexing = config.get("_indexing")
+        if not isinstance(indexing, dict):
+            raise PipeletConfigurationError("_indexing must be a map (rec:Map)")
+        self.index = indexing.get("indexname") or indexing.get("indexName")
+        self.mode = indexing.get("executionMode", "ADD")
+
+    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
+        for rid in ids:
+            blackboard.set_literal(rid, "indexed", f"{self.index}:{self.mode}")
+        return ids

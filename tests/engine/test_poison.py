@@ -1,0 +1,34 @@
+"""Poison isolation: a worker that dies or hangs fails only its own instance."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from engine_helpers import pipelet, records
+
+from blackboard import Blackboard
+from engine import SparkRunner
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def test_a_crashing_and_a_hanging_instance_are_isolated_and_the_rest_commit(
+    engine_spark: Any, make_workflow: Any
+) -> None:
+    wf = make_workflow("<sequence>" + pipelet("crash", "Crash") + "</sequence>")
+    bb = Blackboard.local()
+    batch = {f"p{i}": {"n": i} for i in range(6)}
+    batch["p1"]["crash"] = True
+    batch["p4"]["hang"] = True
+    records(bb, batch)
+    results = SparkRunner(engine_spark, batch_timeout=4).run(wf, bb, [[rid] for rid in batch])
+    assert [r.ok for r in results] == [True, False, True, True, False, True]
+    assert "Spark task failed" in (results[1].error or "") and "crash" not in bb.get_attributes("p0")
+    assert "batch timeout" in (results[4].error or "")
+    for i in (0, 2, 3, 5):
+        assert bb.get_attributes(f"p{i}")["trail"] == "survived"
+    assert "trail" not in bb.get_attributes("p1") and "trail" not in bb.get_attributes("p4")
+    # the session still works afterwards
+    records(bb, {"later": {}})
+    assert SparkRunner(engine_spark).run(wf, bb, [["later"]])[0].ok
