@@ -48,20 +48,25 @@ class Settings:
 
     def raw(self, name: str, *aliases: str, default: Any = REQUIRED) -> tuple[str, Any]:
         """``(name used, value)``; the default when none is given."""
+        used, value, _ = self._get(name, aliases, default)
+        return used, value
+
+    def _get(self, name: str, aliases: tuple[str, ...], default: Any) -> tuple[str, Any, bool]:
+        """``(name used, value, given)``; raises when required and missing."""
         given = [n for n in (name, *aliases) if n in self.config]
         if len(given) > 1:
             raise self.error(name, f"given twice (as {' and '.join(given)}); keep one")
         if given:
-            return given[0], self.config[given[0]]
+            return given[0], self.config[given[0]], True
         if default is REQUIRED:
             also = f" (or {', '.join(aliases)})" if aliases else ""
             raise PipeletConfigurationError(f"{self.owner}: parameter {name!r}{also} is required")
-        return name, default
+        return name, default, False
 
     def text(self, name: str, *aliases: str, default: Any = REQUIRED,
              empty: bool = False) -> Any:
-        used, value = self.raw(name, *aliases, default=default)
-        if value is default and default is not REQUIRED:
+        used, value, given = self._get(name, aliases, default)
+        if not given:
             return value
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise self.error(used, f"expected a text value, got {_kind(value)}")
@@ -76,7 +81,7 @@ class Settings:
         return value.strip() if isinstance(value, str) else value
 
     def boolean(self, name: str, *aliases: str, default: bool = False) -> bool:
-        used, value = self.raw(name, *aliases, default=default)
+        used, value, _ = self._get(name, aliases, default)
         if isinstance(value, bool):
             return value
         if isinstance(value, int) and value in (0, 1):
@@ -87,8 +92,8 @@ class Settings:
 
     def integer(self, name: str, *aliases: str, default: Any = REQUIRED,
                 minimum: int | None = None) -> Any:
-        used, value = self.raw(name, *aliases, default=default)
-        if value is default and default is not REQUIRED:
+        used, value, given = self._get(name, aliases, default)
+        if not given:
             return value
         if isinstance(value, bool):
             raise self.error(used, f"expected a whole number, got {value!r}")
@@ -109,8 +114,8 @@ class Settings:
                default: Any = REQUIRED) -> Any:
         """One of ``choices`` (compared without case; the canonical spelling is returned)."""
         options = {c.lower(): c for c in choices}
-        used, value = self.raw(name, *aliases, default=default)
-        if value is default and default is not REQUIRED:
+        used, value, given = self._get(name, aliases, default)
+        if not given:
             return value
         if isinstance(value, str) and value.strip().lower() in options:
             return options[value.strip().lower()]
@@ -118,8 +123,8 @@ class Settings:
 
     def names(self, name: str, *aliases: str, default: Any = REQUIRED) -> Any:
         """A list of names: a list, or one string split at commas."""
-        used, value = self.raw(name, *aliases, default=default)
-        if value is default and default is not REQUIRED:
+        used, value, given = self._get(name, aliases, default)
+        if not given:
             return value
         items = value.split(",") if isinstance(value, str) else value
         if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
@@ -131,8 +136,8 @@ class Settings:
 
     def values(self, name: str, *aliases: str, default: Any = REQUIRED) -> Any:
         """A list of literal values: a list, or one value (which is not split)."""
-        used, value = self.raw(name, *aliases, default=default)
-        if value is default and default is not REQUIRED:
+        used, value, given = self._get(name, aliases, default)
+        if not given:
             return value
         items = value if isinstance(value, list) else [value]
         for item in items:
@@ -141,8 +146,8 @@ class Settings:
         return list(items)
 
     def mapping(self, name: str, *aliases: str, default: Any = REQUIRED) -> Any:
-        used, value = self.raw(name, *aliases, default=default)
-        if value is default and default is not REQUIRED:
+        used, value, given = self._get(name, aliases, default)
+        if not given:
             return value
         if not isinstance(value, Mapping):
             raise self.error(used, f"expected a map (rec:Map), got {_kind(value)}")
@@ -150,8 +155,8 @@ class Settings:
 
     def regex(self, name: str, *aliases: str, default: Any = REQUIRED,
               flags: int = 0) -> Any:
-        used, value = self.raw(name, *aliases, default=default)
-        if value is default and default is not REQUIRED:
+        used, value, given = self._get(name, aliases, default)
+        if not given:
             return value
         if not isinstance(value, str) or not value:
             raise self.error(used, f"expected a regular expression, got {value!r}")
