@@ -53,11 +53,14 @@ def test_normalize_whitespace_keeps_non_strings_and_literal_types(bb):
     assert lits[0].semantic_type == "name"
 
 
-def test_normalize_whitespace_does_not_touch_clean_records(bb):
-    make(bb, "a", title="clean")
-    bb.import_records(bb.export_records(["a"]), changed=False)
-    configured(NormalizeWhitespace, attribute="title").process(bb, ["a"])
-    assert bb.changed_ids() == []
+def test_normalize_whitespace_does_not_touch_clean_records(sqlite_url):
+    with Blackboard.connect(sqlite_url) as board:
+        make(board, "a", title="clean")
+        board.commit("a")
+    with Blackboard.connect(sqlite_url) as board:
+        board.load("a")
+        configured(NormalizeWhitespace, attribute="title").process(board, ["a"])
+        assert board.changed_ids() == []
 
 
 @pytest.mark.parametrize("config, name", [
