@@ -23,6 +23,7 @@ SMILA_ALIASES: dict[str, str] = {
     _P + "HtmlToTextPipelet": "pipelets.html.HtmlToText",
     _P + "MimeTypeIdentifyPipelet": "pipelets.identify.MimeTypeIdentify",
     _P + "AddValuesPipelet": "pipelets.values.AddValues",
+    _P + "SetValuePipelet": "pipelets.values.SetValue",
     _P + "CopyPipelet": "pipelets.values.Copy",
     _P + "SubAttributeExtractorPipelet": "pipelets.values.SubAttributeExtract",
     _P + "xmlprocessing.XPathExtractorPipelet": "pipelets.xml.XPathExtract",
