@@ -17,9 +17,11 @@ SERVICES="bash $ROOT/scripts/services.sh"
 
 bash scripts/install.sh
 
+# Remember what was already up: CI clean-up stops only what this run started.
+before=$($SERVICES status 2>/dev/null || true)
 rmq_was_up=0; pg_was_up=0
-$SERVICES status 2>/dev/null | grep -q '^rabbitmq: up' && rmq_was_up=1
-$SERVICES status 2>/dev/null | grep -q '^postgres: up' && pg_was_up=1
+[[ $before == *"rabbitmq: up"* ]] && rmq_was_up=1
+[[ $before == *"postgres: up"* ]] && pg_was_up=1
 
 cleanup() {
     if [ -n "${CI:-}" ] && [ "${CI}" != false ] && [ "${CHALK_KEEP_SERVICES:-}" != 1 ]; then
