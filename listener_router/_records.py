@@ -80,9 +80,7 @@ def push_records(settings: Settings, queue: str, records: Sequence[dict[str, Any
     rule = next((r for r in settings.listeners if r.queue == queue), ListenerRule(name="push", queue=queue))
 
     def prepare(conn: Any) -> None:
-        channel = conn.channel()
-        declare_input(channel, queue, settings, rule.backoff_ms)
-        channel.close()
+        declare_input(conn, queue, settings, rule.backoff_ms)
 
     link = AmqpLink(settings.broker_url, consume=(), prepare=prepare).start()
     sent = 0

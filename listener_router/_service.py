@@ -121,6 +121,8 @@ class Service:
         self._signals = 0
         self.link: AmqpLink | None = None
         self.bb: Blackboard | None = None
+        self._held: list[Delivery] = []
+        self._backoff = 0.0
 
     # -- opening and closing ---------------------------------------------------------
     def open(self) -> Service:
@@ -204,6 +206,13 @@ class Service:
         assert self.link is not None
         size = max(rule.batch_size for rule in self.settings.listeners)
         wait = max(rule.max_wait_ms for rule in self.settings.listeners) / 1000.0
+        if self._held:
+            if self._stopping.wait(self._backoff):
+                return []
+            batch = [d for d in self._held if d.generation == self.link.generation]
+            self._held = []
+            if batch:
+                return batch
         try:
             batch = [self.link.deliveries.get(timeout=0.2)]
         except queue.Empty:
@@ -485,9 +494,14 @@ class Service:
         self.link.ack(w.delivery for w in done)
         deferred = [w for w in works if w.state is State.DEFERRED]
         if deferred:
+            # Held here, unacked, and tried again with the next batch: rejecting
+            # them would raise their delivery count towards the queue's limit.
             self.stats.add("deferred", len(deferred))
-            log.info("deferring %d message(s): %s", len(deferred), deferred[0].error)
-            time.sleep(0.2)
-            self.link.reject((w.delivery for w in deferred), requeue=True)
+            self._held.extend(w.delivery for w in deferred)
+            self._backoff = min(max(self._backoff * 2, 0.2), 30.0)
+            log.info("holding %d message(s) for %.1f s: %s", len(deferred), self._backoff,
+                     deferred[0].error)
+        else:
+            self._backoff = 0.0
         self.stats.add("publish_ms", int((time.perf_counter() - t_publish) * 1000))
         self.stats.add("batches")

@@ -7,18 +7,27 @@ For an input queue ``Q``:
 - ``Q.dlq`` — dead letters, with the reason in ``x-chalk-error``;
 - ``Q.retry.N`` — classic delay queues, one per backoff step: messages wait
   their TTL there and dead-letter back into ``Q``.
+
+Output queues are declared like inputs (a downstream Chalk service consumes
+them), so two services agree on a queue's arguments whichever declares it
+first.  A queue that already exists with other arguments (made by someone
+else) is used as it is, with a warning.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import Any
 
 import pika
+import pika.exceptions
 
 from listener_router._config import ListenerRule, RouterRule, Settings
 
-__all__ = ["dlq_name", "retry_name", "declare_input", "declare_output", "declare_all"]
+__all__ = ["dlq_name", "retry_name", "declare_input", "declare_all"]
+
+log = logging.getLogger(__name__)
 
 
 def dlq_name(queue: str) -> str:
@@ -29,35 +38,55 @@ def retry_name(queue: str, step: int) -> str:
     return f"{queue}.retry.{step}"
 
 
-def _kind(settings: Settings) -> dict[str, Any]:
-    return {"x-queue-type": settings.queue_type}
+class _Declarer:
+    """Declares on one connection, reopening the channel after a refused declare."""
+
+    def __init__(self, connection: pika.BlockingConnection):
+        self.connection = connection
+        self.channel = connection.channel()
+
+    def queue(self, name: str, arguments: dict[str, Any]) -> None:
+        try:
+            self.channel.queue_declare(name, durable=True, arguments=arguments)
+        except pika.exceptions.ChannelClosedByBroker as e:
+            if e.reply_code != 406:
+                raise
+            self.channel = self.connection.channel()
+            self.channel.queue_declare(name, passive=True)
+            log.warning("queue %s exists with other arguments than Chalk's (%s); using it as "
+                        "it is", name, e.reply_text)
+
+    def close(self) -> None:
+        if self.channel.is_open:
+            self.channel.close()
 
 
-def declare_input(channel: Any, queue: str, settings: Settings,
+def declare_input(declarer: _Declarer | Any, queue: str, settings: Settings,
                   backoff_ms: Iterable[int] = ()) -> None:
-    args = dict(_kind(settings))
-    args.update({"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq_name(queue)})
+    if not isinstance(declarer, _Declarer):  # a BlockingConnection
+        declarer = _Declarer(declarer)
+    kind = {"x-queue-type": settings.queue_type}
+    args = dict(kind, **{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq_name(queue)})
     if settings.queue_type == "quorum":
         args["x-delivery-limit"] = settings.delivery_limit
-    channel.queue_declare(queue, durable=True, arguments=args)
-    channel.queue_declare(dlq_name(queue), durable=True, arguments=_kind(settings))
+    declarer.queue(queue, args)
+    declarer.queue(dlq_name(queue), kind)
     for step, delay in enumerate(backoff_ms, start=1):
-        channel.queue_declare(retry_name(queue, step), durable=True, arguments={
+        declarer.queue(retry_name(queue, step), {
             "x-queue-type": "classic", "x-message-ttl": int(delay),
             "x-dead-letter-exchange": "", "x-dead-letter-routing-key": queue})
-
-
-def declare_output(channel: Any, rule: RouterRule, settings: Settings) -> None:
-    if rule.queue:
-        channel.queue_declare(rule.queue, durable=True, arguments=_kind(settings))
 
 
 def declare_all(connection: pika.BlockingConnection, settings: Settings,
                 listeners: Iterable[ListenerRule] | None = None,
                 routers: Iterable[RouterRule] | None = None) -> None:
-    channel = connection.channel()
-    for rule in settings.listeners if listeners is None else listeners:
-        declare_input(channel, rule.queue, settings, rule.backoff_ms)
+    declarer = _Declarer(connection)
+    inputs = list(settings.listeners if listeners is None else listeners)
+    for rule in inputs:
+        declare_input(declarer, rule.queue, settings, rule.backoff_ms)
+    names = {rule.queue for rule in inputs}
     for router in settings.routers if routers is None else routers:
-        declare_output(channel, router, settings)
-    channel.close()
+        if router.queue and router.queue not in names and not router.exchange:
+            declare_input(declarer, router.queue, settings)
+            names.add(router.queue)
+    declarer.close()

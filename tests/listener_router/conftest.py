@@ -12,7 +12,7 @@ import pytest
 from lr_helpers import Broker
 
 from listener_router import ListenerRule, RouterRule, Service, Settings
-from listener_router._topology import dlq_name
+from listener_router._topology import declare_all, dlq_name
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -23,38 +23,57 @@ def broker(broker_url: str) -> Broker:
 
 
 @pytest.fixture
-def make_settings(broker_url: str, sqlite_url: str, broker: Broker
-                  ) -> Iterator[Callable[..., Settings]]:
-    """Settings with unique queue names; every queue they name is deleted afterwards."""
-    made: list[Settings] = []
+def qname(broker: Broker) -> Iterator[Callable[[str], str]]:
+    """Unique queue names; each one (and its .dlq/.retry.N companions) is deleted afterwards."""
+    tag = uuid.uuid4().hex[:8]
+    made: list[str] = []
+
+    def name(suffix: str) -> str:
+        made.append(f"t.{tag}.{suffix}")
+        return made[-1]
+
+    yield name
+    doomed = []
+    for queue in made:
+        doomed += [queue, dlq_name(queue)] + [f"{queue}.retry.{i}" for i in range(1, 6)]
+    try:
+        broker.delete(*doomed)
+    except pika.exceptions.AMQPError:
+        pass
+
+
+@pytest.fixture
+def make_settings(broker_url: str, sqlite_url: str, qname: Callable[[str], str]
+                  ) -> Callable[..., Settings]:
+    """Settings on unique queues: one listener rule on ``in`` and, by default, one router to ``out``."""
 
     def make(workflow: str = "Demo", *, workflows_dir: str | Path | None = None,
-             out: bool = True, **listener: Any) -> Settings:
-        tag = uuid.uuid4().hex[:8]
-        rule = ListenerRule(name="test", queue=f"t.{tag}.in", workflow=workflow,
-                            batch_size=listener.pop("batch_size", 200),
-                            max_wait_ms=listener.pop("max_wait_ms", 100),
-                            backoff_ms=listener.pop("backoff_ms", (100, 200)), **listener)
-        settings = Settings(
-            blackboard_url=sqlite_url, broker_url=broker_url,
-            workflows_dir=str(workflows_dir or REPO / "workflows"),
-            listeners=(rule,),
-            routers=(RouterRule(queue=f"t.{tag}.out", attributes=("text", "words")),) if out else (),
-            node=f"test-{tag}")
-        made.append(settings)
-        return settings
+             routers: tuple[RouterRule, ...] | None = None,
+             rules: tuple[ListenerRule, ...] | None = None, **listener: Any) -> Settings:
+        if rules is None:
+            rules = (ListenerRule(name="test", queue=qname("in"), workflow=workflow,
+                                  batch_size=listener.pop("batch_size", 200),
+                                  max_wait_ms=listener.pop("max_wait_ms", 100),
+                                  backoff_ms=listener.pop("backoff_ms", (100, 200)), **listener),)
+        if routers is None:
+            routers = (RouterRule(queue=qname("out"), attributes=("text", "words")),)
+        return Settings(blackboard_url=sqlite_url, broker_url=broker_url,
+                        workflows_dir=str(workflows_dir or REPO / "workflows"),
+                        listeners=rules, routers=routers, node=f"test-{uuid.uuid4().hex[:6]}")
 
-    yield make
-    for settings in made:
-        names = []
-        for rule in settings.listeners:
-            names += [rule.queue, dlq_name(rule.queue)]
-            names += [f"{rule.queue}.retry.{i + 1}" for i in range(len(rule.backoff_ms))]
-        names += [r.queue for r in settings.routers if r.queue]
+    return make
+
+
+@pytest.fixture
+def declare(broker_url: str) -> Callable[[Settings], None]:
+    """Declare the queues a service with these settings would declare."""
+    def run(settings: Settings) -> None:
+        conn = pika.BlockingConnection(pika.URLParameters(broker_url))
         try:
-            broker.delete(*names)
-        except pika.exceptions.AMQPError:
-            pass
+            declare_all(conn, settings)
+        finally:
+            conn.close()
+    return run
 
 
 @pytest.fixture

@@ -52,6 +52,21 @@ class Broker:
         finally:
             conn.close()
 
+    def declare(self, queue: str) -> None:
+        conn, ch = self._channel()
+        try:
+            ch.queue_declare(queue, durable=True)
+        finally:
+            conn.close()
+
+    def bind(self, queue: str, exchange: str, key: str) -> None:
+        conn, ch = self._channel()
+        try:
+            ch.queue_declare(queue, durable=True)
+            ch.queue_bind(queue, exchange, routing_key=key)
+        finally:
+            conn.close()
+
     def delete(self, *queues: str) -> None:
         conn, ch = self._channel()
         try:
@@ -67,3 +82,118 @@ def bodies(messages: list[tuple[Any, bytes]]) -> list[dict[str, Any]]:
 
 def records_of(messages: list[tuple[Any, bytes]]) -> list[dict[str, Any]]:
     return [r for body in bodies(messages) for r in body["records"]]
+
+
+TEST_PIPELETS = '''
+from blackboard import Annotation
+from pipelets import Pipelet
+
+
+class Increment(Pipelet):
+    """Adds one to an integer attribute (absent counts as 0)."""
+
+    parameters = frozenset({"attribute"})
+
+    def process(self, blackboard, ids):
+        name = self.config["attribute"]
+        for rid in ids:
+            has = blackboard.has_literals(rid, name)
+            blackboard.set_literal(rid, name, (blackboard.get_literal(rid, name).value if has else 0) + 1)
+        return ids
+
+
+class FailWhenFlagged(Pipelet):
+    """Raises for records whose "fail" attribute is true."""
+
+    def process(self, blackboard, ids):
+        for rid in ids:
+            if blackboard.has_literals(rid, "fail") and blackboard.get_literal(rid, "fail").value:
+                raise RuntimeError(f"record {rid} asked to fail")
+        return ids
+
+
+class RouteByDest(Pipelet):
+    """Sets the record's nextDestination annotation from its "dest" attribute."""
+
+    def process(self, blackboard, ids):
+        for rid in ids:
+            if blackboard.has_literals(rid, "dest"):
+                dest = blackboard.get_literal(rid, "dest").value
+                blackboard.set_annotation(rid, None, "nextDestination", Annotation([dest]))
+        return ids
+'''
+
+_WORKFLOW = """<?xml version="1.0"?>
+<process name="{name}" xmlns="http://docs.oasis-open.org/wsbpel/2.0/process/executable"
+         xmlns:proc="http://www.eclipse.org/smila/processor">
+  <sequence>
+{steps}
+  </sequence>
+</process>
+"""
+
+_STEP = """    <proc:invokePipelet name="{name}">
+      <proc:pipelet class="lr_test_pipelets.{cls}"/>
+      <proc:configuration>{params}</proc:configuration>
+    </proc:invokePipelet>"""
+
+
+def _steps(*steps: tuple[str, dict[str, str]]) -> str:
+    out = []
+    for position, (cls, params) in enumerate(steps):
+        text = "".join(f'<proc:param name="{k}">{v}</proc:param>' for k, v in params.items())
+        out.append(_STEP.format(name=f"s{position}", cls=cls, params=text))
+    return "\n".join(out)
+
+
+def write_test_workflows(folder: Any) -> Any:
+    """Workflows Counting, Fragile and Routed plus their pipelets, in ``folder``."""
+    from pathlib import Path
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "lr_test_pipelets.py").write_text(TEST_PIPELETS)
+    (folder / "counting.xml").write_text(_WORKFLOW.format(
+        name="Counting", steps=_steps(("Increment", {"attribute": "count"}))))
+    (folder / "fragile.xml").write_text(_WORKFLOW.format(
+        name="Fragile", steps=_steps(("Increment", {"attribute": "count"}),
+                                     ("FailWhenFlagged", {}))))
+    (folder / "routed.xml").write_text(_WORKFLOW.format(
+        name="Routed", steps=_steps(("Increment", {"attribute": "count"}), ("RouteByDest", {}))))
+    return folder
+
+
+
+def start_service(config: Any, log: Any, *extra: str) -> Any:
+    """``chalk run --config CONFIG`` as its own process group, output appended to ``log``."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               SPARK_LOCAL_IP="127.0.0.1")
+    handle = open(log, "ab")  # noqa: SIM115 - the child owns it
+    return subprocess.Popen([sys.executable, "-m", "listener_router", "run", "--config",
+                             str(config), *extra], stdout=handle, stderr=subprocess.STDOUT,
+                            env=env, start_new_session=True)
+
+
+def wait_for_log(log: Any, text: str, count: int = 1, timeout: float = 120.0) -> None:
+    import time
+    from pathlib import Path
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if Path(log).exists() and Path(log).read_text(errors="replace").count(text) >= count:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{text!r} did not appear {count} time(s) in the service log:\n"
+                         f"{Path(log).read_text(errors='replace')[-3000:]}")
+
+
+def kill_group(proc: Any, sig: int = 9) -> None:
+    """Signal the service's whole process group (its JVM too) and reap it."""
+    import os
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        return
+    if sig == 9:
+        proc.wait(timeout=30)

@@ -1,0 +1,7 @@
+"""``python -m listener_router`` is the ``chalk`` command."""
+
+import sys
+
+from listener_router._cli import main
+
+sys.exit(main())

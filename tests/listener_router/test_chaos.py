@@ -1,0 +1,163 @@
+"""Chaos: a two-stage chain survives SIGKILLs of the service and a broker restart.
+
+queue A → workflow ChaosOne → queue B → workflow ChaosTwo → queue C, over
+5,000 records.  The service (a real ``chalk run`` process on Spark) is killed
+with SIGKILL at random moments at least ten times and restarted; the broker
+is restarted once.  Afterwards each record shows each workflow applied
+exactly once, every ID reached C (duplicates only with the same message ID),
+and nothing was dead-lettered.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+import uuid
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from _services import restart_broker
+from lr_helpers import Broker, kill_group, records_of, start_service, wait_for_log
+
+from blackboard import Blackboard
+from listener_router import ListenerRule, Settings, push_records
+from listener_router._topology import dlq_name
+
+pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.broker, pytest.mark.spark]
+
+RECORDS = 5000
+KILLS = 10
+
+STAGE = """<?xml version="1.0"?>
+<process name="{name}" xmlns="http://docs.oasis-open.org/wsbpel/2.0/process/executable"
+         xmlns:proc="http://www.eclipse.org/smila/processor">
+  <sequence>
+    <proc:invokePipelet name="count">
+      <proc:pipelet class="chaos_pipelets.Increment"/>
+      <proc:configuration><proc:param name="attribute">{counter}</proc:param></proc:configuration>
+    </proc:invokePipelet>
+  </sequence>
+</process>
+"""
+
+PIPELET = '''
+from pipelets import Pipelet
+
+
+class Increment(Pipelet):
+    """Adds one to an integer attribute (absent counts as 0)."""
+
+    parameters = frozenset({"attribute"})
+
+    def process(self, blackboard, ids):
+        name = self.config["attribute"]
+        for rid in ids:
+            current = blackboard.get_literal(rid, name).value if blackboard.has_literals(rid, name) else 0
+            blackboard.set_literal(rid, name, current + 1)
+        return ids
+'''
+
+CONFIG = """
+[blackboard]
+url = "{db}"
+lease_seconds = 30
+
+[broker]
+url = "{broker}"
+delivery_limit = 100
+
+[workflows]
+dir = "{workflows}"
+
+[[listener]]
+name = "one"
+queue = "{a}"
+workflow = "ChaosOne"
+batch_size = 250
+max_wait_ms = 100
+prefetch = 500
+
+[[listener]]
+name = "two"
+queue = "{b}"
+workflow = "ChaosTwo"
+batch_size = 250
+max_wait_ms = 100
+prefetch = 500
+
+[[router]]
+workflow = "ChaosOne"
+queue = "{b}"
+
+[[router]]
+workflow = "ChaosTwo"
+queue = "{c}"
+
+[spark]
+master = "local[2]"
+[spark.conf]
+"spark.sql.shuffle.partitions" = "2"
+"""
+
+
+def test_two_stage_chain_is_exactly_once_under_kills_and_a_broker_restart(tmp_path, broker_url):
+    broker = Broker(broker_url)
+    tag = uuid.uuid4().hex[:6]
+    a, b, c = f"chaos.{tag}.a", f"chaos.{tag}.b", f"chaos.{tag}.c"
+    workflows = tmp_path / "workflows"
+    workflows.mkdir()
+    (workflows / "one.xml").write_text(STAGE.format(name="ChaosOne", counter="stage1"))
+    (workflows / "two.xml").write_text(STAGE.format(name="ChaosTwo", counter="stage2"))
+    (workflows / "chaos_pipelets.py").write_text(PIPELET)
+    db = f"sqlite:///{tmp_path / 'chaos.db'}"
+    config = tmp_path / "chalk.toml"
+    config.write_text(CONFIG.format(db=db, broker=broker_url, workflows=workflows, a=a, b=b, c=c))
+    log = tmp_path / "service.log"
+    settings = Settings(blackboard_url=db, broker_url=broker_url, delivery_limit=100,
+                        listeners=(ListenerRule(name="one", queue=a, workflow="ChaosOne"),))
+    data = [{"id": f"c{i:05d}", "attributes": {"n": i}} for i in range(RECORDS)]
+    push_records(settings, a, data)
+    rng = random.Random(2026)
+    started = time.monotonic()
+    try:
+        for round_ in range(1, KILLS + 1):
+            proc = start_service(config, log)
+            wait_for_log(log, " up: queues ", round_)
+            if round_ == KILLS // 2:
+                time.sleep(rng.uniform(0.5, 2.0))
+                restart_broker(mode="app")
+            time.sleep(rng.uniform(0.3, 3.0))
+            kill_group(proc)
+        proc = start_service(config, log, "--idle-exit", "8")
+        proc.wait(timeout=600)
+        assert proc.returncode == 0, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            kill_group(proc)
+        keep = os.environ.get("CHALK_CHAOS_LOG")
+        if keep:
+            Path(keep).write_bytes(log.read_bytes())
+    print(f"\nchaos run: {KILLS} kills, 1 broker restart, {time.monotonic() - started:.0f} s")
+
+    delivered = broker.drain(c)
+    by_record: dict[str, set[str]] = defaultdict(set)
+    for props, body in delivered:
+        for record in records_of([(props, body)]):
+            by_record[record["id"]].add(props.message_id)
+    missing = sorted(set(r["id"] for r in data) - set(by_record))
+    assert not missing, f"{len(missing)} record(s) never reached C, e.g. {missing[:5]}"
+    assert all(len(ids) == 1 for ids in by_record.values()), "a record reached C under two IDs"
+    for queue in (a, b):
+        assert broker.depth(dlq_name(queue)) == 0
+        assert broker.depth(queue) == 0
+    with Blackboard.connect(db) as bb:
+        bb.load_many([r["id"] for r in data])
+        wrong = [(r["id"], bb.get_attributes(r["id"], ["stage1", "stage2"])) for r in data
+                 if bb.get_attributes(r["id"], ["stage1", "stage2"]) != {"stage1": 1, "stage2": 1}]
+        bb.invalidate_many([r["id"] for r in data])
+    assert not wrong, f"{len(wrong)} record(s) not processed exactly once, e.g. {wrong[:5]}"
+    names = [a, b, c, dlq_name(a), dlq_name(b)]
+    names += [f"{q}.retry.{i}" for q in (a, b) for i in (1, 2, 3)]
+    broker.delete(*names)
