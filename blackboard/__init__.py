@@ -12,6 +12,7 @@ from blackboard._errors import (
     RecordNotFoundError,
     StaleRecordError,
     StorageError,
+    ValueTypeError,
 )
 from blackboard._model import FORMAT, Annotation, Literal
 from blackboard._path import Path, PathStep
@@ -33,5 +34,6 @@ __all__ = [
     "SqlStore",
     "StaleRecordError",
     "StorageError",
+    "ValueTypeError",
     "default_owner",
 ]

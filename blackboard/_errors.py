@@ -12,6 +12,7 @@ __all__ = [
     "BlackboardError",
     "RecordNotFoundError",
     "PathError",
+    "ValueTypeError",
     "RecordLockedError",
     "StaleRecordError",
     "StorageError",
@@ -43,6 +44,10 @@ class PathError(BlackboardError):
     """The path is malformed or does not address a value of the right kind."""
 
 
+class ValueTypeError(BlackboardError, TypeError):
+    """A value of the wrong type: not a literal type, not an Annotation, not JSON."""
+
+
 class RecordLockedError(BlackboardError):
     """Another owner holds the lease on one or more records.
 
@@ -65,11 +70,15 @@ class RecordLockedError(BlackboardError):
 
 
 class StaleRecordError(RecordLockedError):
-    """A commit lost its lease or found newer data in storage; nothing was written."""
+    """A commit lost its lease or found newer data in storage; nothing was written.
+
+    ``holders`` maps each refused record ID to why: the owner now holding it,
+    or a note on the versions found.
+    """
 
 
 class StorageError(BlackboardError):
-    """The storage failed (database unavailable, broken schema); retryable."""
+    """The storage failed (database unavailable, connection lost); retry later."""
 
 
 def ids_text(ids: Iterable[str], limit: int = 5) -> str:

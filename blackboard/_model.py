@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import copy
 import datetime as _dt
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+import math
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Union
 
-from blackboard._errors import BlackboardError
+from blackboard._errors import BlackboardError, ValueTypeError
 
-__all__ = ["Literal", "Annotation", "Scalar", "FORMAT", "new_document"]
+__all__ = ["Literal", "Annotation", "Scalar", "FORMAT", "MIGRATIONS", "new_document", "migrate"]
 
 FORMAT = 1
 
@@ -36,26 +36,84 @@ Scalar = Union[str, int, float, bool, _dt.date, _dt.datetime]
 _PLAIN = (str, int, float, bool)
 
 
-@dataclass(frozen=True)
+def _check_scalar(value: Any, what: str) -> None:
+    if not isinstance(value, _PLAIN):
+        raise ValueTypeError(f"{what} {value!r} has type {type(value).__name__}; "
+                             "use str, int, float or bool")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueTypeError(f"{what} {value!r} is not a finite number (records are JSON)")
+
+
+def _typed(value: Any) -> tuple[type, Any]:
+    # 1 == 1.0 == True in Python, but they are three different record values.
+    return (type(value), value)
+
+
+def _annmap_key(annmap: Mapping[str, tuple[Annotation, ...]]) -> frozenset[Any]:
+    return frozenset((name, anns) for name, anns in annmap.items())
+
+
 class Annotation:
     """An annotation: anonymous values, named values and nested annotations.
 
-    ``annotations`` maps a name to a list of nested :class:`Annotation`.
+    ``values`` is a tuple of scalars (str, int, float, bool), ``named`` maps
+    a name to a scalar, ``annotations`` maps a name to a tuple of nested
+    :class:`Annotation`.  Immutable, hashable; equality is type-exact
+    (``1`` and ``True`` differ).
     """
 
-    values: tuple[Any, ...] = ()
-    named: Mapping[str, Any] = field(default_factory=dict)
-    annotations: Mapping[str, tuple[Annotation, ...]] = field(default_factory=dict)
+    __slots__ = ("values", "named", "annotations", "_key")
+
+    values: tuple[Any, ...]
+    named: Mapping[str, Any]
+    annotations: Mapping[str, tuple[Annotation, ...]]
 
     def __init__(self, values: Iterable[Any] = (), named: Mapping[str, Any] | None = None,
                  annotations: Mapping[str, Iterable[Annotation]] | None = None):
-        object.__setattr__(self, "values", tuple(values))
-        object.__setattr__(self, "named", dict(named or {}))
-        object.__setattr__(self, "annotations",
-                           {k: tuple(v) for k, v in (annotations or {}).items()})
-        for value in (*self.values, *self.named.values()):
-            if not isinstance(value, _PLAIN):
-                raise BlackboardError(f"annotation value {value!r} must be str, int, float or bool")
+        if isinstance(values, (str, bytes)):
+            values = (values,)
+        vals = tuple(values)
+        nmd = dict(named or {})
+        anns = {str(k): tuple(v) for k, v in (annotations or {}).items()}
+        for value in vals:
+            _check_scalar(value, "annotation value")
+        for key, value in nmd.items():
+            if not isinstance(key, str):
+                raise ValueTypeError(f"annotation value name {key!r} must be a string")
+            _check_scalar(value, f"annotation value {key!r}")
+        for key, items in anns.items():
+            for item in items:
+                if not isinstance(item, Annotation):
+                    raise ValueTypeError(f"nested annotation {key!r}: expected an Annotation, "
+                                         f"got {type(item).__name__}")
+        object.__setattr__(self, "values", vals)
+        object.__setattr__(self, "named", nmd)
+        object.__setattr__(self, "annotations", anns)
+        object.__setattr__(self, "_key", (
+            tuple(_typed(v) for v in vals),
+            frozenset((k, _typed(v)) for k, v in nmd.items()),
+            _annmap_key(anns)))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Annotation is immutable; make a new one")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Annotation):
+            return NotImplemented
+        return self._key == other._key
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __repr__(self) -> str:
+        parts = []
+        if self.values:
+            parts.append(f"values={list(self.values)!r}")
+        if self.named:
+            parts.append(f"named={self.named!r}")
+        if self.annotations:
+            parts.append(f"annotations={self.annotations!r}")
+        return f"Annotation({', '.join(parts)})"
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -73,24 +131,58 @@ class Annotation:
                    annmap_from_json(data.get("ann", {})))
 
 
-@dataclass(frozen=True)
 class Literal:
-    """A literal value with an optional semantic type and annotations."""
+    """A literal value with an optional semantic type and annotations.
+
+    ``value`` is a str, int, float, bool, date or datetime.  Immutable,
+    hashable; equality is type-exact (``Literal(1) != Literal(True)``).
+    """
+
+    __slots__ = ("value", "semantic_type", "annotations", "_key")
 
     value: Scalar
-    semantic_type: str | None = None
-    annotations: Mapping[str, tuple[Annotation, ...]] = field(default_factory=dict)
+    semantic_type: str | None
+    annotations: Mapping[str, tuple[Annotation, ...]]
 
     def __init__(self, value: Scalar, semantic_type: str | None = None,
                  annotations: Mapping[str, Iterable[Annotation]] | None = None):
         if not isinstance(value, (*_PLAIN, _dt.date)):
-            raise BlackboardError(
+            raise ValueTypeError(
                 f"literal value {value!r} has type {type(value).__name__}; "
                 "use str, int, float, bool, date or datetime")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueTypeError(f"literal value {value!r} is not a finite number "
+                                 "(records are JSON)")
+        if semantic_type is not None and not isinstance(semantic_type, str):
+            raise ValueTypeError(f"semantic type {semantic_type!r} must be a string")
+        anns = {str(k): tuple(v) for k, v in (annotations or {}).items()}
+        for key, items in anns.items():
+            for item in items:
+                if not isinstance(item, Annotation):
+                    raise ValueTypeError(f"literal annotation {key!r}: expected an Annotation, "
+                                         f"got {type(item).__name__}")
         object.__setattr__(self, "value", value)
-        object.__setattr__(self, "semantic_type", semantic_type)
-        object.__setattr__(self, "annotations",
-                           {k: tuple(v) for k, v in (annotations or {}).items()})
+        object.__setattr__(self, "semantic_type", semantic_type or None)
+        object.__setattr__(self, "annotations", anns)
+        object.__setattr__(self, "_key", (_typed(value), semantic_type or None,
+                                          _annmap_key(anns)))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Literal is immutable; make a new one")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Literal):
+            return NotImplemented
+        return self._key == other._key
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __repr__(self) -> str:
+        extra = f", {self.semantic_type!r}" if self.semantic_type else ""
+        if self.annotations:
+            extra += f", annotations={self.annotations!r}"
+        return f"Literal({self.value!r}{extra})"
 
     @property
     def data_type(self) -> str:
@@ -116,7 +208,10 @@ def literal_to_value(item: Any) -> Any:
         value, stype, ann = item.value, item.semantic_type, item.annotations
     else:
         value, stype, ann = item, None, None
-    if isinstance(value, bool) or isinstance(value, (str, int, float)):
+    if isinstance(value, (str, int, float)):  # bool is an int
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueTypeError(f"literal value {value!r} is not a finite number "
+                                 "(records are JSON)")
         if not stype and not ann:
             return value
         out: dict[str, Any] = {"lit": value}
@@ -125,8 +220,8 @@ def literal_to_value(item: Any) -> Any:
     elif isinstance(value, _dt.date):
         out = {"lit": value.isoformat(), "dt": "date"}
     else:
-        raise BlackboardError(f"literal value {value!r} has type {type(value).__name__}; "
-                              "use str, int, float, bool, date or datetime")
+        raise ValueTypeError(f"literal value {value!r} has type {type(value).__name__}; "
+                             "use str, int, float, bool, date or datetime")
     if stype:
         out["type"] = stype
     if ann:
@@ -166,10 +261,22 @@ def copy_document(doc: dict[str, Any]) -> dict[str, Any]:
     return copy.deepcopy(doc)
 
 
+# Upgrades of stored documents: MIGRATIONS[n] turns a format-n document into
+# format n+1.  Add one here (and bump FORMAT) whenever the document form changes.
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+
 def migrate(doc: dict[str, Any]) -> dict[str, Any]:
-    """Bring a stored document up to ``FORMAT`` (a no-op while there is one format)."""
-    version = doc.get("v", FORMAT)
-    if version != FORMAT:
-        raise BlackboardError(f"record {doc.get('id')!r}: stored in format {version}, "
-                              f"this version of Chalk reads format {FORMAT}")
+    """Bring a stored document up to ``FORMAT`` (documents without ``"v"`` are format 1)."""
+    version = doc.get("v", 1)
+    if version == FORMAT:
+        return doc
+    if not isinstance(version, int) or version > FORMAT:
+        raise BlackboardError(f"record {doc.get('id')!r}: stored in format {version!r}; this "
+                              f"version of Chalk reads formats up to {FORMAT}: upgrade Chalk",
+                              record_id=doc.get("id"))
+    while version < FORMAT:
+        doc = MIGRATIONS[version](doc)
+        version += 1
+        doc["v"] = version
     return doc

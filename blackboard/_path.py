@@ -4,31 +4,39 @@ A path is a list of steps; each step names an attribute and an index into
 its values (default 0).  ``PathStep.ATTRIBUTE_ANNOTATION`` (-1) as the index
 of the last step addresses the attribute's own annotations.  Whether an index
 counts literals or sub-objects depends on the method that takes the path.
+
+``Path`` follows the seed's Java class: ``add`` and ``up`` change the path in
+place and return it.  It is also a value (equality, hashing, ``str`` round
+trip), so do not change a path while it is a dict key.  The blackboard
+methods take a ``Path`` or its string form; parsed strings are cached.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from functools import lru_cache
 from typing import Union
 
 from blackboard._errors import PathError
 
-__all__ = ["Path", "PathStep", "PathLike"]
+__all__ = ["Path", "PathStep", "PathLike", "as_path", "path_steps"]
 
-_STEP = re.compile(r"^([^\[\]/]+)(?:\[(-?\d+)\])?$")
+_STEP = re.compile(r"([^\[\]/]+?)(?:\[(-?\d+)\])?")
+_BAD_NAME_CHARS = frozenset("[]/")
 
 
 class PathStep:
-    """One step of a path: an attribute name and an index."""
+    """One step of a path: an attribute name and an index (default 0)."""
 
     ATTRIBUTE_ANNOTATION = -1
     __slots__ = ("_name", "_index")
 
     def __init__(self, name: str, index: int = 0):
-        if not isinstance(name, str) or not name or any(c in name for c in "[]/"):
-            raise PathError(f"bad attribute name {name!r} in path: names are non-empty "
-                            "and contain no '[', ']' or '/'")
+        if (not isinstance(name, str) or not name or name != name.strip()
+                or not _BAD_NAME_CHARS.isdisjoint(name)):
+            raise PathError(f"bad attribute name {name!r} in path: names are non-empty, "
+                            "without surrounding spaces, and contain no '[', ']' or '/'")
         if not isinstance(index, int) or isinstance(index, bool) or index < -1:
             raise PathError(f"bad index {index!r} for attribute {name!r}: use 0, 1, … "
                             "or PathStep.ATTRIBUTE_ANNOTATION (-1)")
@@ -43,16 +51,25 @@ class PathStep:
     def index(self) -> int:
         return self._index
 
+    # The seed's getters.
+    def get_name(self) -> str:
+        return self._name
+
+    def get_index(self) -> int:
+        return self._index
+
     @classmethod
     def parse(cls, text: str) -> PathStep:
-        match = _STEP.match(text.strip())
+        """``"name"`` or ``"name[index]"`` → a step."""
+        match = _STEP.fullmatch(text.strip()) if isinstance(text, str) else None
         if not match:
             raise PathError(f"bad path step {text!r}: expected 'name' or 'name[index]'")
-        return cls(match.group(1), int(match.group(2)) if match.group(2) else 0)
+        return cls(match.group(1).strip(), int(match.group(2)) if match.group(2) else 0)
 
     def __eq__(self, other: object) -> bool:
-        return (isinstance(other, PathStep) and self._name == other._name
-                and self._index == other._index)
+        if not isinstance(other, PathStep):
+            return NotImplemented
+        return self._name == other._name and self._index == other._index
 
     def __hash__(self) -> int:
         return hash((self._name, self._index))
@@ -64,36 +81,50 @@ class PathStep:
         return f"PathStep({self._name!r}, {self._index})"
 
 
-class Path:
-    """A sequence of :class:`PathStep`.
+@lru_cache(maxsize=4096)
+def _parse(text: str) -> tuple[PathStep, ...]:
+    stripped = text.strip()
+    if stripped.startswith(Path.SEPARATOR):
+        stripped = stripped[1:]
+    if stripped.endswith(Path.SEPARATOR):
+        stripped = stripped[:-1]
+    if not stripped:
+        return ()
+    parts = stripped.split(Path.SEPARATOR)
+    if any(not part.strip() for part in parts):
+        raise PathError(f"bad path {text!r}: empty step (two '/' in a row)")
+    try:
+        return tuple(PathStep.parse(part) for part in parts)
+    except PathError as e:
+        raise PathError(f"bad path {text!r}: {e}") from None
 
-    ``add`` and ``up`` change the path in place and return it (as the seed's
-    Java API does); everything else treats it as a value: equality, hashing
-    and ``str`` round trip.
-    """
+
+class Path:
+    """A sequence of :class:`PathStep`; see the module docstring."""
 
     SEPARATOR = "/"
     __slots__ = ("_steps",)
 
-    def __init__(self, path: Union[Path, str, None, list[PathStep]] = None):
+    def __init__(self, path: Union[Path, str, Iterable[PathStep], None] = None):
         if path is None:
             self._steps: list[PathStep] = []
         elif isinstance(path, Path):
             self._steps = list(path._steps)
         elif isinstance(path, str):
-            text = path.strip().strip(self.SEPARATOR)
-            self._steps = [PathStep.parse(part) for part in text.split(self.SEPARATOR)] if text else []
-            if text and "//" in text:
-                raise PathError(f"bad path {path!r}: empty step between '//'")
-        elif isinstance(path, list):
+            self._steps = list(_parse(path))
+        elif isinstance(path, PathStep):
+            self._steps = [path]
+        elif isinstance(path, (list, tuple)):
             for step in path:
                 if not isinstance(step, PathStep):
                     raise PathError(f"bad path step {step!r}: expected a PathStep")
             self._steps = list(path)
         else:
-            raise PathError(f"bad path {path!r}: expected a string like 'attr[1]/sub' or a Path")
+            raise PathError(f"bad path {path!r}: expected a string like 'attr[1]/sub', "
+                            "a Path or a list of PathSteps")
 
     def add(self, step: Union[PathStep, str], index: int | None = None) -> Path:
+        """Append a step (a PathStep, or a name and optional index); return this path."""
         if isinstance(step, PathStep):
             if index is not None:
                 raise PathError("give either a PathStep or a name and an index, not both")
@@ -103,22 +134,44 @@ class Path:
         return self
 
     def up(self) -> Path:
+        """Remove the last step; return this path."""
         if not self._steps:
             raise PathError("cannot go up from the empty path")
         self._steps.pop()
         return self
 
+    def copy(self) -> Path:
+        return Path(self)
+
+    def child(self, name: str, index: int = 0) -> Path:
+        """A new path one step longer (this one is unchanged)."""
+        return Path(self).add(name, index)
+
+    def parent(self) -> Path:
+        """A new path one step shorter (this one is unchanged)."""
+        return Path(self).up()
+
     def is_empty(self) -> bool:
         return not self._steps
 
+    def _at(self, position: int) -> PathStep:
+        try:
+            return self._steps[position]
+        except (IndexError, TypeError):
+            raise PathError(f"path {str(self)!r} has no step {position!r} "
+                            f"(length {len(self._steps)})") from None
+
     def get(self, position: int) -> PathStep:
-        return self._steps[position]
+        return self._at(position)
 
     def name(self, position: int) -> str:
-        return self._steps[position].name
+        return self._at(position).name
 
     def index(self, position: int) -> int:
-        return self._steps[position].index
+        return self._at(position).index
+
+    get_name = name
+    get_index = index
 
     @property
     def steps(self) -> tuple[PathStep, ...]:
@@ -130,8 +183,11 @@ class Path:
             raise PathError("the empty path has no last step")
         return self._steps[-1]
 
+    def __getitem__(self, position: int) -> PathStep:
+        return self._at(position)
+
     def __iter__(self) -> Iterator[PathStep]:
-        return iter(list(self._steps))
+        return iter(tuple(self._steps))
 
     def __len__(self) -> int:
         return len(self._steps)
@@ -140,9 +196,9 @@ class Path:
         return len(self._steps)
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, str):
-            other = Path(other)
-        return isinstance(other, Path) and self._steps == other._steps
+        if not isinstance(other, Path):
+            return NotImplemented
+        return self._steps == other._steps
 
     def __hash__(self) -> int:
         return hash(tuple(self._steps))
@@ -159,3 +215,14 @@ PathLike = Union[Path, str, None]
 
 def as_path(path: PathLike) -> Path:
     return path if isinstance(path, Path) else Path(path)
+
+
+def path_steps(path: PathLike) -> tuple[PathStep, ...]:
+    """The steps of a path or path string (strings parsed once and cached)."""
+    if isinstance(path, str):
+        return _parse(path)
+    if path is None:
+        return ()
+    if isinstance(path, Path):
+        return tuple(path._steps)
+    raise PathError(f"bad path {path!r}: expected a string like 'attr[1]/sub' or a Path")

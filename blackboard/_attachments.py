@@ -1,0 +1,200 @@
+"""Attachments: named binary blobs of a record, streamed in and out.
+
+An attachment on a blackboard is one of: bytes in memory, a spool (a
+temporary file, for streams — never held whole in memory), or a reference to
+chunks in storage (read lazily, one chunk at a time).  Commit writes only
+what changed; a fragment's copy of a stored attachment is copied inside the
+database, never through Python.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from typing import IO, TYPE_CHECKING, Any
+
+from blackboard._errors import BlackboardError, ValueTypeError, where
+
+if TYPE_CHECKING:
+    from blackboard._blackboard import _Entry
+    from blackboard._storage import SqlStore
+
+__all__ = ["AttachmentsMixin"]
+
+SPOOL_MEMORY = 1 << 20   # bytes of a streamed attachment kept in memory before spilling to disk
+COPY_BUFFER = 1 << 20
+
+
+class Attachment:
+    __slots__ = ("data", "spool", "dirty", "source")
+
+    def __init__(self, data: bytes | None = None, spool: IO[bytes] | None = None,
+                 dirty: bool = False, source: tuple[str, str] | None = None):
+        self.data = data          # bytes held in memory
+        self.spool = spool        # or a temporary file (streamed in)
+        self.dirty = dirty        # must be written (or copied from ``source``) on commit
+        self.source = source      # or (record id, name) of stored chunks
+
+    def close(self) -> None:
+        if self.spool is not None:
+            self.spool.close()
+            self.spool = None
+
+    def copy(self) -> Attachment:
+        """An independent copy (a spool is copied file to file, not into memory)."""
+        if self.spool is not None:
+            spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
+            self.spool.seek(0)
+            shutil.copyfileobj(self.spool, spool, COPY_BUFFER)
+            return Attachment(spool=spool, dirty=True)
+        return Attachment(self.data, None, True, self.source)
+
+
+class _SpoolView(io.RawIOBase):
+    """A reader over a spool that has its own position and never closes the spool."""
+
+    def __init__(self, spool: IO[bytes]):
+        self._spool = spool
+        self._position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        self._spool.seek(self._position)
+        data = self._spool.read(len(buffer))
+        buffer[:len(data)] = data
+        self._position += len(data)
+        return len(data)
+
+
+class _ChunkReader(io.RawIOBase):
+    """A readable stream over an iterator of byte chunks."""
+
+    def __init__(self, chunks: Iterable[bytes]):
+        self._chunks: Iterator[bytes] = iter(chunks)
+        self._chunk = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._chunk:
+            try:
+                self._chunk = memoryview(next(self._chunks))
+            except StopIteration:
+                return 0
+        size = min(len(buffer), len(self._chunk))
+        buffer[:size] = self._chunk[:size]
+        self._chunk = self._chunk[size:]
+        return size
+
+
+class AttachmentsMixin:
+    """Attachment methods of :class:`Blackboard`."""
+
+    store: SqlStore | None
+
+    def _entry(self, record_id: str) -> _Entry:  # provided by Blackboard
+        raise NotImplementedError
+
+    def attachment_names(self, record_id: str) -> list[str]:
+        """Names of the record's attachments."""
+        return list(self._entry(record_id).attachments)
+
+    def has_attachment(self, record_id: str, name: str) -> bool:
+        return name in self._entry(record_id).attachments
+
+    def _attachment(self, record_id: str, name: str) -> Attachment:
+        att = self._entry(record_id).attachments.get(name)
+        if att is None:
+            raise BlackboardError(f"{where(record_id)}: no attachment {name!r}",
+                                  record_id=record_id)
+        return att
+
+    def _open(self, record_id: str, name: str, att: Attachment) -> IO[bytes]:
+        if att.data is not None:
+            return io.BytesIO(att.data)
+        if att.spool is not None:
+            return io.BufferedReader(_SpoolView(att.spool), COPY_BUFFER)
+        if att.source is not None and self.store is not None:
+            return io.BufferedReader(_ChunkReader(self.store.attachment_chunks(*att.source)),
+                                     COPY_BUFFER)
+        raise BlackboardError(f"{where(record_id)}: attachment {name!r}: its content is not "
+                              "on this blackboard (it was not shipped to this worker)",
+                              record_id=record_id)
+
+    def get_attachment(self, record_id: str, name: str) -> bytes:
+        """The attachment's bytes (use :meth:`get_attachment_stream` for large ones).
+
+        Raises :class:`BlackboardError` when there is no such attachment.
+        """
+        att = self._attachment(record_id, name)
+        if att.data is not None:
+            return att.data
+        with self._open(record_id, name, att) as stream:
+            return stream.read()
+
+    def get_attachment_stream(self, record_id: str, name: str) -> IO[bytes]:
+        """A binary stream over the attachment; stored ones are read a chunk at a time."""
+        return self._open(record_id, name, self._attachment(record_id, name))
+
+    def set_attachment(self, record_id: str, name: str, data: bytes) -> None:
+        """Set the attachment to ``data`` (bytes-like)."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise ValueTypeError(f"{where(record_id)}: attachment {name!r} must be bytes, got "
+                                 f"{type(data).__name__}", record_id=record_id)
+        self._put_attachment(record_id, name, Attachment(bytes(data), dirty=True))
+
+    def set_attachment_from_stream(self, record_id: str, name: str, stream: IO[bytes]) -> None:
+        """Copy a binary stream into the attachment, never holding it whole in memory.
+
+        The bytes go to a temporary file now (the stream may be closed
+        afterwards) and into storage, chunk by chunk, on commit.
+        """
+        self._check_attachment_name(record_id, name)
+        self._entry(record_id)
+        if not hasattr(stream, "read"):
+            raise ValueTypeError(f"{where(record_id)}: attachment {name!r}: expected a binary "
+                                 f"stream, got {type(stream).__name__}", record_id=record_id)
+        spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
+        try:
+            while True:
+                chunk = stream.read(COPY_BUFFER)
+                if not chunk:
+                    break
+                if not isinstance(chunk, (bytes, bytearray, memoryview)):
+                    raise ValueTypeError(f"{where(record_id)}: attachment {name!r}: the stream "
+                                         "gives text; open it in binary mode",
+                                         record_id=record_id)
+                spool.write(chunk)
+        except BaseException:
+            spool.close()
+            raise
+        self._put_attachment(record_id, name, Attachment(spool=spool, dirty=True))
+
+    @staticmethod
+    def _check_attachment_name(record_id: str, name: Any) -> None:
+        if not isinstance(name, str) or not name or len(name) > 512:
+            raise BlackboardError(f"{where(record_id)}: bad attachment name {name!r} "
+                                  "(a non-empty string of up to 512 characters)",
+                                  record_id=record_id)
+
+    def _put_attachment(self, record_id: str, name: str, att: Attachment) -> None:
+        self._check_attachment_name(record_id, name)
+        entry = self._entry(record_id)
+        old = entry.attachments.get(name)
+        if old is not None:
+            old.close()
+        entry.attachments[name] = att
+        entry.changed = True
+
+    def remove_attachment(self, record_id: str, name: str) -> None:
+        """Remove the attachment (from storage on commit)."""
+        entry = self._entry(record_id)
+        self._attachment(record_id, name).close()
+        del entry.attachments[name]
+        entry.removed_attachments.add(name)
+        entry.changed = True

@@ -1,0 +1,183 @@
+"""Records as plain data: message attributes, documents, and transport items.
+
+Transport items carry records between the driver's blackboard and the
+partition-local ones of Spark workers (see docs/internals.md)::
+
+    {"doc": RECORD, "attachments": {name: bytes}, "deleted": bool, "new": bool,
+     "notes": {...}, "mode": "loaded"|"absent"|"created", "version": int|None}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from blackboard._attachments import Attachment
+from blackboard._errors import BlackboardError, PathError, ValueTypeError, where
+from blackboard._model import is_object, migrate
+
+if TYPE_CHECKING:
+    from blackboard._blackboard import _Entry
+
+__all__ = ["TransportMixin", "json_to_values", "values_to_json"]
+
+
+def json_to_values(value: Any) -> list[Any]:
+    """Message JSON for one attribute → document VALUEs (list → many; dict → sub-object)."""
+    items = value if isinstance(value, list) else [value]
+    out = []
+    for item in items:
+        if isinstance(item, dict):
+            out.append({"obj": {"attrs": {k: json_to_values(v) for k, v in item.items()}}})
+        elif isinstance(item, (str, int, float)):
+            out.append(item)
+        else:
+            raise ValueTypeError(f"attribute value {item!r}: use strings, numbers, booleans, "
+                                 "lists or objects")
+    return out
+
+
+def values_to_json(values: list[Any]) -> Any:
+    """Document VALUEs → plain JSON (a single value unwrapped)."""
+    out = [
+        {k: values_to_json(v) for k, v in (value["obj"].get("attrs") or {}).items()}
+        if is_object(value) else (value["lit"] if isinstance(value, dict) else value)
+        for value in values
+    ]
+    return out[0] if len(out) == 1 else out
+
+
+class TransportMixin:
+    """Document and transport methods of :class:`Blackboard`."""
+
+    _entries: dict[str, _Entry]
+    _instance: dict[str, Any]
+
+    def _entry(self, record_id: str) -> _Entry:  # provided by Blackboard
+        raise NotImplementedError
+
+    def _doc(self, record_id: str, *, change: bool = False) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _bind(self, record_id: str, key: Any) -> None:
+        raise NotImplementedError
+
+    def _new_entry(self, doc: dict[str, Any], version: int | None, mode: str,
+                   leased: bool) -> _Entry:
+        raise NotImplementedError
+
+    def get_attachment(self, record_id: str, name: str) -> bytes:
+        raise NotImplementedError
+
+    def document(self, record_id: str) -> dict[str, Any]:
+        """The record's document (a read-only view; see ``blackboard._model``)."""
+        entry = self._entry(record_id)
+        entry.doc["attachments"] = list(entry.attachments)
+        return entry.doc
+
+    def set_attributes(self, record_id: str, attributes: Mapping[str, Any]) -> None:
+        """Write message-style JSON attributes (lists: many values; dicts: sub-objects).
+
+        Each named attribute's values are replaced; its annotations stay.
+        """
+        converted = {}
+        for name, value in attributes.items():
+            if (not isinstance(name, str) or not name or name != name.strip()
+                    or any(c in name for c in "[]/")):
+                raise PathError(f"{where(record_id)}: bad attribute name {name!r}",
+                                record_id=record_id)
+            try:
+                converted[name] = json_to_values(value)
+            except BlackboardError as e:
+                raise ValueTypeError(f"{where(record_id, name)}: {e}", record_id=record_id,
+                                     path=name) from None
+        attrs = self._doc(record_id, change=True)["meta"].setdefault("attrs", {})
+        attrs.update(converted)
+
+    def get_attributes(self, record_id: str, names: Iterable[str] | None = None) -> dict[str, Any]:
+        """The record's attributes as plain JSON (one value unwrapped, sub-objects as dicts)."""
+        attrs = self._doc(record_id)["meta"].get("attrs") or {}
+        keys = attrs if names is None else [n for n in names if n in attrs]
+        return {name: values_to_json(attrs[name]) for name in keys}
+
+    def export_records(self, ids: Iterable[str], *, attachments: str = "all",
+                       notes: bool = True) -> list[dict[str, Any]]:
+        """Transport items for ``ids`` (see the module docstring).
+
+        ``attachments`` selects which attachment bytes travel: ``"all"``,
+        ``"changed"`` (set on this blackboard) or ``"none"``.
+        """
+        if attachments not in ("all", "changed", "none"):
+            raise BlackboardError(f"export_records: attachments={attachments!r}: use 'all', "
+                                  "'changed' or 'none'")
+        out = []
+        for rid in ids:
+            entry = self._entry(rid)
+            blobs: dict[str, bytes] = {}
+            if attachments != "none":
+                for name, att in entry.attachments.items():
+                    if attachments == "all" or (att.dirty and att.source is None):
+                        blobs[name] = self.get_attachment(rid, name)
+            item: dict[str, Any] = {"doc": self.document(rid), "attachments": blobs,
+                                    "deleted": entry.deleted, "new": entry.mode != "loaded",
+                                    "mode": entry.mode, "version": entry.version}
+            if notes and entry.notes:
+                item["notes"] = entry.notes
+            out.append(item)
+        return out
+
+    def import_records(self, items: Iterable[Mapping[str, Any]], *, changed: bool = True) -> None:
+        """Put transport items on this blackboard.
+
+        Records already here are replaced (their attachments: named bytes
+        replace, names missing from the document are removed, others stay).
+        Unknown IDs come on as new records (fragments made by a worker):
+        their leases are taken at commit, and attachments whose bytes did not
+        travel are copied from the parent.  ``changed=False`` loads items as
+        unchanged copies (a worker receiving its partition).
+        """
+        for item in items:
+            doc = migrate(item["doc"])
+            rid = doc.get("id")
+            if not isinstance(rid, str) or not rid:
+                raise BlackboardError(f"import_records: item without a record ID: {doc!r:.80}")
+            entry = self._entries.get(rid)
+            parent = doc.get("parent")
+            if entry is None:
+                mode = item.get("mode") or ("created" if item.get("new", True) else "loaded")
+                version = item.get("version") if mode == "loaded" else None
+                if mode == "loaded" and version is None:
+                    mode = "created"
+                entry = self._new_entry(doc, version, mode, leased=False)
+                self._entries[rid] = entry
+                if parent in self._instance:
+                    self._bind(rid, self._instance[parent])
+            else:
+                entry.doc = doc
+            entry.changed = changed or entry.mode != "loaded"
+            entry.deleted = bool(item.get("deleted"))
+            if "notes" in item:
+                entry.notes = dict(item["notes"])
+            names = list(doc.get("attachments", ()))
+            for name in list(entry.attachments):
+                if name not in names:
+                    entry.attachments.pop(name).close()
+                    entry.removed_attachments.add(name)
+            blobs = item.get("attachments") or {}
+            for name in names:
+                if name in blobs:
+                    old = entry.attachments.get(name)
+                    if old is not None:
+                        old.close()
+                    entry.attachments[name] = Attachment(bytes(blobs[name]), dirty=changed)
+                elif name in entry.attachments:
+                    continue
+                elif not changed:
+                    entry.attachments[name] = Attachment()  # not shipped to this worker
+                elif parent is not None and parent in self._entries \
+                        and name in self._entries[parent].attachments:
+                    entry.attachments[name] = self._entries[parent].attachments[name].copy()
+                else:
+                    owner = parent if parent is not None and entry.mode != "loaded" else rid
+                    entry.attachments[name] = Attachment(source=(owner, name),
+                                                         dirty=owner != rid)
