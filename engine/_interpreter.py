@@ -231,7 +231,8 @@ class Interpreter:
         remaining = cohort
         for cond, branch in act.branches:
             taken = [i for i in remaining if self._test(cond, i)]
-            remaining = [i for i in remaining if i.running and i not in taken]
+            chosen = {id(i) for i in taken}
+            remaining = [i for i in remaining if i.running and id(i) not in chosen]
             self._run(wf, branch, taken)
         if act.otherwise is not None:
             self._run(wf, act.otherwise, remaining)

@@ -1,14 +1,9 @@
-"""Engine test fixtures.
-
-``engine_spark`` is the session's SparkSession: the shared ``spark`` fixture
-from ``tests/conftest.py`` when it exists, else one made here (once per test
-session, local[2]).
-"""
+"""Engine test fixtures (the SparkSession is the shared ``spark`` fixture of tests/conftest.py)."""
 
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,20 +11,6 @@ import pytest
 from engine_helpers import BPEL_HEADER
 
 from engine import Workflow, load_workflow
-
-
-@pytest.fixture(scope="session")
-def engine_spark(request: pytest.FixtureRequest) -> Iterator[Any]:
-    try:
-        yield request.getfixturevalue("spark")
-        return
-    except pytest.FixtureLookupError:
-        pass
-    from engine import spark_session
-
-    session = spark_session("local[2]")
-    yield session
-    session.stop()
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 def test_a_crashing_and_a_hanging_instance_are_isolated_and_the_rest_commit(
-    engine_spark: Any, make_workflow: Any
+    spark: Any, make_workflow: Any
 ) -> None:
     wf = make_workflow("<sequence>" + pipelet("crash", "Crash") + "</sequence>")
     bb = Blackboard.local()
@@ -22,7 +22,7 @@ def test_a_crashing_and_a_hanging_instance_are_isolated_and_the_rest_commit(
     batch["p1"]["crash"] = True
     batch["p4"]["hang"] = True
     records(bb, batch)
-    results = SparkRunner(engine_spark, batch_timeout=4).run(wf, bb, [[rid] for rid in batch])
+    results = SparkRunner(spark, batch_timeout=4).run(wf, bb, [[rid] for rid in batch])
     assert [r.ok for r in results] == [True, False, True, True, False, True]
     assert "Spark task failed" in (results[1].error or "") and "crash" not in bb.get_attributes("p0")
     assert "batch timeout" in (results[4].error or "")
@@ -31,4 +31,4 @@ def test_a_crashing_and_a_hanging_instance_are_isolated_and_the_rest_commit(
     assert "trail" not in bb.get_attributes("p1") and "trail" not in bb.get_attributes("p4")
     # the session still works afterwards
     records(bb, {"later": {}})
-    assert SparkRunner(engine_spark).run(wf, bb, [["later"]])[0].ok
+    assert SparkRunner(spark).run(wf, bb, [["later"]])[0].ok

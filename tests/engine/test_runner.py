@@ -35,18 +35,18 @@ def run_both(workflow: Any, spark: Any, batch: dict[str, dict[str, Any]], instan
     return out[0], out[1]
 
 
-def test_spark_and_local_runners_leave_identical_records(engine_spark: Any) -> None:
+def test_spark_and_local_runners_leave_identical_records(spark: Any) -> None:
     wf = load_workflow(VALID_DIR / "mixed.xml")
-    (local_results, local_records), (spark_results, spark_records) = run_both(wf, engine_spark, BATCH, INSTANCES)
+    (local_results, local_records), (spark_results, spark_records) = run_both(wf, spark, BATCH, INSTANCES)
     assert spark_records == local_records
     assert [(r.index, r.ok, r.result_ids, r.record_ids) for r in spark_results] == [
         (r.index, r.ok, r.result_ids, r.record_ids) for r in local_results
     ]
 
 
-def test_a_failing_pipelet_fails_only_its_instances(engine_spark: Any) -> None:
+def test_a_failing_pipelet_fails_only_its_instances(spark: Any) -> None:
     wf = load_workflow(VALID_DIR / "mixed.xml")
-    _, (results, after) = run_both(wf, engine_spark, BATCH, INSTANCES)
+    _, (results, after) = run_both(wf, spark, BATCH, INSTANCES)
     assert [r.ok for r in results] == [True, False, True, True, False, True]
     failed = results[1]
     assert "pipeletError" in (failed.error or "") and "'r2'" in (failed.error or "")
@@ -65,7 +65,7 @@ def test_a_failing_pipelet_fails_only_its_instances(engine_spark: Any) -> None:
 
 
 def test_an_anonymous_pipelet_exception_reruns_the_others_from_their_original_records(
-    engine_spark: Any, make_workflow: Any
+    spark: Any, make_workflow: Any
 ) -> None:
     wf = make_workflow(
         "<sequence>" + pipelet("mark", "Mark", value="one") + pipelet("fail", "FailWhen", named="false")
@@ -73,7 +73,7 @@ def test_an_anonymous_pipelet_exception_reruns_the_others_from_their_original_re
     )
     batch = {f"x{i}": {"n": i} for i in range(7)}
     batch["x3"]["fail"] = True
-    local, spark = run_both(wf, engine_spark, batch, [[rid] for rid in batch])
+    local, spark = run_both(wf, spark, batch, [[rid] for rid in batch])
     for results, after in (local, spark):
         assert [r.ok for r in results] == [True, True, True, False, True, True, True]
         assert "RuntimeError" in (results[3].error or "")
@@ -82,22 +82,22 @@ def test_an_anonymous_pipelet_exception_reruns_the_others_from_their_original_re
         assert after["x3"] == {"n": 3, "fail": True}
 
 
-def test_demo_workflow_normalizes_text_and_counts_words(engine_spark: Any) -> None:
+def test_demo_workflow_normalizes_text_and_counts_words(spark: Any) -> None:
     wf = load_workflow(REPO / "workflows" / "demo.xml")
     assert wf.name == "Demo"
     batch = {"d1": {"text": "  Hello\n  WORLD  "}, "d2": {"text": "one two   three"}}
-    local, spark = run_both(wf, engine_spark, batch, [["d1"], ["d2"]])
+    local, spark = run_both(wf, spark, batch, [["d1"], ["d2"]])
     assert local[1] == spark[1]
     assert spark[1]["d1"] == {"text": "hello world", "words": 2}
     assert spark[1]["d2"]["words"] == 3
 
 
-def test_attachments_travel_to_workers_and_back(engine_spark: Any, make_workflow: Any) -> None:
+def test_attachments_travel_to_workers_and_back(spark: Any, make_workflow: Any) -> None:
     wf = make_workflow("<sequence>" + pipelet("split", "SplitInTwo") + "</sequence>")
     bb = Blackboard.local()
     records(bb, {"p": {"t": "x"}})
     bb.set_attachment("p", "raw", b"\x00\xffbytes")
-    results = SparkRunner(engine_spark).run(wf, bb, [["p"]])
+    results = SparkRunner(spark).run(wf, bb, [["p"]])
     assert results[0].ok
     assert bb.get_attachment("p#a", "raw") == b"\x00\xffbytes"
     assert bb.get_attachment("p", "raw") == b"\x00\xffbytes"

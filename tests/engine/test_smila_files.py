@@ -26,11 +26,11 @@ def _addpipeline_batch(bb: Blackboard) -> list[list[str]]:
 
 
 @pytest.mark.spark
-def test_smila_addpipeline_runs_mime_detection_html_to_text_and_indexing(engine_spark: Any) -> None:
+def test_smila_addpipeline_runs_mime_detection_html_to_text_and_indexing(spark: Any) -> None:
     wf = load_workflow(SMILA_DIR / "SMILA.application" / "addpipeline.bpel", aliases=LUCENE)
     assert wf.name == "AddPipeline"
     outcomes = []
-    for runner in (LocalRunner(), SparkRunner(engine_spark)):
+    for runner in (LocalRunner(), SparkRunner(spark)):
         bb = Blackboard.local()
         results = runner.run(wf, bb, _addpipeline_batch(bb))
         assert all(r.ok for r in results), results
