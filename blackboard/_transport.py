@@ -116,6 +116,8 @@ class TransportMixin:
             blobs: dict[str, bytes] = {}
             if attachments != "none":
                 for name, att in entry.attachments.items():
+                    if att.data is None and att.spool is None and att.source is None:
+                        continue  # never shipped here: the name travels, bytes stay put
                     if attachments == "all" or (att.dirty and att.source is None):
                         blobs[name] = self.get_attachment(rid, name)
             item: dict[str, Any] = {"doc": self.document(rid), "attachments": blobs,
