@@ -253,7 +253,9 @@ class Service:
         for name, group in groups.items():
             self._run_group(name, group)
         self._finish(works)
-        log.debug("batch of %d message(s) in %.3f s", len(deliveries), time.perf_counter() - t_batch)
+        outcome = Counter(w.state.value if w.state is not State.ACKED else "done" for w in works)
+        log.info("batch of %d message(s) in %.2f s: %s", len(works), time.perf_counter() - t_batch,
+                 ", ".join(f"{n} {state}" for state, n in sorted(outcome.items())))
         self.stats.add("batch_ms", int((time.perf_counter() - t_batch) * 1000))
 
     def _receive(self, d: Delivery) -> _Work:

@@ -102,6 +102,10 @@ master = "local[2]"
 """
 
 
+def batches_seen(log: Path) -> int:
+    return log.read_text(errors="replace").count("batch of ")
+
+
 def test_two_stage_chain_is_exactly_once_under_kills_and_a_broker_restart(tmp_path, broker_url):
     broker = Broker(broker_url)
     tag = uuid.uuid4().hex[:6]
@@ -125,6 +129,8 @@ def test_two_stage_chain_is_exactly_once_under_kills_and_a_broker_restart(tmp_pa
         for round_ in range(1, KILLS + 1):
             proc = start_service(config, log)
             wait_for_log(log, " up: queues ", round_)
+            if round_ % 2 == 0:  # every other round: only once work is under way
+                wait_for_log(log, "batch of ", batches_seen(log) + 1)
             if round_ == KILLS // 2:
                 time.sleep(rng.uniform(0.5, 2.0))
                 restart_broker(mode="app")
@@ -139,7 +145,8 @@ def test_two_stage_chain_is_exactly_once_under_kills_and_a_broker_restart(tmp_pa
         keep = os.environ.get("CHALK_CHAOS_LOG")
         if keep:
             Path(keep).write_bytes(log.read_bytes())
-    print(f"\nchaos run: {KILLS} kills, 1 broker restart, {time.monotonic() - started:.0f} s")
+    print(f"\nchaos run: {KILLS} kills, 1 broker restart, {batches_seen(log)} batches, "
+          f"{time.monotonic() - started:.0f} s")
 
     delivered = broker.drain(c)
     by_record: dict[str, set[str]] = defaultdict(set)

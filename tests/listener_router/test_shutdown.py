@@ -53,8 +53,7 @@ def test_sigterm_under_load_loses_and_doubles_nothing(tmp_path, broker_url, qnam
     log = tmp_path / "service.log"
 
     proc = start_service(config, log)
-    wait_for_log(log, " up: queues ")
-    time.sleep(2.0)
+    wait_for_log(log, "batch of ", 2)
     kill_group(proc, signal.SIGTERM)
     started = time.monotonic()
     assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]
@@ -63,7 +62,7 @@ def test_sigterm_under_load_loses_and_doubles_nothing(tmp_path, broker_url, qnam
 
     proc = start_service(config, log)
     wait_for_log(log, " up: queues ", 2)
-    time.sleep(1.0)
+    time.sleep(0.5)
     kill_group(proc, signal.SIGTERM)
     time.sleep(0.1)
     kill_group(proc, signal.SIGTERM)
