@@ -201,7 +201,7 @@ def main() -> None:
 
     print(f"\n{args.records} records, batch {args.batch}, median of {args.rounds} rounds "
           f"(records/s; higher is better)\n")
-    print(f"| store | doc bytes | blackboard load+3 changes+commit | raw Core upsert | ratio |")
+    print("| store | doc bytes | blackboard load+3 changes+commit | raw Core upsert | ratio |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for r in results:
         print(f"| {r['store']} | {r['doc_bytes']:.0f} | {r['bb']:,.0f} | {r['raw']:,.0f} | "

@@ -256,26 +256,26 @@ def test_batches_use_a_constant_number_of_statements(bb: Blackboard) -> None:
     event.listen(bb.store.engine, "before_cursor_execute",
                  lambda conn, cursor, stmt, *rest: statements.append(stmt))
 
-    def count(action) -> int:
+    def count(action, *args) -> int:
         statements.clear()
-        action()
+        action(*args)
         return len(statements)
 
     counts = {}
     for n in (3, 400):
         ids = [f"r{n}-{i}" for i in range(n)]
-        created = count(lambda: [bb.create(i) for i in ids[:1]])
+        created = count(bb.create, ids[0])
         assert created <= 3
-        loaded = count(lambda: bb.load_many(ids[1:]))
+        loaded = count(bb.load_many, ids[1:])
         for rid in ids:
             bb.set_literal(rid, "a", 1)
-        committed = count(lambda: bb.commit_many(ids))
+        committed = count(bb.commit_many, ids)
         bb.load_many(ids)
         for rid in ids:
             bb.set_literal(rid, "a", 2)
-        recommitted = count(lambda: bb.commit_many(ids))
+        recommitted = count(bb.commit_many, ids)
         bb.load_many(ids)
-        invalidated = count(lambda: bb.invalidate_many(ids + ["not-here"]))
+        invalidated = count(bb.invalidate_many, ids + ["not-here"])
         counts[n] = (loaded, committed, recommitted, invalidated)
     assert counts[3] == counts[400]
     assert all(c <= 6 for c in counts[3]), counts
