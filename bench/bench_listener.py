@@ -1,0 +1,220 @@
+"""Listener/router benchmark: end to end against the bare broker round trip.
+
+Side by side in one run, on the same broker:
+
+* **bare**: an AMQP loop that consumes each message, publishes one outgoing
+  message with asynchronous publisher confirms, and acks the input once the
+  outgoing one is confirmed (no database, no workflow) — the floor;
+* **chalk**: the Chalk service: queue → 3-pipelet workflow (NormalizeWhitespace,
+  WordCount, Fingerprint) on Spark → commit on SQLite (records, inbox,
+  outbox in one transaction) → route → ack.
+
+Then latency: messages offered at a fixed rate (default 1,000/s) for a while,
+the time from publish to arrival in the output queue, p50 and p99.
+
+Run: ``.venv/bin/python bench/bench_listener.py`` (``--messages 5000`` for a
+quicker look; ``--runner local`` to leave Spark out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pika
+
+from listener_router import ListenerRule, RouterRule, Service, Settings
+from listener_router._amqp import AmqpLink, OutMessage, connection_parameters
+from listener_router._localbroker import ensure_local_broker
+from listener_router._topology import declare_all, dlq_name, retry_name
+
+WORKFLOW = """<?xml version="1.0"?>
+<process name="Bench3" xmlns="http://docs.oasis-open.org/wsbpel/2.0/process/executable"
+         xmlns:proc="http://www.eclipse.org/smila/processor">
+  <sequence>
+    <proc:invokePipelet name="normalize">
+      <proc:pipelet class="pipelets.text.NormalizeWhitespace"/>
+      <proc:configuration><proc:param name="attribute">text</proc:param>
+        <proc:param name="lowercase">true</proc:param></proc:configuration>
+    </proc:invokePipelet>
+    <proc:invokePipelet name="count">
+      <proc:pipelet class="pipelets.text.WordCount"/>
+      <proc:configuration><proc:param name="attribute">text</proc:param>
+        <proc:param name="output">words</proc:param></proc:configuration>
+    </proc:invokePipelet>
+    <proc:invokePipelet name="hash">
+      <proc:pipelet class="pipelets.fingerprint.Fingerprint"/>
+      <proc:configuration><proc:param name="attributes">text</proc:param>
+        <proc:param name="output">hash</proc:param></proc:configuration>
+    </proc:invokePipelet>
+  </sequence>
+</process>
+"""
+
+
+def body_for(i: int, sent: float | None = None) -> bytes:
+    record: dict[str, Any] = {"id": f"b{i:07d}",
+                              "attributes": {"text": f"  Some   TEXT number {i}  with words "}}
+    if sent is not None:
+        record["attributes"]["sent"] = sent
+    return json.dumps({"records": [record]}).encode()
+
+
+def publish(url: str, queue: str, bodies: list[bytes], prefix: str) -> None:
+    link = AmqpLink(url, consume=()).start()
+    try:
+        for start in range(0, len(bodies), 1000):
+            link.publish([OutMessage(routing_key=queue, body=b, message_id=f"{prefix}-{start + n}")
+                          for n, b in enumerate(bodies[start:start + 1000])]).result(timeout=120)
+    finally:
+        link.stop()
+
+
+def bare_round_trip(url: str, settings: Settings, n: int) -> float:
+    """Consume → publish one outgoing (async confirms) → ack on confirm; messages/s."""
+    src, dst = settings.listeners[0].queue + ".bare", settings.routers[0].queue + ".bare"
+    conn = pika.BlockingConnection(connection_parameters(url))
+    ch = conn.channel()
+    for q in (src, dst):
+        ch.queue_declare(q, durable=True, arguments={"x-queue-type": settings.queue_type})
+    conn.close()
+    publish(url, src, [body_for(i) for i in range(n)], "bare")
+    link = AmqpLink(url, prefetch=2000, consume=[src]).start()
+    done = 0
+    started = None
+    try:
+        while done < n:
+            batch = [link.deliveries.get(timeout=30)]
+            started = started or time.perf_counter()
+            while len(batch) < 500:
+                try:
+                    batch.append(link.deliveries.get_nowait())
+                except Exception:
+                    break
+            link.publish([OutMessage(routing_key=dst, body=d.body, message_id=f"o-{d.message_id}")
+                          for d in batch]).result(timeout=60)
+            link.ack(batch)
+            done += len(batch)
+        elapsed = time.perf_counter() - (started or time.perf_counter())
+    finally:
+        link.stop()
+        conn = pika.BlockingConnection(connection_parameters(url))
+        for q in (src, dst):
+            conn.channel().queue_delete(q)
+        conn.close()
+    return n / elapsed
+
+
+def chalk_run(settings: Settings, n: int, spark: Any) -> tuple[float, dict[str, int]]:
+    queue = settings.listeners[0].queue
+    publish(settings.broker_url, queue, [body_for(i) for i in range(n)], uuid.uuid4().hex[:6])
+    with Service(settings, spark=spark) as service:
+        # warm up Spark's workers on a first small job so that start-up is not measured
+        started = time.perf_counter()
+        stats = service.run(until=lambda s: s["committed"] >= n, idle_exit=60)
+        elapsed = time.perf_counter() - started
+    return stats["committed"] / elapsed, dict(stats.counts)
+
+
+def latency(settings: Settings, rate: float, seconds: float, spark: Any) -> list[float]:
+    queue, out = settings.listeners[0].queue, settings.routers[0].queue
+    arrivals: list[float] = []
+    total = int(rate * seconds)
+    with Service(settings, spark=spark) as service:
+        def offer() -> None:
+            link = AmqpLink(settings.broker_url, consume=()).start()
+            start = time.perf_counter()
+            for i in range(total):
+                due = start + i / rate
+                pause = due - time.perf_counter()
+                if pause > 0:
+                    time.sleep(pause)
+                link.publish([OutMessage(routing_key=queue, body=body_for(10_000_000 + i, time.time()),
+                                         message_id=f"lat-{uuid.uuid4().hex}")])
+            link.stop()
+
+        def collect() -> None:
+            conn = pika.BlockingConnection(connection_parameters(settings.broker_url))
+            ch = conn.channel()
+            for _method, _props, body in ch.consume(out, auto_ack=True, inactivity_timeout=15):
+                if body is None:
+                    break
+                now = time.time()
+                for record in json.loads(body)["records"]:
+                    arrivals.append(now - record["attributes"]["sent"])
+                if len(arrivals) >= total:
+                    break
+            conn.close()
+
+        threads = [threading.Thread(target=offer), threading.Thread(target=collect)]
+        for t in threads:
+            t.start()
+        service.run(until=lambda s: s["committed"] >= total, idle_exit=30)
+        for t in threads:
+            t.join(timeout=60)
+    return arrivals
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=20000)
+    parser.add_argument("--broker", default="amqp://guest:guest@127.0.0.1:5672/%2F")
+    parser.add_argument("--runner", choices=["spark", "local"], default="spark")
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--batch-size", type=int, default=1000)
+    parser.add_argument("--rate", type=float, default=1000.0)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    args = parser.parse_args()
+    ensure_local_broker(args.broker)
+    tmp = Path(tempfile.mkdtemp(prefix="chalk-bench-"))
+    (tmp / "workflows").mkdir()
+    (tmp / "workflows" / "bench3.xml").write_text(WORKFLOW)
+    tag = uuid.uuid4().hex[:6]
+    rule = ListenerRule(name="bench", queue=f"bench.{tag}.in", workflow="Bench3",
+                        batch_size=args.batch_size, max_wait_ms=50, prefetch=4 * args.batch_size)
+    settings = Settings(blackboard_url=f"sqlite:///{tmp / 'bench.db'}", broker_url=args.broker,
+                        workflows_dir=str(tmp / "workflows"), listeners=(rule,),
+                        routers=(RouterRule(queue=f"bench.{tag}.out", attributes=("words", "sent")),),
+                        runner=args.runner, spark_master=args.master)
+    spark = None
+    if args.runner == "spark":
+        import engine
+        spark = engine.spark_session(args.master, {"spark.sql.shuffle.partitions": "2"})
+    conn = pika.BlockingConnection(connection_parameters(args.broker))
+    declare_all(conn, settings)
+    conn.close()
+
+    print(f"{args.messages} messages, batch {args.batch_size}, runner {args.runner} {args.master}")
+    bare = bare_round_trip(args.broker, settings, args.messages)
+    print(f"bare broker round trip: {bare:,.0f} msg/s")
+    chalk_run(settings, min(2000, args.messages), spark)  # warm-up (Spark workers, imports)
+    rate, counts = chalk_run(settings, args.messages, spark)
+    print(f"chalk end to end:       {rate:,.0f} records/s   ratio {rate / bare:.2f}")
+    phases = {k: counts.get(k, 0) for k in ("load_ms", "run_ms", "commit_ms", "publish_ms", "batch_ms")}
+    print(f"  phases (ms): {phases}")
+    lat = latency(settings, args.rate, args.seconds, spark)
+    if lat:
+        lat.sort()
+        p50 = statistics.median(lat)
+        p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+        print(f"latency at {args.rate:.0f} msg/s offered for {args.seconds:.0f} s: "
+              f"p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms ({len(lat)} messages)")
+    conn = pika.BlockingConnection(connection_parameters(args.broker))
+    ch = conn.channel()
+    for q in (rule.queue, dlq_name(rule.queue), settings.routers[0].queue,
+              *(retry_name(rule.queue, i) for i in range(1, 4))):
+        ch.queue_delete(q)
+    conn.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
