@@ -200,6 +200,9 @@ def main() -> int:
     print(f"chalk end to end:       {rate:,.0f} records/s   ratio {rate / bare:.2f}")
     phases = {k: counts.get(k, 0) for k in ("load_ms", "run_ms", "commit_ms", "publish_ms", "batch_ms")}
     print(f"  phases (ms): {phases}")
+    conn = pika.BlockingConnection(connection_parameters(args.broker))
+    conn.channel().queue_purge(settings.routers[0].queue)
+    conn.close()
     lat = latency(settings, args.rate, args.seconds, spark)
     if lat:
         lat.sort()

@@ -18,7 +18,8 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +53,9 @@ CONFIRM_TIMEOUT = 60.0
 REFRESH_EVERY = 2.0
 
 
+_STATS_LOCK = threading.Lock()
+
+
 @dataclass
 class Stats:
     counts: Counter[str] = field(default_factory=Counter)
@@ -59,7 +63,8 @@ class Stats:
     last_activity: float = field(default_factory=time.monotonic)
 
     def add(self, key: str, n: int = 1) -> None:
-        self.counts[key] += n
+        with _STATS_LOCK:
+            self.counts[key] += n
 
     def __getitem__(self, key: str) -> int:
         return self.counts[key]
@@ -122,7 +127,10 @@ class Service:
         self.link: AmqpLink | None = None
         self.bb: Blackboard | None = None
         self._held: list[Delivery] = []
+        self._held_lock = threading.Lock()
         self._backoff = 0.0
+        self._finisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chalk-finish")
+        self._finishing: list[Future[None]] = []
 
     # -- opening and closing ---------------------------------------------------------
     def open(self) -> Service:
@@ -154,6 +162,10 @@ class Service:
         return self
 
     def close(self) -> None:
+        try:
+            self.drain()
+        finally:
+            self._finisher.shutdown(wait=True)
         if self.link is not None:
             self.link.stop()
         if self.bb is not None:
@@ -200,6 +212,7 @@ class Service:
                 self._last_refresh = time.monotonic()
                 for problem in self.registry.refresh():
                     log.error("%s", problem)
+        self.drain()
         return self.stats
 
     def _gather(self) -> list[Delivery]:
@@ -209,8 +222,9 @@ class Service:
         if self._held:
             if self._stopping.wait(self._backoff):
                 return []
-            batch = [d for d in self._held if d.generation == self.link.generation]
-            self._held = []
+            with self._held_lock:
+                batch = [d for d in self._held if d.generation == self.link.generation]
+                self._held = []
             if batch:
                 return batch
         try:
@@ -252,8 +266,8 @@ class Service:
             groups.setdefault(w.rule.workflow, []).append(w)
         for name, group in groups.items():
             self._run_group(name, group)
+        outcome = Counter(w.state.value for w in works)
         self._finish(works)
-        outcome = Counter(w.state.value if w.state is not State.ACKED else "done" for w in works)
         log.info("batch of %d message(s) in %.2f s: %s", len(works), time.perf_counter() - t_batch,
                  ", ".join(f"{n} {state}" for state, n in sorted(outcome.items())))
         self.stats.add("batch_ms", int((time.perf_counter() - t_batch) * 1000))
@@ -350,7 +364,7 @@ class Service:
                     runnable.append(w)
                 except BlackboardError as e:
                     w.to(State.DEAD, f"message {w.message.message_id}: {e}")
-                    bb.invalidate_many(w.message.record_ids)
+                    self._invalidate(w.message.record_ids)
             if not runnable:
                 return
             t_run = time.perf_counter()
@@ -384,7 +398,7 @@ class Service:
                     failed_ids.extend(result.record_ids)
                     self._failed(w, result.error or "workflow failed")
             if failed_ids:
-                bb.invalidate_many(failed_ids)
+                self._invalidate(failed_ids)
             if committing:
                 t_commit = time.perf_counter()
                 try:
@@ -393,7 +407,7 @@ class Service:
                 except (StorageError, BlackboardError, IntegrityError, SQLAlchemyError) as e:
                     log.warning("workflow %s: commit of %d message(s) failed, retrying them: %s",
                                 name, len(committing), e)
-                    bb.invalidate_many(commit_ids)
+                    self._invalidate(commit_ids)
                     for w in committing:
                         w.outgoing = []
                         w.to(State.DEFERRED, f"commit failed: {e}")
@@ -406,7 +420,17 @@ class Service:
             leftover = [rid for rid in all_ids if rid in bb]
             leftover += [rid for rid in bb.ids() if rid not in set(all_ids)]
             if leftover:
-                bb.invalidate_many(leftover)
+                self._invalidate(leftover)
+
+    def _invalidate(self, ids: Sequence[str]) -> None:
+        """Invalidate, tolerating a database that is gone: the records leave the
+        blackboard either way, and leases left behind are this node's, so its
+        next load takes them over (or they lapse)."""
+        assert self.bb is not None
+        try:
+            self.bb.invalidate_many(ids)
+        except (StorageError, SQLAlchemyError) as e:
+            log.warning("could not release %d lease(s), they will lapse: %s", len(ids), e)
 
     def _load(self, group: list[_Work]) -> list[_Work]:
         """Load the group's records; messages whose records are locked are deferred."""
@@ -465,7 +489,7 @@ class Service:
         return []
 
     def _finish(self, works: list[_Work]) -> None:
-        assert self.link is not None
+        """Decide what each message needs, hold the deferred, hand the rest to the finisher."""
         done_states = (State.COMMITTED, State.DUPLICATE, State.RETRYING, State.DEAD)
         done = [w for w in works if w.state in done_states]
         for w in works:
@@ -475,35 +499,67 @@ class Service:
                 log.info("retrying %s: %s", w.message.message_id if w.message else "?", w.error)
         routed = [m for w in done for m in w.outgoing]
         side = [m for w in done for m in self._side_messages(w)]
-        t_publish = time.perf_counter()
-        if routed or side:
-            try:
-                self.link.publish(routed + side).result(timeout=CONFIRM_TIMEOUT)
-            except (BrokerUnavailable, TimeoutError) as e:
-                log.warning("publishing %d message(s) failed; inputs stay unacked and come "
-                            "back: %s", len(routed) + len(side), e)
-                for w in done:
-                    w.to(State.DEFERRED, str(e))
-                done = []
-            else:
-                try:
-                    self.outbox.mark_sent([m.message_id for m in routed])
-                except (StorageError, SQLAlchemyError) as e:
-                    log.warning("could not mark %d outbox row(s) sent: %s", len(routed), e)
-        for w in done:
-            self.stats.add(w.state.value)
-            w.to(State.ACKED)
-        self.link.ack(w.delivery for w in done)
         deferred = [w for w in works if w.state is State.DEFERRED]
         if deferred:
             # Held here, unacked, and tried again with the next batch: rejecting
             # them would raise their delivery count towards the queue's limit.
             self.stats.add("deferred", len(deferred))
-            self._held.extend(w.delivery for w in deferred)
+            self._hold(w.delivery for w in deferred)
             self._backoff = min(max(self._backoff * 2, 0.2), 30.0)
             log.info("holding %d message(s) for %.1f s: %s", len(deferred), self._backoff,
                      deferred[0].error)
         else:
             self._backoff = 0.0
-        self.stats.add("publish_ms", int((time.perf_counter() - t_publish) * 1000))
         self.stats.add("batches")
+        if done:
+            self._submit(lambda: self._publish_and_ack(done, routed, side))
+
+    def _hold(self, deliveries: Iterable[Delivery]) -> None:
+        with self._held_lock:
+            self._held.extend(deliveries)
+
+    def _submit(self, job: Callable[[], None]) -> None:
+        """Run ``job`` on the finisher thread; at most two batches wait there."""
+        while len(self._finishing) >= 2:
+            self._finishing.pop(0).result()
+        self._finishing.append(self._finisher.submit(job))
+
+    def drain(self) -> None:
+        """Wait until every finished batch is published and acked."""
+        while self._finishing:
+            self._finishing.pop(0).result()
+
+    def _publish_and_ack(self, done: list[_Work], routed: list[OutMessage],
+                         side: list[OutMessage]) -> None:
+        """On the finisher thread: publish with confirms, mark the outbox sent, ack.
+
+        This overlaps with the next batch's workflow run.  A failed publish
+        hands the inputs back to the main loop (held, unacked); committed ones
+        then take the inbox path and publish their outbox rows again.
+        """
+        assert self.link is not None
+        started = time.perf_counter()
+        try:
+            if routed or side:
+                try:
+                    self.link.publish(routed + side).result(timeout=CONFIRM_TIMEOUT)
+                except (BrokerUnavailable, TimeoutError) as e:
+                    log.warning("publishing %d message(s) failed; their inputs are held and "
+                                "tried again: %s", len(routed) + len(side), e)
+                    for w in done:
+                        w.to(State.DEFERRED, str(e))
+                    self._hold(w.delivery for w in done)
+                    return
+                try:
+                    self.outbox.mark_sent([m.message_id for m in routed])
+                except (StorageError, SQLAlchemyError) as e:
+                    log.warning("could not mark %d outbox row(s) sent: %s", len(routed), e)
+            for w in done:
+                self.stats.add(w.state.value)
+                w.to(State.ACKED)
+            self.link.ack(w.delivery for w in done)
+        except Exception:  # never let the finisher die silently
+            log.exception("finishing a batch failed; its inputs are held and tried again")
+            self._hold(w.delivery for w in done)
+        finally:
+            self.stats.add("publish_ms", int((time.perf_counter() - started) * 1000))
