@@ -127,11 +127,15 @@ def dlq_show(settings: Settings, queues: Sequence[str], message_id: str | None) 
         for _method, props, body in peek(settings, dlq_name(queue), 10_000):
             if message_id and props.message_id != message_id:
                 continue
+            try:
+                shown: Any = json.loads(body)
+            except ValueError:
+                shown = body.decode("utf-8", "replace")
             console.print_json(json.dumps({
                 "queue": queue, "message_id": props.message_id,
                 "headers": {k: (v.decode() if isinstance(v, bytes) else v)
                             for k, v in (props.headers or {}).items()},
-                "body": body.decode("utf-8", "replace")}, default=str))
+                "body": shown}, default=str))
 
 
 def dlq_replay(settings: Settings, queues: Sequence[str], message_id: str | None = None) -> int:

@@ -202,6 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv: debug)")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", metavar="FILE", help="chalk.toml (default: ./chalk.toml when present)")
+    common.add_argument("--blackboard", metavar="URL",
+                        help="blackboard store, any SQLAlchemy URL (overrides the configuration)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("run", parents=[common], help="run the service: consume, process, commit, route")
@@ -277,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:  # every error ends as one clear line (traceback with -v)
         if args.verbose:
             log.exception("chalk %s failed", args.command)
-        message = e.args[0] if isinstance(e, KeyError) and e.args else e
+        message = e.args[0] if type(e) is KeyError and e.args else e
         print(f"chalk {args.command}: {message}", file=sys.stderr)
         return 2
 

@@ -1,0 +1,102 @@
+"""The ``chalk`` command: validate, process, push errors, dlq — run through ``main``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from listener_router._cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+INVALID = REPO / "tests" / "workflows" / "invalid"
+
+
+def test_validate_passes_a_good_file(capsys):
+    assert main(["validate", str(REPO / "workflows" / "demo.xml")]) == 0
+    assert "valid" in capsys.readouterr().out
+
+
+def test_validate_lists_every_error_with_file_and_line(capsys):
+    assert main(["validate", str(INVALID)]) == 1
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) >= len(list(INVALID.glob("*.xml")))
+    for line in lines:
+        file, number = line.split(":")[:2]
+        assert file.endswith(".xml") and number.isdigit(), line
+
+
+def write_jsonl(path: Path, records: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_process_runs_a_workflow_over_a_file_without_a_broker(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    source = write_jsonl(tmp_path / "in.jsonl", [
+        {"id": f"p{i}", "attributes": {"text": f"  Hello   WORLD {i} "}} for i in range(20)])
+    code = main(["process", "--workflow", "Demo", "--input", str(source), "--output", "out.jsonl",
+                 "--workflows", str(REPO / "workflows"), "--local"])
+    assert code == 0
+    assert "20 succeeded, 0 failed" in capsys.readouterr().out
+    out = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert {r["id"] for r in out} == {f"p{i}" for i in range(20)}
+    assert out[0]["attributes"]["text"] == "hello world 0"
+    assert out[0]["attributes"]["words"] == 3
+    assert (tmp_path / "chalk.db").exists()  # committed to the configured store
+
+
+@pytest.mark.spark
+def test_process_on_spark_gives_the_same_records(tmp_path, spark, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    records = [{"id": f"s{i}", "attributes": {"text": f" A  b C {i}"}} for i in range(30)]
+    source = write_jsonl(tmp_path / "in.jsonl", records)
+    assert main(["process", "--workflow", "Demo", "--input", str(source), "--output", "spark.jsonl",
+                 "--workflows", str(REPO / "workflows")]) == 0
+    assert main(["process", "--workflow", "Demo", "--input", str(source), "--output", "local.jsonl",
+                 "--workflows", str(REPO / "workflows"), "--local",
+                 "--blackboard", f"sqlite:///{tmp_path / 'other.db'}"]) == 0
+    assert (tmp_path / "spark.jsonl").read_text() == (tmp_path / "local.jsonl").read_text()
+
+
+def test_a_bad_record_file_names_the_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"id": "a"}\n{"id": 5}\n')
+    code = main(["process", "--workflow", "Demo", "--input", str(source), "--local",
+                 "--workflows", str(REPO / "workflows")])
+    assert code == 2
+    assert f"{source}:2:" in capsys.readouterr().err
+
+
+def test_an_unknown_workflow_names_the_known_ones(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    source = write_jsonl(tmp_path / "in.jsonl", [{"id": "a"}])
+    code = main(["process", "--workflow", "Nope", "--input", str(source), "--local",
+                 "--workflows", str(REPO / "workflows")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "Nope" in err and "Demo" in err
+
+
+@pytest.mark.broker
+def test_dlq_list_show_and_purge(tmp_path, capsys, monkeypatch, broker, declare, make_settings):
+    settings = make_settings()
+    queue = settings.listeners[0].queue
+    declare(settings)
+    broker.publish(f"{queue}.dlq", b'{"id": "x"}', message_id="dead-1",
+                   headers={"x-chalk-error": "it broke", "x-chalk-attempts": 4})
+    config = tmp_path / "chalk.toml"
+    config.write_text(f'[broker]\nurl = "{settings.broker_url}"\n[[listener]]\nname = "t"\n'
+                      f'queue = "{queue}"\n')
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["dlq", "list", "--config", str(config)]) == 0
+    listed = capsys.readouterr().out
+    assert "dead-1" in listed and "it broke" in listed
+    assert main(["dlq", "show", "dead-1", "--config", str(config)]) == 0
+    assert '"x"' in capsys.readouterr().out
+    assert broker.depth(f"{queue}.dlq") == 1  # list and show leave it there
+    assert main(["dlq", "purge", "--config", str(config)]) == 0
+    assert "purged 1" in capsys.readouterr().out
+    assert broker.depth(f"{queue}.dlq") == 0
