@@ -18,7 +18,7 @@ from typing import IO, TYPE_CHECKING, Any
 from blackboard._errors import BlackboardError, ValueTypeError, where
 
 if TYPE_CHECKING:
-    from blackboard._blackboard import _Entry
+    from blackboard._entry import Entry as _Entry
     from blackboard._storage import SqlStore
 
 __all__ = ["AttachmentsMixin"]

@@ -26,6 +26,16 @@ from collections.abc import Callable, Iterable
 from typing import IO, Any
 
 from blackboard._attachments import Attachment, AttachmentsMixin
+from blackboard._entry import (
+    ABSENT,
+    ADD,
+    CREATED,
+    LOADED,
+    SET,
+    no_attachments,
+    set_literals_in,
+)
+from blackboard._entry import Entry as _Entry
 from blackboard._errors import (
     BlackboardError,
     PathError,
@@ -40,7 +50,6 @@ from blackboard._model import (
     copy_document,
     is_object,
     literal_to_value,
-    migrate,
     new_document,
     value_to_literal,
 )
@@ -54,28 +63,11 @@ __all__ = ["Blackboard", "FRAGMENT_SEPARATOR", "default_owner"]
 
 FRAGMENT_SEPARATOR = "#"
 _MAX_ID = 512
-LOADED, ABSENT, CREATED = "loaded", "absent", "created"
 
 
 def default_owner() -> str:
     """A lease owner name unique to this blackboard: ``host:pid:random``."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-class _Entry:
-    __slots__ = ("doc", "version", "mode", "changed", "deleted", "leased", "attachments",
-                 "removed_attachments", "notes")
-
-    def __init__(self, doc: dict[str, Any], version: int | None, mode: str, leased: bool):
-        self.doc = doc
-        self.version = version       # stored version when loaded, else None
-        self.mode = mode             # LOADED, ABSENT or CREATED
-        self.changed = mode != LOADED
-        self.deleted = False
-        self.leased = leased
-        self.attachments: dict[str, Attachment] = {}
-        self.removed_attachments: set[str] = set()
-        self.notes: dict[str, Any] = {}
 
 
 def _check_id(record_id: Any) -> str:
@@ -109,7 +101,7 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
         self._entries: dict[str, _Entry] = {}
         self._global_notes: dict[str, Any] = {}
         self._instance: dict[str, Any] = {}
-        self._instance_size: dict[Any, int] = {}
+        self._members: dict[Any, set[str]] = {}
         self._workflow_notes: dict[Any, dict[str, Any]] = {}
 
     # -- opening ----------------------------------------------------------------
@@ -225,7 +217,7 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
             self._load(wanted, lock_timeout)
 
     def _load(self, wanted: list[str], lock_timeout: float | None) -> None:
-        found: dict[str, tuple[dict[str, Any], int]] = {}
+        found: dict[str, tuple[str, int]] = {}
         store = self.store
         if store is not None:
             def attempt() -> dict[str, str]:
@@ -238,11 +230,10 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
         for rid in wanted:
             hit = found.get(rid)
             if hit is not None:
-                doc = migrate(hit[0])
-                entry = _Entry(doc, hit[1], LOADED, leased)
-                names = doc.get("attachments")
-                if names:
-                    for name in names:
+                raw, version = hit
+                entry = _Entry(None, version, LOADED, leased, raw)
+                if not no_attachments(raw):  # parse now: the names are needed
+                    for name in entry.doc.get("attachments") or ():
                         entry.attachments[name] = Attachment(source=(rid, name))
             else:
                 entry = _Entry(new_document(rid), None, ABSENT, leased)
@@ -330,14 +321,13 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
                     ws.deletes.append((rid, entry.version if mode == LOADED else None))
                 continue
             if entry.changed:
-                doc = entry.doc
-                doc["attachments"] = list(entry.attachments)
+                text = entry.encoded()
                 if mode == LOADED:
-                    ws.updates.append((rid, doc, entry.version))  # type: ignore[arg-type]
+                    ws.updates.append((rid, text, entry.version))  # type: ignore[arg-type]
                 elif mode == ABSENT:
-                    ws.inserts.append((rid, doc))
+                    ws.inserts.append((rid, text))
                 else:
-                    ws.overwrites.append((rid, doc))
+                    ws.overwrites.append((rid, text))
                     ws.clear_attachments.append(rid)
             for name in entry.removed_attachments:
                 if name not in entry.attachments and mode == LOADED:
@@ -486,6 +476,19 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
             raise ValueTypeError(f"{where(record_id, show(steps))}: {e}", record_id=record_id,
                                  path=show(steps)) from None
 
+    def _top_level(self, record_id: str, path: PathLike) -> tuple[_Entry, Steps] | None:
+        """(entry, steps) when the write can be deferred: unparsed record, top-level attribute."""
+        try:
+            entry = self._entries.get(record_id)
+        except TypeError:
+            return None
+        if entry is None or entry._doc is not None:
+            return None
+        steps = self._steps(record_id, path)
+        if len(steps) != 1 or steps[0].index < 0:
+            return None
+        return entry, steps
+
     def _attr_for_update(self, record_id: str, path: PathLike,
                          values: Iterable[Any]) -> tuple[dict[str, Any], str, list[Any]]:
         steps = self._steps(record_id, path)
@@ -512,14 +515,14 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
             raise ValueTypeError(f"{where(record_id, path)}: set_literals takes a list of "
                                  f"values, got {type(values).__name__} (use set_literal)",
                                  record_id=record_id, path=path)
+        top = self._top_level(record_id, path)
+        if top is not None:
+            entry, steps = top
+            new = [self._convert(record_id, steps, v) for v in values]
+            entry.defer(SET, steps[0].name, new)
+            return
         obj, name, new = self._attr_for_update(record_id, path, values)
-        attrs = obj.setdefault("attrs", {})
-        old = attrs.get(name)
-        kept = [v for v in old if is_object(v)] if old else []
-        if new or kept:
-            attrs[name] = new + kept
-        else:
-            attrs.pop(name, None)
+        set_literals_in(obj, name, new)
 
     def set_literal(self, record_id: str, path: PathLike, value: Any) -> None:
         """Make ``value`` the attribute's only literal (the index is irrelevant)."""
@@ -527,6 +530,11 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
 
     def add_literal(self, record_id: str, path: PathLike, value: Any) -> None:
         """Append a literal to the attribute (the index is irrelevant)."""
+        top = self._top_level(record_id, path)
+        if top is not None:
+            entry, steps = top
+            entry.defer(ADD, steps[0].name, [self._convert(record_id, steps, value)])
+            return
         obj, name, new = self._attr_for_update(record_id, path, (value,))
         obj.setdefault("attrs", {}).setdefault(name, []).extend(new)
 

@@ -26,9 +26,11 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Union
 
+from blackboard import _json
 from blackboard._errors import BlackboardError, ValueTypeError
 
-__all__ = ["Literal", "Annotation", "Scalar", "FORMAT", "MIGRATIONS", "new_document", "migrate"]
+__all__ = ["Literal", "Annotation", "Scalar", "FORMAT", "MIGRATIONS", "check_number", "new_document",
+           "migrate"]
 
 FORMAT = 1
 
@@ -36,12 +38,25 @@ Scalar = Union[str, int, float, bool, _dt.date, _dt.datetime]
 _PLAIN = (str, int, float, bool)
 
 
+_INT_MIN, _INT_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def check_number(value: Any, what: str) -> None:
+    """Refuse what JSON readers (orjson, Spark, Arrow) cannot carry exactly: NaN, inf, ints past 64 bits."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueTypeError(f"{what} {value!r} is not a finite number (records are JSON)")
+    elif isinstance(value, int) and not _INT_MIN <= value <= _INT_MAX:
+        raise ValueTypeError(f"{what} {value!r} does not fit in a signed 64-bit integer "
+                             "(records are JSON read by 64-bit readers: store it as a string)")
+
+
 def _check_scalar(value: Any, what: str) -> None:
     if not isinstance(value, _PLAIN):
         raise ValueTypeError(f"{what} {value!r} has type {type(value).__name__}; "
                              "use str, int, float or bool")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueTypeError(f"{what} {value!r} is not a finite number (records are JSON)")
+    if not isinstance(value, str):
+        check_number(value, what)
 
 
 def _typed(value: Any) -> tuple[type, Any]:
@@ -150,9 +165,8 @@ class Literal:
             raise ValueTypeError(
                 f"literal value {value!r} has type {type(value).__name__}; "
                 "use str, int, float, bool, date or datetime")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueTypeError(f"literal value {value!r} is not a finite number "
-                                 "(records are JSON)")
+        if isinstance(value, (int, float)):
+            check_number(value, "literal value")
         if semantic_type is not None and not isinstance(semantic_type, str):
             raise ValueTypeError(f"semantic type {semantic_type!r} must be a string")
         anns = {str(k): tuple(v) for k, v in (annotations or {}).items()}
@@ -209,9 +223,8 @@ def literal_to_value(item: Any) -> Any:
     else:
         value, stype, ann = item, None, None
     if isinstance(value, (str, int, float)):  # bool is an int
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueTypeError(f"literal value {value!r} is not a finite number "
-                                 "(records are JSON)")
+        if type(value) is not str and not (type(value) is int and _INT_MIN <= value <= _INT_MAX):
+            check_number(value, "literal value")
         if not stype and not ann:
             return value
         out: dict[str, Any] = {"lit": value}
@@ -258,7 +271,11 @@ def new_document(record_id: str, *, source: str | None = None,
 
 
 def copy_document(doc: dict[str, Any]) -> dict[str, Any]:
-    return copy.deepcopy(doc)
+    # A JSON round trip: documents are JSON, and orjson does it ~10x faster than deepcopy.
+    try:
+        return _json.loads(_json.dumps_bytes(doc))
+    except (TypeError, ValueError):
+        return copy.deepcopy(doc)
 
 
 # Upgrades of stored documents: MIGRATIONS[n] turns a format-n document into

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from blackboard._errors import BlackboardError, ValueTypeError, where
 
 if TYPE_CHECKING:
-    from blackboard._blackboard import _Entry
+    from blackboard._entry import Entry as _Entry
 
 __all__ = ["NotesMixin", "json_copy"]
 
@@ -35,7 +35,7 @@ class NotesMixin:
 
     _global_notes: dict[str, Any]
     _instance: dict[str, Any]
-    _instance_size: dict[Any, int]
+    _members: dict[Any, set[str]]        # instance key -> its record IDs
     _workflow_notes: dict[Any, dict[str, Any]]
 
     def _entry(self, record_id: str) -> _Entry:  # provided by Blackboard
@@ -92,23 +92,27 @@ class NotesMixin:
             self._bind(rid, key)
 
     def _bind(self, record_id: str, key: Any) -> None:
-        old = self._instance.get(record_id)
-        if old is not None:
+        if record_id in self._instance:
             self._unbind(record_id)
         self._instance[record_id] = key
-        self._instance_size[key] = self._instance_size.get(key, 0) + 1
+        members = self._members.get(key)
+        if members is None:
+            self._members[key] = {record_id}
+        else:
+            members.add(record_id)
 
     def _unbind(self, record_id: str) -> None:
         """Forget the record's instance; the instance's notes go with its last record."""
         key = self._instance.pop(record_id, None)
         if key is None:
             return
-        left = self._instance_size.get(key, 1) - 1
-        if left > 0:
-            self._instance_size[key] = left
-        else:
-            self._instance_size.pop(key, None)
-            self._workflow_notes.pop(key, None)
+        members = self._members.get(key)
+        if members is not None:
+            members.discard(record_id)
+            if members:
+                return
+            del self._members[key]
+        self._workflow_notes.pop(key, None)
 
     def instance_of(self, record_id: str) -> Any:
         """The workflow instance key the record is bound to, or None."""
@@ -117,9 +121,9 @@ class NotesMixin:
     def clear_instance(self, key: Any) -> None:
         """Forget a finished workflow instance and its notes."""
         self._workflow_notes.pop(key, None)
-        self._instance_size.pop(key, None)
-        for rid in [r for r, k in self._instance.items() if k == key]:
-            del self._instance[rid]
+        for rid in self._members.pop(key, ()):
+            if self._instance.get(rid) == key:
+                del self._instance[rid]
 
     def _instance_key(self, record_id: str) -> Any:
         self._entry(record_id)

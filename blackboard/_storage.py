@@ -32,7 +32,6 @@ writer (``BEGIN IMMEDIATE`` for every writing transaction), never on row locks.
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -63,6 +62,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
+from blackboard import _json
 from blackboard._errors import StaleRecordError, StorageError
 
 __all__ = ["SqlStore", "WriteSet", "SCHEMA_VERSION", "CHUNK_SIZE", "metadata"]
@@ -103,15 +103,17 @@ meta = Table(
 )
 
 Found = dict[str, tuple[dict[str, Any], int]]
+Raw = dict[str, tuple[str, int]]     # id -> (stored JSON text, version)
 
 
 @dataclass
 class WriteSet:
     """What one commit writes, all in one transaction."""
 
-    updates: list[tuple[str, dict[str, Any], int]] = field(default_factory=list)  # id, doc, loaded version
-    inserts: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # loaded as absent
-    overwrites: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # created: overwrite
+    # Documents as compact JSON text.
+    updates: list[tuple[str, str, int]] = field(default_factory=list)  # id, doc, loaded version
+    inserts: list[tuple[str, str]] = field(default_factory=list)  # loaded as absent
+    overwrites: list[tuple[str, str]] = field(default_factory=list)  # created: overwrite
     deletes: list[tuple[str, int | None]] = field(default_factory=list)  # id, loaded version or None
     attachment_copies: list[tuple[str, str, str, str]] = field(default_factory=list)  # to id, name, from id, name
     attachment_writes: list[tuple[str, str, Callable[[], IO[bytes]]]] = field(default_factory=list)
@@ -130,10 +132,6 @@ class WriteSet:
         ids.update(dict.fromkeys(rid for rid, *_ in self.attachment_writes))
         ids.update(dict.fromkeys(rid for rid, _ in self.attachment_removals))
         return list(ids)
-
-
-dumps: Callable[[Any], str] = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False,
-                                               allow_nan=False).encode
 
 
 @contextmanager
@@ -296,7 +294,7 @@ class SqlStore:
         return sql.replace("?", "%s") if self._pg else sql
 
     def _ids_param(self, ids: Sequence[str]) -> Any:
-        return list(ids) if self._pg else json.dumps(list(ids))
+        return list(ids) if self._pg else _json.dumps(list(ids))
 
     def _in_ids(self, column: Any) -> Any:
         """``column IN <the :ids set>`` (an array on PostgreSQL, json_each on SQLite)."""
@@ -306,21 +304,21 @@ class SqlStore:
 
     # -- leases ---------------------------------------------------------------
     def _take(self, conn: Connection, ids: Sequence[str], owner: str, lease_seconds: float,
-              *, read: bool) -> tuple[dict[str, str], Found]:
-        """Upsert our leases on ``ids``; return (holders of the others, documents read)."""
+              *, read: bool) -> tuple[dict[str, str], Raw]:
+        """Upsert our leases on ``ids``; return (holders of the others, stored texts read)."""
         ids = sorted(set(ids))
         now = time.time()
-        found: Found = {}
+        found: Raw = {}
         if self._pg:
             params = {"ids": ids, "owner": owner, "now": now, "expires": now + lease_seconds}
             rows = conn.execute(_PG_TAKE_AND_READ if read else _PG_TAKE_ONLY, params).all()
             if len(rows) == len(ids):
                 if read:
-                    found = self._parse(((rid, doc, version) for rid, doc, version in rows
-                                         if doc is not None))
+                    found = {rid: (doc, version) for rid, doc, version in rows
+                             if doc is not None}
                 return {}, found
             return self._holders(conn, ids, owner), {}
-        ids_json = json.dumps(ids)
+        ids_json = _json.dumps(ids)
         conn.exec_driver_sql(_LITE_TAKE, (owner, now + lease_seconds, now, ids_json))
         holders = self._holders(conn, ids, owner)
         if holders or not read:
@@ -328,12 +326,12 @@ class SqlStore:
         rows = conn.exec_driver_sql(
             "SELECT id, doc, version FROM chalk_records WHERE id IN "
             "(SELECT value FROM json_each(?))", (ids_json,)).all()
-        return {}, self._parse(rows)
+        return {}, {rid: (doc, version) for rid, doc, version in rows}
 
     @staticmethod
     def _parse(rows: Iterable[tuple[str, str, int]]) -> Found:
         with gc_paused():
-            return {rid: (json.loads(doc), version) for rid, doc, version in rows}
+            return {rid: (_json.loads(doc), version) for rid, doc, version in rows}
 
     def _holders(self, conn: Connection, ids: Sequence[str], owner: str) -> dict[str, str]:
         return dict(conn.execute(
@@ -352,11 +350,12 @@ class SqlStore:
             return holders
 
     def acquire_and_read(self, ids: Sequence[str], owner: str, lease_seconds: float
-                         ) -> tuple[dict[str, str], Found]:
+                         ) -> tuple[dict[str, str], Raw]:
         """Lease ``ids`` (all or nothing) and read their documents, in one transaction.
 
         Returns ``(holders, found)``: the conflicts (nothing leased then), or
-        ``{}`` and ``{id: (document, version)}`` of the records in storage.
+        ``{}`` and ``{id: (JSON text, version)}`` of the records in storage
+        (parsing is the caller's, done lazily).
         """
         if not ids:
             return {}, {}
@@ -465,18 +464,18 @@ class SqlStore:
         sql = self._driver_sql
         if ws.updates:
             count = conn.exec_driver_sql(sql(_UPDATE), [
-                (dumps(doc), now, rid, v) for rid, doc, v in ws.updates]).rowcount
+                (doc, now, rid, v) for rid, doc, v in ws.updates]).rowcount
             if count != len(ws.updates):
                 self._refuse_stale(tx, {rid: v for rid, _, v in ws.updates})
         if ws.inserts:
             count = conn.exec_driver_sql(sql(_INSERT_NEW), [
-                (rid, dumps(doc), now) for rid, doc in ws.inserts]).rowcount
+                (rid, doc, now) for rid, doc in ws.inserts]).rowcount
             if count != len(ws.inserts):
                 self._refuse_stale(tx, {rid: 0 for rid, _ in ws.inserts})
         if ws.overwrites:
             # Sorted: concurrent upserts of overlapping batches lock rows in one order.
             conn.exec_driver_sql(sql(_OVERWRITE), sorted(
-                (rid, dumps(doc), now) for rid, doc in ws.overwrites))
+                (rid, doc, now) for rid, doc in ws.overwrites))
         checked = [(rid, v) for rid, v in ws.deletes if v is not None]
         if checked:
             count = conn.exec_driver_sql(sql(_DELETE_CHECKED), checked).rowcount

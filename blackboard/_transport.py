@@ -12,12 +12,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from blackboard import _json
 from blackboard._attachments import Attachment
+from blackboard._entry import UPDATE, no_attachments
 from blackboard._errors import BlackboardError, PathError, ValueTypeError, where
-from blackboard._model import is_object, migrate
+from blackboard._model import check_number, is_object, migrate
 
 if TYPE_CHECKING:
-    from blackboard._blackboard import _Entry
+    from blackboard._entry import Entry as _Entry
 
 __all__ = ["TransportMixin", "json_to_values", "values_to_json"]
 
@@ -29,7 +31,10 @@ def json_to_values(value: Any) -> list[Any]:
     for item in items:
         if isinstance(item, dict):
             out.append({"obj": {"attrs": {k: json_to_values(v) for k, v in item.items()}}})
-        elif isinstance(item, (str, int, float)):
+        elif isinstance(item, str):
+            out.append(item)
+        elif isinstance(item, (int, float)):
+            check_number(item, "attribute value")
             out.append(item)
         else:
             raise ValueTypeError(f"attribute value {item!r}: use strings, numbers, booleans, "
@@ -62,12 +67,16 @@ class TransportMixin:
     def _bind(self, record_id: str, key: Any) -> None:
         raise NotImplementedError
 
-    def _new_entry(self, doc: dict[str, Any], version: int | None, mode: str,
+    def _new_entry(self, doc: dict[str, Any] | None, version: int | None, mode: str,
                    leased: bool) -> _Entry:
         raise NotImplementedError
 
     def get_attachment(self, record_id: str, name: str) -> bytes:
         raise NotImplementedError
+
+    @staticmethod
+    def _parent_of(entry: _Entry) -> str | None:
+        return entry.doc.get("parent")
 
     def document(self, record_id: str) -> dict[str, Any]:
         """The record's document (a read-only view; see ``blackboard._model``)."""
@@ -91,8 +100,12 @@ class TransportMixin:
             except BlackboardError as e:
                 raise ValueTypeError(f"{where(record_id, name)}: {e}", record_id=record_id,
                                      path=name) from None
-        attrs = self._doc(record_id, change=True)["meta"].setdefault("attrs", {})
-        attrs.update(converted)
+        entry = self._entry(record_id)
+        if entry._doc is None:  # not parsed yet: replayed at the parse or the commit
+            entry.defer(UPDATE, None, converted)
+            return
+        entry.changed = True
+        entry.doc["meta"].setdefault("attrs", {}).update(converted)
 
     def get_attributes(self, record_id: str, names: Iterable[str] | None = None) -> dict[str, Any]:
         """The record's attributes as plain JSON (one value unwrapped, sub-objects as dicts)."""
@@ -101,11 +114,16 @@ class TransportMixin:
         return {name: values_to_json(attrs[name]) for name in keys}
 
     def export_records(self, ids: Iterable[str], *, attachments: str = "all",
-                       notes: bool = True) -> list[dict[str, Any]]:
+                       notes: bool = True, encoded: bool = False) -> list[dict[str, Any]]:
         """Transport items for ``ids`` (see the module docstring).
 
         ``attachments`` selects which attachment bytes travel: ``"all"``,
-        ``"changed"`` (set on this blackboard) or ``"none"``.
+        ``"changed"`` (set on this blackboard) or ``"none"``.  Items share
+        the blackboard's documents (no copies): treat them as read-only.
+        ``encoded=True`` puts the document in as compact JSON bytes
+        (``item["doc"]``) plus ``item["id"]`` and ``item["parent"]``; a
+        record loaded and never read is then not parsed at all (its stored
+        text travels as it is).  :meth:`import_records` takes either form.
         """
         if attachments not in ("all", "changed", "none"):
             raise BlackboardError(f"export_records: attachments={attachments!r}: use 'all', "
@@ -120,9 +138,15 @@ class TransportMixin:
                         continue  # never shipped here: the name travels, bytes stay put
                     if attachments == "all" or (att.dirty and att.source is None):
                         blobs[name] = self.get_attachment(rid, name)
-            item: dict[str, Any] = {"doc": self.document(rid), "attachments": blobs,
-                                    "deleted": entry.deleted, "new": entry.mode != "loaded",
-                                    "mode": entry.mode, "version": entry.version}
+            item: dict[str, Any] = {"attachments": blobs, "deleted": entry.deleted,
+                                    "new": entry.mode != "loaded", "mode": entry.mode,
+                                    "version": entry.version}
+            if encoded:
+                item["id"] = rid
+                item["doc"] = entry.encoded_bytes()
+                item["parent"] = self._parent_of(entry)
+            else:
+                item["doc"] = self.document(rid)
             if notes and entry.notes:
                 item["notes"] = entry.notes
             out.append(item)
@@ -139,12 +163,21 @@ class TransportMixin:
         unchanged copies (a worker receiving its partition).
         """
         for item in items:
-            doc = migrate(item["doc"])
-            rid = doc.get("id")
+            doc: Any = item["doc"]
+            raw: str | bytes | None = None
+            if isinstance(doc, (bytes, bytearray, memoryview, str)):
+                raw = bytes(doc) if not isinstance(doc, (bytes, str)) else doc
+                if "id" in item and "parent" in item and no_attachments(raw):
+                    doc = None  # stays JSON text until something reads it
+                    rid, parent = item["id"], item["parent"]
+                else:
+                    doc, raw = _json.loads(raw), None
+            if doc is not None:
+                doc = migrate(doc)
+                rid, parent = doc.get("id"), doc.get("parent")
             if not isinstance(rid, str) or not rid:
-                raise BlackboardError(f"import_records: item without a record ID: {doc!r:.80}")
+                raise BlackboardError(f"import_records: item without a record ID: {item!r:.80}")
             entry = self._entries.get(rid)
-            parent = doc.get("parent")
             if entry is None:
                 mode = item.get("mode") or ("created" if item.get("new", True) else "loaded")
                 version = item.get("version") if mode == "loaded" else None
@@ -154,13 +187,15 @@ class TransportMixin:
                 self._entries[rid] = entry
                 if parent in self._instance:
                     self._bind(rid, self._instance[parent])
+            if raw is not None:
+                entry.set_raw(raw)
             else:
                 entry.doc = doc
             entry.changed = changed or entry.mode != "loaded"
             entry.deleted = bool(item.get("deleted"))
             if "notes" in item:
                 entry.notes = dict(item["notes"])
-            names = list(doc.get("attachments", ()))
+            names = [] if doc is None else list(doc.get("attachments", ()))
             for name in list(entry.attachments):
                 if name not in names:
                     entry.attachments.pop(name).close()

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from blackboard import FORMAT, Annotation, BlackboardError, Literal, ValueTypeError
+from blackboard import FORMAT, Annotation, Blackboard, BlackboardError, Literal, ValueTypeError
 from blackboard._model import MIGRATIONS, literal_to_value, migrate, new_document, value_to_literal
 
 
@@ -38,13 +38,14 @@ def test_values_are_immutable() -> None:
         Annotation().values = (1,)  # type: ignore[misc]
 
 
-@pytest.mark.parametrize("bad", [None, b"x", [1], {"a": 1}, float("nan"), float("inf"), object()])
+@pytest.mark.parametrize("bad", [None, b"x", [1], {"a": 1}, float("nan"), float("inf"), object(),
+                                 2**63, -2**63 - 1, 2**70])
 def test_literals_refuse_values_json_cannot_carry(bad: object) -> None:
     with pytest.raises(ValueTypeError):
         Literal(bad)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("bad", [None, dt.date(2020, 1, 1), [1], float("nan")])
+@pytest.mark.parametrize("bad", [None, dt.date(2020, 1, 1), [1], float("nan"), 2**64])
 def test_annotations_refuse_non_scalar_values(bad: object) -> None:
     with pytest.raises(ValueTypeError):
         Annotation([bad])
@@ -60,7 +61,7 @@ def test_nested_annotations_must_be_annotations() -> None:
 
 
 @pytest.mark.parametrize("value", [
-    "text", 0, -5, 2**70, 1.25, True, False, dt.date(1999, 12, 31),
+    "text", 0, -5, 2**63 - 1, -2**63, 1.25, True, False, dt.date(1999, 12, 31),
     dt.datetime(2024, 5, 1, 8, 30, 15, 123456),
     dt.datetime(2024, 5, 1, 8, 30, tzinfo=dt.timezone(dt.timedelta(hours=2))),
     Literal("x", "kind"), Literal(3, None, {"a": [Annotation([1], {"b": "c"})]}),
@@ -69,6 +70,16 @@ def test_a_literal_survives_the_document_form_and_json(value: object) -> None:
     stored = json.loads(json.dumps(literal_to_value(value)))
     back = value_to_literal(stored)
     assert back == (value if isinstance(value, Literal) else Literal(value))  # type: ignore[arg-type]
+
+
+def test_integers_past_64_bits_are_refused_with_the_record_and_path(
+        local: Blackboard) -> None:
+    with pytest.raises(ValueTypeError) as caught:
+        local.set_literal("r", "big", 2**64)
+    assert "'r'" in str(caught.value) and "big" in str(caught.value)
+    assert "64-bit" in str(caught.value)
+    with pytest.raises(ValueTypeError):
+        local.set_attributes("r", {"big": [1, 2**64]})
 
 
 def test_plain_literals_are_stored_bare_and_others_wrapped() -> None:

@@ -14,7 +14,7 @@ from blackboard import Annotation, Blackboard, Literal, PathError
 
 # -- values -------------------------------------------------------------------
 texts = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
-scalars = st.one_of(texts, st.integers(-2**70, 2**70), st.booleans(),
+scalars = st.one_of(texts, st.integers(-2**63, 2**63 - 1), st.booleans(),
                     st.floats(allow_nan=False, allow_infinity=False))
 zones = st.sampled_from([None, dt.timezone.utc, dt.timezone(dt.timedelta(hours=5, minutes=30))])
 datetimes = st.builds(lambda d, z: d.replace(tzinfo=z), st.datetimes(), zones)
