@@ -38,6 +38,7 @@ class ListenerRule:
     batch_size: int = 500
     max_wait_ms: int = 200
     prefetch: int = 2000
+    consumers: int = 1                 # consumers on the queue (one channel, shared prefetch)
     max_retries: int = 3
     backoff_ms: tuple[int, ...] = (1000, 5000, 30000)
     max_records: int = 1000            # records per message
@@ -98,14 +99,13 @@ def _check_keys(table: Mapping[str, Any], allowed: set[str], where: str) -> None
 
 
 def _listener(table: Mapping[str, Any], where: str, position: int) -> ListenerRule:
-    fields = set(ListenerRule.__dataclass_fields__) - {"backoff_ms"} | {"backoff_ms"}
-    _check_keys(table, fields, where)
+    _check_keys(table, set(ListenerRule.__dataclass_fields__), where)
     base = ListenerRule(name=f"listener{position}")
     values: dict[str, Any] = {}
     for key in ("name", "queue", "workflow", "condition"):
         values[key] = _take(table, key, str, where, getattr(base, key))
-    for key in ("batch_size", "max_wait_ms", "prefetch", "max_retries", "max_records",
-                "max_body_bytes"):
+    for key in ("batch_size", "max_wait_ms", "prefetch", "consumers", "max_retries",
+                "max_records", "max_body_bytes"):
         values[key] = _take(table, key, int, where, getattr(base, key))
         if values[key] < (0 if key in ("max_retries", "max_wait_ms") else 1):
             raise ConfigError(f"{where}: {key!r} must be positive, got {values[key]}")

@@ -69,6 +69,11 @@ class ListenerRules:
     def queues(self) -> list[str]:
         return list(dict.fromkeys(rule.queue for rule in self.rules))
 
+    def consumers(self) -> list[str]:
+        """Each queue once per consumer wanted (the most any of its rules asks for)."""
+        return [queue for queue in self.queues
+                for _ in range(max(r.consumers for r in self.for_queue(queue)))]
+
     def for_queue(self, queue: str) -> list[ListenerRule]:
         return [rule for rule in self.rules if rule.queue == queue]
 

@@ -154,7 +154,7 @@ class Service:
                 self._runner = engine.SparkRunner(spark, batch_timeout=s.batch_timeout)
         self.runner = self._runner
         prefetch = max(rule.prefetch for rule in s.listeners)
-        self.link = AmqpLink(s.broker_url, prefetch=prefetch, consume=self.listeners.queues,
+        self.link = AmqpLink(s.broker_url, prefetch=prefetch, consume=self.listeners.consumers(),
                              prepare=lambda conn: declare_all(conn, s)).start()
         self._last_refresh = time.monotonic()
         log.info("service %s up: queues %s, workflows %s", self.node,
