@@ -270,7 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command in ("run", "demo") and args.verbose == 0:
         level = logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("pika").setLevel(logging.WARNING)
+    logging.getLogger("pika").setLevel(logging.CRITICAL)  # listener_router._amqp reports what matters
     logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
         return int(args.func(args) or 0)
