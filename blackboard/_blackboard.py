@@ -28,10 +28,11 @@ from typing import IO, Any
 from blackboard._attachments import Attachment, AttachmentsMixin
 from blackboard._entry import (
     ABSENT,
-    ADD,
+    ADD1,
     CREATED,
     LOADED,
     SET,
+    SET1,
     no_attachments,
     set_literals_in,
 )
@@ -55,7 +56,7 @@ from blackboard._model import (
 )
 from blackboard._navigate import Steps, annotation_map, object_at, objects_of, parent_of, show
 from blackboard._notes import NotesMixin
-from blackboard._path import PathLike, path_steps
+from blackboard._path import PathLike, path_steps, top_level_name
 from blackboard._storage import SqlStore, WriteSet, gc_paused
 from blackboard._transport import TransportMixin
 
@@ -526,15 +527,25 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
 
     def set_literal(self, record_id: str, path: PathLike, value: Any) -> None:
         """Make ``value`` the attribute's only literal (the index is irrelevant)."""
+        # The hot path (a top-level attribute of a record not parsed yet) is inlined.
+        entry = self._entries.get(record_id) if type(record_id) is str else None
+        if entry is not None and entry._doc is None and type(path) is str:
+            name = top_level_name(path)
+            if name is not None:
+                entry.defer(SET1, name, value if type(value) is str
+                            else self._convert(record_id, path_steps(path), value))
+                return
         self.set_literals(record_id, path, (value,))
 
     def add_literal(self, record_id: str, path: PathLike, value: Any) -> None:
         """Append a literal to the attribute (the index is irrelevant)."""
-        top = self._top_level(record_id, path)
-        if top is not None:
-            entry, steps = top
-            entry.defer(ADD, steps[0].name, [self._convert(record_id, steps, value)])
-            return
+        entry = self._entries.get(record_id) if type(record_id) is str else None
+        if entry is not None and entry._doc is None and type(path) is str:
+            name = top_level_name(path)
+            if name is not None:
+                entry.defer(ADD1, name, value if type(value) is str
+                            else self._convert(record_id, path_steps(path), value))
+                return
         obj, name, new = self._attr_for_update(record_id, path, (value,))
         obj.setdefault("attrs", {}).setdefault(name, []).extend(new)
 

@@ -18,13 +18,15 @@ from blackboard._attachments import Attachment
 from blackboard._errors import StorageError
 from blackboard._model import is_object, migrate
 
-__all__ = ["LOADED", "ABSENT", "CREATED", "SET", "ADD", "UPDATE", "Entry", "no_attachments",
+__all__ = ["LOADED", "ABSENT", "CREATED", "SET", "SET1", "ADD", "ADD1", "UPDATE", "Entry", "no_attachments",
            "set_literals_in"]
 
 LOADED, ABSENT, CREATED = "loaded", "absent", "created"
 
-# Deferred writes to top-level attributes of a record not parsed yet (see _Entry).
-SET, ADD, UPDATE = 0, 1, 2
+# Deferred writes to top-level attributes of a record not parsed yet (see
+# Entry): ``ops`` is one flat list ``[kind, name, payload, kind, …]`` (one
+# tracked container per record, whatever the number of writes).
+SET, SET1, ADD, ADD1, UPDATE = 0, 1, 2, 3, 4   # payload: values, value, values, value, {name: values}
 
 
 def set_literals_in(obj: dict[str, Any], name: str, new: list[Any]) -> None:
@@ -38,15 +40,25 @@ def set_literals_in(obj: dict[str, Any], name: str, new: list[Any]) -> None:
         attrs.pop(name, None)
 
 
-def _replay(doc: dict[str, Any], ops: list[tuple[int, Any, Any]]) -> None:
+def _replay(doc: dict[str, Any], ops: list[Any]) -> None:
     meta = doc["meta"]
-    for kind, name, new in ops:
-        if kind == SET:
-            set_literals_in(meta, name, new)
+    for i in range(0, len(ops), 3):
+        kind, name, payload = ops[i], ops[i + 1], ops[i + 2]
+        if kind == SET1:
+            attrs = meta.setdefault("attrs", {})
+            old = attrs.get(name)
+            if old and any(is_object(v) for v in old):
+                attrs[name] = [payload] + [v for v in old if is_object(v)]
+            else:
+                attrs[name] = [payload]
+        elif kind == ADD1:
+            meta.setdefault("attrs", {}).setdefault(name, []).append(payload)
+        elif kind == SET:
+            set_literals_in(meta, name, payload)
         elif kind == ADD:
-            meta.setdefault("attrs", {}).setdefault(name, []).extend(new)
+            meta.setdefault("attrs", {}).setdefault(name, []).extend(payload)
         else:
-            meta.setdefault("attrs", {}).update(new)
+            meta.setdefault("attrs", {}).update(payload)
 
 
 def no_attachments(raw: str | bytes) -> bool:
@@ -81,7 +93,7 @@ class Entry:
                  leased: bool, raw: str | bytes | None = None):
         self._doc = doc
         self.raw = raw               # stored JSON text while _doc is None
-        self.ops: list[tuple[int, Any, Any]] | None = None
+        self.ops: list[Any] | None = None
         self.version = version       # stored version when loaded, else None
         self.mode = mode             # LOADED, ABSENT or CREATED
         self.changed = mode != LOADED
@@ -110,12 +122,13 @@ class Entry:
         self.raw = raw
         self.ops = None
 
-    def defer(self, kind: int, name: str | None, new: Any) -> None:
+    def defer(self, kind: int, name: str | None, payload: Any) -> None:
         self.changed = True
-        if self.ops is None:
-            self.ops = [(kind, name, new)]
+        ops = self.ops
+        if ops is None:
+            self.ops = [kind, name, payload]
         else:
-            self.ops.append((kind, name, new))
+            ops += (kind, name, payload)
 
     def materialize(self) -> dict[str, Any]:
         """The parsed document with deferred writes applied (not kept: see ``doc``)."""

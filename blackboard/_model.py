@@ -161,25 +161,39 @@ class Literal:
 
     def __init__(self, value: Scalar, semantic_type: str | None = None,
                  annotations: Mapping[str, Iterable[Annotation]] | None = None):
-        if not isinstance(value, (*_PLAIN, _dt.date)):
-            raise ValueTypeError(
-                f"literal value {value!r} has type {type(value).__name__}; "
-                "use str, int, float, bool, date or datetime")
-        if isinstance(value, (int, float)):
+        kind = type(value)
+        if kind is int or kind is float:
             check_number(value, "literal value")
+        elif kind is not str and kind is not bool:
+            if not isinstance(value, (*_PLAIN, _dt.date)):
+                raise ValueTypeError(
+                    f"literal value {value!r} has type {type(value).__name__}; "
+                    "use str, int, float, bool, date or datetime")
+            if isinstance(value, (int, float)):
+                check_number(value, "literal value")
         if semantic_type is not None and not isinstance(semantic_type, str):
             raise ValueTypeError(f"semantic type {semantic_type!r} must be a string")
-        anns = {str(k): tuple(v) for k, v in (annotations or {}).items()}
-        for key, items in anns.items():
-            for item in items:
-                if not isinstance(item, Annotation):
-                    raise ValueTypeError(f"literal annotation {key!r}: expected an Annotation, "
-                                         f"got {type(item).__name__}")
-        object.__setattr__(self, "value", value)
-        object.__setattr__(self, "semantic_type", semantic_type or None)
-        object.__setattr__(self, "annotations", anns)
-        object.__setattr__(self, "_key", (_typed(value), semantic_type or None,
-                                          _annmap_key(anns)))
+        if annotations:
+            anns = {str(k): tuple(v) for k, v in annotations.items()}
+            for key, items in anns.items():
+                for item in items:
+                    if not isinstance(item, Annotation):
+                        raise ValueTypeError(f"literal annotation {key!r}: expected an "
+                                             f"Annotation, got {type(item).__name__}")
+        else:
+            anns = {}
+        setattr_ = object.__setattr__
+        setattr_(self, "value", value)
+        setattr_(self, "semantic_type", semantic_type or None)
+        setattr_(self, "annotations", anns)
+        setattr_(self, "_key", None)  # computed on first comparison or hash
+
+    def _compare_key(self) -> tuple[Any, ...]:
+        key = self._key
+        if key is None:
+            key = (_typed(self.value), self.semantic_type, _annmap_key(self.annotations))
+            object.__setattr__(self, "_key", key)
+        return key
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("Literal is immutable; make a new one")
@@ -187,10 +201,10 @@ class Literal:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Literal):
             return NotImplemented
-        return self._key == other._key
+        return self._compare_key() == other._compare_key()
 
     def __hash__(self) -> int:
-        return hash(self._key)
+        return hash(self._compare_key())
 
     def __repr__(self) -> str:
         extra = f", {self.semantic_type!r}" if self.semantic_type else ""

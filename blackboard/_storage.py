@@ -221,6 +221,26 @@ _OVERWRITE = ("INSERT INTO chalk_records (id, doc, version, updated_at) VALUES (
                    "version = chalk_records.version + 1, updated_at = excluded.updated_at")
 _DELETE_CHECKED = "DELETE FROM chalk_records WHERE id = ? AND version = ?"
 
+# PostgreSQL: COPY the documents into a session-local staging table (emptied
+# at every commit), then one set-based statement per kind.  2x faster than
+# pipelined executemany for 10,000 1 KB documents, ~5x faster than unnest()
+# over text arrays; for one record it costs two more short round trips.
+_PG_STAGE = ("CREATE TEMP TABLE IF NOT EXISTS chalk_stage (kind smallint NOT NULL, "
+             "id text NOT NULL, doc text NOT NULL, v integer) ON COMMIT DELETE ROWS")
+_PG_STAGE_COPY = "COPY chalk_stage (kind, id, doc, v) FROM STDIN"
+_PG_STAGED_UPDATE = """
+UPDATE chalk_records r SET doc = s.doc, version = r.version + 1, updated_at = %s
+FROM chalk_stage s WHERE s.kind = 0 AND r.id = s.id AND r.version = s.v"""
+_PG_STAGED_INSERT = """
+INSERT INTO chalk_records (id, doc, version, updated_at)
+SELECT id, doc, 1, %s FROM chalk_stage WHERE kind = 1 ORDER BY id
+ON CONFLICT (id) DO NOTHING"""
+_PG_STAGED_OVERWRITE = """
+INSERT INTO chalk_records (id, doc, version, updated_at)
+SELECT id, doc, 1, %s FROM chalk_stage WHERE kind = 2 ORDER BY id
+ON CONFLICT (id) DO UPDATE SET doc = excluded.doc, version = chalk_records.version + 1,
+                              updated_at = excluded.updated_at"""
+
 
 class SqlStore:
     """Records, attachments and leases in one SQL database (SQLite or PostgreSQL URL).
@@ -462,6 +482,50 @@ class SqlStore:
     def _write_records(self, tx: _Transaction, ws: WriteSet, now: float) -> None:
         conn = tx.conn
         sql = self._driver_sql
+        if self._pg:
+            if ws.updates or ws.inserts or ws.overwrites:
+                self._copy_records(tx, ws, now)
+        else:
+            self._execute_records(tx, ws, now)
+        checked = [(rid, v) for rid, v in ws.deletes if v is not None]
+        if checked:
+            count = conn.exec_driver_sql(sql(_DELETE_CHECKED), checked).rowcount
+            if count != len(checked):
+                self._refuse_stale(tx, dict(checked))  # type: ignore[arg-type]
+        unchecked = [rid for rid, v in ws.deletes if v is None]
+        if unchecked:
+            conn.execute(delete(records).where(self._in_ids(records.c.id)),
+                         {"ids": self._ids_param(unchecked)})
+
+    def _copy_records(self, tx: _Transaction, ws: WriteSet, now: float) -> None:
+        conn = tx.conn
+        conn.exec_driver_sql(_PG_STAGE)
+        # The driver (psycopg 3) connection is the one SQLAlchemy's transaction
+        # runs on, so the COPY is part of that transaction.
+        driver = conn.connection.driver_connection
+        with driver.cursor() as cur:  # type: ignore[union-attr]
+            with cur.copy(_PG_STAGE_COPY) as copy:
+                write = copy.write_row
+                for rid, doc, version in ws.updates:
+                    write((0, rid, doc, version))
+                for rid, doc in ws.inserts:
+                    write((1, rid, doc, None))
+                for rid, doc in ws.overwrites:
+                    write((2, rid, doc, None))
+        if ws.updates:
+            count = conn.exec_driver_sql(_PG_STAGED_UPDATE, (now,)).rowcount
+            if count != len(ws.updates):
+                self._refuse_stale(tx, {rid: v for rid, _, v in ws.updates})
+        if ws.inserts:
+            count = conn.exec_driver_sql(_PG_STAGED_INSERT, (now,)).rowcount
+            if count != len(ws.inserts):
+                self._refuse_stale(tx, {rid: 0 for rid, _ in ws.inserts})
+        if ws.overwrites:
+            conn.exec_driver_sql(_PG_STAGED_OVERWRITE, (now,))
+
+    def _execute_records(self, tx: _Transaction, ws: WriteSet, now: float) -> None:
+        conn = tx.conn
+        sql = self._driver_sql
         if ws.updates:
             count = conn.exec_driver_sql(sql(_UPDATE), [
                 (doc, now, rid, v) for rid, doc, v in ws.updates]).rowcount
@@ -476,15 +540,6 @@ class SqlStore:
             # Sorted: concurrent upserts of overlapping batches lock rows in one order.
             conn.exec_driver_sql(sql(_OVERWRITE), sorted(
                 (rid, doc, now) for rid, doc in ws.overwrites))
-        checked = [(rid, v) for rid, v in ws.deletes if v is not None]
-        if checked:
-            count = conn.exec_driver_sql(sql(_DELETE_CHECKED), checked).rowcount
-            if count != len(checked):
-                self._refuse_stale(tx, dict(checked))  # type: ignore[arg-type]
-        unchecked = [rid for rid, v in ws.deletes if v is None]
-        if unchecked:
-            conn.execute(delete(records).where(self._in_ids(records.c.id)),
-                         {"ids": self._ids_param(unchecked)})
 
     def _refuse_stale(self, tx: _Transaction, expected: dict[str, int]) -> None:
         """Roll back and raise, naming each record whose stored version moved on."""
