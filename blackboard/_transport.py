@@ -76,6 +76,11 @@ class TransportMixin:
 
     @staticmethod
     def _parent_of(entry: _Entry) -> str | None:
+        raw = entry.raw
+        if entry._doc is None and raw is not None and (
+                raw.count('"parent":') == 1 and '"parent":null' in raw if isinstance(raw, str)
+                else raw.count(b'"parent":') == 1 and b'"parent":null' in raw):
+            return None  # not a fragment; no parse needed (see no_attachments for why)
         return entry.doc.get("parent")
 
     def document(self, record_id: str) -> dict[str, Any]:
