@@ -302,9 +302,9 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
         ids = list(dict.fromkeys(ids))
         entries = [(rid, self._entry(rid)) for rid in ids]
         if self.store is not None:
-            with gc_paused():
+            with gc_paused():  # the documents made here die at once: nothing to collect
                 ws = self._write_set(entries)
-            self.store.write(ws, self.owner, self.lease_seconds, hook)
+                self.store.write(ws, self.owner, self.lease_seconds, hook)
         for rid, _ in entries:
             self._drop(rid)
 

@@ -41,24 +41,32 @@ def set_literals_in(obj: dict[str, Any], name: str, new: list[Any]) -> None:
 
 
 def _replay(doc: dict[str, Any], ops: list[Any]) -> None:
+    # Hot at commit (once per changed record): kept tight.  Every kind starts
+    # with meta.setdefault("attrs", {}) in its eager form, so do it once here.
     meta = doc["meta"]
-    for i in range(0, len(ops), 3):
-        kind, name, payload = ops[i], ops[i + 1], ops[i + 2]
+    attrs = meta.get("attrs")
+    if attrs is None:
+        attrs = meta["attrs"] = {}
+    it = iter(ops)
+    for kind, name, payload in zip(it, it, it, strict=True):
         if kind == SET1:
-            attrs = meta.setdefault("attrs", {})
             old = attrs.get(name)
-            if old and any(is_object(v) for v in old):
+            if old and dict in map(type, old) and any(is_object(v) for v in old):
                 attrs[name] = [payload] + [v for v in old if is_object(v)]
             else:
                 attrs[name] = [payload]
         elif kind == ADD1:
-            meta.setdefault("attrs", {}).setdefault(name, []).append(payload)
+            old = attrs.get(name)
+            if old is None:
+                attrs[name] = [payload]
+            else:
+                old.append(payload)
         elif kind == SET:
             set_literals_in(meta, name, payload)
         elif kind == ADD:
-            meta.setdefault("attrs", {}).setdefault(name, []).extend(payload)
+            attrs.setdefault(name, []).extend(payload)
         else:
-            meta.setdefault("attrs", {}).update(payload)
+            attrs.update(payload)
 
 
 def no_attachments(raw: str | bytes) -> bool:

@@ -212,6 +212,8 @@ ON CONFLICT (record_id) DO UPDATE
        acquired_at = CASE WHEN chalk_leases.owner = excluded.owner
                           THEN chalk_leases.acquired_at ELSE excluded.acquired_at END
    WHERE chalk_leases.expires_at < excluded.acquired_at OR chalk_leases.owner = excluded.owner"""
+_LITE_RELEASE = ("DELETE FROM chalk_leases WHERE owner = ? AND record_id IN "
+                 "(SELECT value FROM json_each(?)) RETURNING record_id")
 _UPDATE = ("UPDATE chalk_records SET doc = ?, version = version + 1, updated_at = ? "
                 "WHERE id = ? AND version = ?")
 _INSERT_NEW = ("INSERT INTO chalk_records (id, doc, version, updated_at) VALUES (?, ?, 1, ?) "
@@ -339,8 +341,10 @@ class SqlStore:
                 return {}, found
             return self._holders(conn, ids, owner), {}
         ids_json = _json.dumps(ids)
-        conn.exec_driver_sql(_LITE_TAKE, (owner, now + lease_seconds, now, ids_json))
-        holders = self._holders(conn, ids, owner)
+        taken = conn.exec_driver_sql(_LITE_TAKE, (owner, now + lease_seconds, now,
+                                                  ids_json)).rowcount
+        # Every row inserted or updated: none held by another owner, no need to ask.
+        holders = {} if taken == len(ids) else self._holders(conn, ids, owner)
         if holders or not read:
             return holders, {}
         rows = conn.exec_driver_sql(
@@ -410,10 +414,7 @@ class SqlStore:
         if self._pg:
             rows = conn.execute(_PG_RELEASE, {"ids": sorted(ids), "owner": owner})
         else:
-            rows = conn.execute(delete(leases).where(self._in_ids(leases.c.record_id),
-                                                     leases.c.owner == owner)
-                                .returning(leases.c.record_id),
-                                {"ids": self._ids_param(ids)})
+            rows = conn.exec_driver_sql(_LITE_RELEASE, (owner, _json.dumps(list(ids))))
         return {rid for (rid,) in rows.all()}
 
     def release(self, ids: Sequence[str], owner: str) -> None:
