@@ -30,8 +30,11 @@ from engine._worker import (
     InstanceInput,
     InstanceOutput,
     arrow_partition,
-    decode_items,
-    encode_items,
+    export_packed,
+    frozen_heap,
+    import_packed,
+    input_schema,
+    outputs_from_arrow,
     run_instances,
 )
 
@@ -62,16 +65,15 @@ def _inputs(blackboard: Any, instances: list[list[str]]) -> list[InstanceInput]:
     out: list[InstanceInput] = []
     for index, ids in enumerate(instances):
         ids = list(dict.fromkeys(ids))
-        payload, blobs = encode_items(blackboard.export_records(ids, attachments="all"))
-        out.append(InstanceInput(index, ids, payload, blobs))
+        out.append(InstanceInput(index, ids, export_packed(blackboard, ids, "all")))
     return out
 
 
 def _apply(blackboard: Any, outputs: list[InstanceOutput]) -> list[InstanceResult]:
     results = []
     for out in outputs:
-        if out.ok and out.items:
-            blackboard.import_records(out.items)
+        if out.ok and out.packed is not None:
+            import_packed(blackboard, out.packed)
         results.append(InstanceResult(out.index, out.ok, out.error, list(out.result_ids), list(out.record_ids)))
     failed = sum(1 for r in results if not r.ok)
     if failed:
@@ -90,16 +92,14 @@ class LocalRunner:
         """Run ``workflow`` for each instance (a list of record IDs on ``blackboard``)."""
         if not instances:
             return []
-        outputs = run_instances(workflow, _inputs(blackboard, instances))
-        for out in outputs:
-            payload, blobs = encode_items(out.items)
-            out.items = decode_items(payload, blobs)
-        return _apply(blackboard, outputs)
+        with frozen_heap():
+            outputs = run_instances(workflow, _inputs(blackboard, instances))
+            return _apply(blackboard, outputs)
 
 
 _SCHEMA_DDL = (
     "idx long, ok boolean, error string, result_ids array<string>, record_ids array<string>, "
-    "payload string, blobs array<binary>"
+    "docs array<binary>, env binary, blobs array<binary>"
 )
 
 
@@ -136,37 +136,38 @@ class SparkRunner:
         if not instances:
             return []
         started = time.perf_counter()
-        rows = [(inp.index, inp.ids, inp.payload, inp.blobs) for inp in _inputs(blackboard, instances)]
-        outputs = self._run_rows(workflow, rows)
-        outputs.sort(key=lambda o: o.index)
-        results = _apply(blackboard, outputs)
+        with frozen_heap():
+            outputs = self._run_rows(workflow, _inputs(blackboard, instances))
+            outputs.sort(key=lambda o: o.index)
+            results = _apply(blackboard, outputs)
         log.debug("batch of %d instance(s) of %s on Spark in %.3fs", len(instances), workflow.name,
                   time.perf_counter() - started, extra={"workflow": workflow.name})
         return results
 
-    def _run_rows(self, workflow: Workflow, rows: list[tuple[int, list[str], str, list[bytes]]]) -> list[InstanceOutput]:
+    def _run_rows(self, workflow: Workflow, rows: list[InstanceInput]) -> list[InstanceOutput]:
         try:
             return self._job(workflow, rows)
         except _JobFailed as e:
             if len(rows) == 1:
-                index, ids = rows[0][0], rows[0][1]
+                index, ids = rows[0].index, rows[0].ids
                 log.warning("instance %d of %s isolated as poison: %s", index, workflow.name, e.reason,
                             extra={"workflow": workflow.name})
-                return [InstanceOutput(index, False, e.reason, [], list(ids), [])]
+                return [InstanceOutput(index, False, e.reason, [], list(ids), None)]
             half = len(rows) // 2
             log.warning("job of %d instance(s) of %s failed (%s); splitting to isolate the cause",
                         len(rows), workflow.name, e.reason, extra={"workflow": workflow.name})
             return self._run_rows(workflow, rows[:half]) + self._run_rows(workflow, rows[half:])
 
-    def _job(self, workflow: Workflow, rows: list[tuple[int, list[str], str, list[bytes]]]) -> list[InstanceOutput]:
+    def _job(self, workflow: Workflow, rows: list[InstanceInput]) -> list[InstanceOutput]:
         import pyarrow as pa
 
-        table = pa.table({
-            "idx": pa.array([r[0] for r in rows], pa.int64()),
-            "ids": pa.array([r[1] for r in rows], pa.list_(pa.string())),
-            "payload": pa.array([r[2] for r in rows], pa.string()),
-            "blobs": pa.array([r[3] for r in rows], pa.list_(pa.binary())),
-        })
+        table = pa.Table.from_pydict({
+            "idx": [r.index for r in rows],
+            "ids": [r.ids for r in rows],
+            "docs": [r.packed.docs for r in rows],
+            "env": [r.packed.env for r in rows],
+            "blobs": [r.packed.blobs for r in rows],
+        }, schema=input_schema())
         wf = workflow
 
         def partition(batches: Any) -> Any:
@@ -203,14 +204,8 @@ class SparkRunner:
         result = box.get("table")
         if result is None:
             raise RunnerError("Spark job returned nothing")
-        cols = result.to_pydict()
-        outputs = []
-        for idx, ok, error, result_ids, record_ids, payload, blobs in zip(
-            cols["idx"], cols["ok"], cols["error"], cols["result_ids"], cols["record_ids"], cols["payload"], cols["blobs"], strict=True
-        ):
-            outputs.append(InstanceOutput(int(idx), bool(ok), error, list(result_ids or []), list(record_ids or []),
-                                          decode_items(payload, blobs)))
-        missing = {r[0] for r in rows} - {o.index for o in outputs}
+        outputs = outputs_from_arrow(result)
+        missing = {r.index for r in rows} - {o.index for o in outputs}
         if missing:
             raise RunnerError(f"Spark job lost instance(s) {sorted(missing)}")
         return outputs

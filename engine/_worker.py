@@ -1,8 +1,12 @@
 """What runs in one partition: records in, interpreter over all instances, changes out.
 
 This module is imported on Spark workers; it must not touch the driver's
-blackboard or Spark.  Records travel as JSON (transport items without their
-attachment bytes) plus a list of binary blobs, never pickle.
+blackboard or Spark.  Records travel as JSON, never pickle: each record's
+document as compact JSON bytes (orjson, encoded once from the live document),
+a JSON array of small envelopes (ID, parent, mode, flags, notes), and the
+attachment bytes apart (see :class:`Packed`).  Workers send back only the
+records that changed: an input record whose JSON comes out byte-identical
+stays home.
 
 ``run_instances`` takes every instance of the partition, runs them together
 on a partition-local blackboard, and reruns *tainted* instances (those in a
@@ -12,25 +16,56 @@ until every instance has its own result.
 
 from __future__ import annotations
 
+import gc
+import inspect
 import json
 import logging
+import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 from engine._interpreter import Instance, Interpreter, State
 from engine._pipelets import configured_pipelet
 from engine._specs import Workflow
 
-__all__ = ["InstanceInput", "InstanceOutput", "decode_items", "encode_items", "run_instances"]
+__all__ = [
+    "InstanceInput",
+    "InstanceOutput",
+    "Packed",
+    "export_packed",
+    "frozen_heap",
+    "import_packed",
+    "run_instances",
+]
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
+class Packed:
+    """Records as they travel: one JSON document per record, their envelopes, blobs.
+
+    ``docs[i]`` is record *i*'s document as compact JSON bytes (encoded once,
+    straight from the blackboard's document: no copy); ``env`` is one JSON
+    array with an envelope per record (``id``, ``parent``, ``mode``,
+    ``version``, ``deleted``, ``notes``, and ``attachments`` naming blobs by
+    index); ``blobs`` the attachment bytes.  Documents stay bytes until a
+    pipelet reads them (the blackboard parses lazily when it can).
+    """
+
+    docs: list[bytes]
+    env: bytes
+    blobs: list[bytes]
+
+
+@dataclass
 class InstanceInput:
-    """One instance's records as they travel: JSON text plus attachment blobs.
+    """One instance's records as they travel.
 
     Kept encoded so each (re)run decodes a pristine copy: the blackboard
     takes documents over without copying and pipelets change them in place.
@@ -38,8 +73,7 @@ class InstanceInput:
 
     index: int
     ids: list[str]
-    payload: str
-    blobs: list[bytes]
+    packed: Packed
 
 
 @dataclass
@@ -49,32 +83,143 @@ class InstanceOutput:
     error: str | None
     result_ids: list[str]
     record_ids: list[str]
-    items: list[dict[str, Any]]  # changed records (transport items), empty when not ok
+    packed: Packed | None  # changed records; None when not ok or nothing changed
 
 
-def encode_items(items: list[dict[str, Any]]) -> tuple[str, list[bytes]]:
-    """Transport items -> (JSON text, attachment blobs); the JSON names blobs by index."""
+def _dumps(value: Any) -> bytes:
+    try:
+        return orjson.dumps(value)
+    except TypeError:  # non-str keys, integers past 64 bits: json's (slower) way
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _blackboard_takes_bytes() -> bool:
+    from blackboard import Blackboard
+
+    return "encoded" in inspect.signature(Blackboard.export_records).parameters
+
+
+_ENCODED: bool | None = None
+
+
+def _encoded() -> bool:
+    """Whether this blackboard exports/imports documents as JSON bytes (no parse)."""
+    global _ENCODED
+    if _ENCODED is None:
+        _ENCODED = _blackboard_takes_bytes()
+    return _ENCODED
+
+
+EMPTY = Packed([], b"[]", [])
+
+
+def _export_items(blackboard: Any, ids: list[str], attachments: str) -> list[dict[str, Any]]:
+    if _encoded():
+        return blackboard.export_records(ids, attachments=attachments, encoded=True)  # type: ignore[no-any-return]
+    return blackboard.export_records(ids, attachments=attachments)  # type: ignore[no-any-return]
+
+
+def pack_items(items: list[dict[str, Any]], keep: Any = None) -> Packed:
+    """Transport items -> :class:`Packed`.  ``keep(item, doc_bytes)`` may drop an item."""
+    docs: list[bytes] = []
+    envs: list[dict[str, Any]] = []
     blobs: list[bytes] = []
-    plain = []
     for item in items:
-        atts = item.get("attachments") or {}
-        refs = {}
-        for name, data in atts.items():
-            refs[name] = len(blobs)
-            blobs.append(bytes(data))
-        out = {k: v for k, v in item.items() if k != "attachments"}
-        out["attachments"] = refs
-        plain.append(out)
-    return json.dumps(plain, separators=(",", ":"), ensure_ascii=False), blobs
+        doc = item["doc"]
+        if isinstance(doc, dict):
+            env = {"id": doc.get("id"), "parent": doc.get("parent")}
+            raw = _dumps(doc)
+        else:
+            env = {"id": item["id"], "parent": item["parent"]}
+            raw = bytes(doc)
+        if keep is not None and not keep(item, raw):
+            continue
+        env["mode"] = item.get("mode")
+        env["version"] = item.get("version")
+        env["deleted"] = bool(item.get("deleted"))
+        notes = item.get("notes")
+        if notes:
+            env["notes"] = notes
+        atts = item.get("attachments")
+        if atts:
+            refs = {}
+            for name, data in atts.items():
+                refs[name] = len(blobs)
+                blobs.append(bytes(data))
+            env["attachments"] = refs
+        docs.append(raw)
+        envs.append(env)
+    return Packed(docs, _dumps(envs), blobs)
 
 
-def decode_items(text: str, blobs: list[bytes] | None) -> list[dict[str, Any]]:
-    """Inverse of :func:`encode_items`."""
-    items = json.loads(text)
-    blobs = blobs or []
-    for item in items:
-        item["attachments"] = {name: blobs[i] for name, i in (item.get("attachments") or {}).items()}
-    return items
+def unpack_items(packed: Packed) -> list[dict[str, Any]]:
+    """Inverse of :func:`pack_items`: transport items (documents as bytes when the blackboard takes them)."""
+    envs = orjson.loads(packed.env)
+    raw = _encoded()
+    blobs = packed.blobs
+    for env, doc in zip(envs, packed.docs, strict=True):
+        env["doc"] = doc if raw else orjson.loads(doc)
+        refs = env.get("attachments")
+        env["attachments"] = {name: blobs[i] for name, i in refs.items()} if refs else {}
+    return envs  # type: ignore[no-any-return]
+
+
+def export_packed(blackboard: Any, ids: list[str], attachments: str = "all") -> Packed:
+    """The records ``ids`` of ``blackboard``, packed for travel."""
+    return pack_items(_export_items(blackboard, ids, attachments))
+
+
+def import_packed(blackboard: Any, packed: Packed | None, *, changed: bool = True) -> None:
+    """Put packed records on ``blackboard`` (see ``Blackboard.import_records``)."""
+    if packed is not None and packed.docs:
+        blackboard.import_records(unpack_items(packed), changed=changed)
+
+
+_freeze_lock = threading.Lock()
+_freeze_depth = 0
+
+
+@contextmanager
+def frozen_heap() -> Iterator[None]:
+    """Keep the cyclic garbage collector off the objects alive before a batch.
+
+    A batch allocates hundreds of thousands of containers (documents, items);
+    every full collection would walk everything on the heap -- the driver's
+    blackboard, Spark's and pyarrow's modules -- again and again.  Objects
+    that existed before the batch are moved to the permanent generation for
+    its duration (``gc.freeze``) and given back afterwards (``gc.unfreeze``),
+    so collections during the batch only look at what the batch made.
+    Nests (the outermost use freezes and unfreezes).
+    """
+    global _freeze_depth
+    with _freeze_lock:
+        _freeze_depth += 1
+        if _freeze_depth == 1:
+            gc.freeze()
+    try:
+        yield
+    finally:
+        with _freeze_lock:
+            _freeze_depth -= 1
+            if _freeze_depth == 0:
+                gc.unfreeze()
+
+
+def _notes_key(notes: Any) -> bytes | None:
+    return _dumps(notes) if notes else None
+
+
+def _unchanged(original: dict[str, tuple[bytes, bool, bytes | None]]) -> Any:
+    """A ``keep`` for :func:`pack_items`: drop input records that come out byte-identical."""
+
+    def keep(item: dict[str, Any], raw: bytes) -> bool:
+        before = original.get(item["id"] if "id" in item else item["doc"].get("id"))
+        if before is None or item.get("attachments") or item.get("deleted"):
+            return True
+        doc, deleted, notes = before
+        return raw != doc or deleted or _notes_key(item.get("notes")) != notes
+
+    return keep
 
 
 def _run_group(workflow: Workflow, group: list[InstanceInput]) -> tuple[list[InstanceOutput], list[list[InstanceInput]]]:
@@ -82,8 +227,12 @@ def _run_group(workflow: Workflow, group: list[InstanceInput]) -> tuple[list[Ins
     from blackboard import Blackboard
 
     bb = Blackboard.local()
+    original: dict[str, tuple[bytes, bool, bytes | None]] = {}
     for inp in group:
-        bb.import_records(decode_items(inp.payload, inp.blobs), changed=False)
+        items = unpack_items(inp.packed)
+        for doc, item in zip(inp.packed.docs, items, strict=True):
+            original[item["id"]] = (doc, bool(item.get("deleted")), _notes_key(item.get("notes")))
+        bb.import_records(items, changed=False)
     for inp in group:
         bb.bind_instance(inp.index, inp.ids)
     instances = [Instance(key=inp.index, ids=list(inp.ids)) for inp in group]
@@ -93,6 +242,7 @@ def _run_group(workflow: Workflow, group: list[InstanceInput]) -> tuple[list[Ins
     for rid in bb.ids():
         members.setdefault(bb.instance_of(rid), []).append(rid)
     changed = set(bb.changed_ids())
+    keep = _unchanged(original)
     outputs: list[InstanceOutput] = []
     tainted: list[InstanceInput] = []
     for inp, inst in zip(group, instances, strict=True):
@@ -102,14 +252,21 @@ def _run_group(workflow: Workflow, group: list[InstanceInput]) -> tuple[list[Ins
         record_ids = members.get(inp.index, list(inp.ids))
         if inst.ok:
             mine = [rid for rid in record_ids if rid in changed]
-            new = [rid for rid in mine if bb.is_new(rid) and rid not in inp.ids]
-            old = [rid for rid in mine if rid not in set(new)]
-            items = bb.export_records(old, attachments="changed") + bb.export_records(new, attachments="all")
-            outputs.append(InstanceOutput(inp.index, True, None, list(inst.ids), record_ids, items))
+            inputs = set(inp.ids)
+            new = [rid for rid in mine if rid not in inputs and bb.is_new(rid)]
+            fresh = set(new)
+            old = [rid for rid in mine if rid not in fresh]
+            packed = None
+            if mine:
+                items = _export_items(bb, old, "changed") + _export_items(bb, new, "all")
+                packed = pack_items(items, keep)
+                if not packed.docs:
+                    packed = None
+            outputs.append(InstanceOutput(inp.index, True, None, list(inst.ids), record_ids, packed))
         else:
             fault = inst.fault
             error = str(fault) if fault is not None else f"instance ended as {inst.state.value}"
-            outputs.append(InstanceOutput(inp.index, False, error, [], list(inp.ids), []))
+            outputs.append(InstanceOutput(inp.index, False, error, [], list(inp.ids), None))
     reruns: list[list[InstanceInput]] = []
     if tainted:
         if len(tainted) == 1:
@@ -142,8 +299,20 @@ def run_instances(workflow: Workflow, inputs: list[InstanceInput]) -> list[Insta
 
 # -- Arrow side (Spark workers) -------------------------------------------------------
 
-INPUT_FIELDS = ("idx", "ids", "payload", "blobs")
-OUTPUT_FIELDS = ("idx", "ok", "error", "result_ids", "record_ids", "payload", "blobs")
+INPUT_FIELDS = ("idx", "ids", "docs", "env", "blobs")
+OUTPUT_FIELDS = ("idx", "ok", "error", "result_ids", "record_ids", "docs", "env", "blobs")
+
+
+def input_schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema([
+        ("idx", pa.int64()),
+        ("ids", pa.list_(pa.string())),
+        ("docs", pa.list_(pa.binary())),
+        ("env", pa.binary()),
+        ("blobs", pa.list_(pa.binary())),
+    ])
 
 
 def output_schema() -> Any:
@@ -155,31 +324,61 @@ def output_schema() -> Any:
         ("error", pa.string()),
         ("result_ids", pa.list_(pa.string())),
         ("record_ids", pa.list_(pa.string())),
-        ("payload", pa.large_string()),
-        ("blobs", pa.list_(pa.large_binary())),
+        ("docs", pa.list_(pa.binary())),
+        ("env", pa.binary()),
+        ("blobs", pa.list_(pa.binary())),
     ])
 
 
-def arrow_partition(workflow: Workflow, batches: Iterator[Any]) -> Iterator[Any]:
-    """``mapInArrow`` function body: all instances of the partition, one output batch."""
-    import pyarrow as pa
-
+def inputs_from_arrow(batches: Iterator[Any]) -> list[InstanceInput]:
+    """Arrow record batches (``input_schema``) -> instance inputs."""
     inputs: list[InstanceInput] = []
     for batch in batches:
         cols = batch.to_pydict()
-        for idx, ids, payload, blobs in zip(cols["idx"], cols["ids"], cols["payload"], cols["blobs"], strict=True):
-            inputs.append(InstanceInput(int(idx), list(ids), payload, list(blobs or [])))
-    if not inputs:
-        return
-    outputs = run_instances(workflow, inputs)
+        for idx, ids, docs, env, blobs in zip(cols["idx"], cols["ids"], cols["docs"], cols["env"], cols["blobs"],
+                                              strict=True):
+            inputs.append(InstanceInput(idx, ids, Packed(docs, env, blobs or [])))
+    return inputs
+
+
+def outputs_to_arrow(outputs: list[InstanceOutput]) -> Any:
+    """Instance outputs -> one Arrow record batch (``output_schema``)."""
+    import pyarrow as pa
+
     columns: dict[str, list[Any]] = {name: [] for name in OUTPUT_FIELDS}
     for out in outputs:
-        payload, blobs = encode_items(out.items)
+        packed = out.packed or EMPTY
         columns["idx"].append(out.index)
         columns["ok"].append(out.ok)
         columns["error"].append(out.error)
         columns["result_ids"].append(out.result_ids)
         columns["record_ids"].append(out.record_ids)
-        columns["payload"].append(payload)
-        columns["blobs"].append(blobs)
-    yield pa.RecordBatch.from_pydict(columns, schema=output_schema())
+        columns["docs"].append(packed.docs)
+        columns["env"].append(packed.env)
+        columns["blobs"].append(packed.blobs)
+    return pa.RecordBatch.from_pydict(columns, schema=output_schema())
+
+
+def outputs_from_arrow(table: Any) -> list[InstanceOutput]:
+    """The collected result table -> instance outputs."""
+    cols = table.to_pydict()
+    outputs = []
+    for idx, ok, error, result_ids, record_ids, docs, env, blobs in zip(
+        cols["idx"], cols["ok"], cols["error"], cols["result_ids"], cols["record_ids"], cols["docs"], cols["env"],
+        cols["blobs"], strict=True,
+    ):
+        packed = Packed(docs, env, blobs or []) if docs else None
+        outputs.append(InstanceOutput(idx, bool(ok), error, result_ids or [], record_ids or [], packed))
+    return outputs
+
+
+def arrow_partition(workflow: Workflow, batches: Iterator[Any]) -> Iterator[Any]:
+    """``mapInArrow`` function body: all instances of the partition, one output batch."""
+    with frozen_heap():
+        inputs = inputs_from_arrow(batches)
+        if not inputs:
+            return
+        outputs = run_instances(workflow, inputs)
+        batch = outputs_to_arrow(outputs)
+        del inputs, outputs
+    yield batch
