@@ -310,12 +310,11 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
 
     def _write_set(self, entries: list[tuple[str, _Entry]]) -> WriteSet:
         ws = WriteSet()
+        release, update = ws.release.append, ws.updates.append  # once per record: hot
         for rid, entry in entries:
-            if entry.leased:
-                ws.release.append(rid)
-            else:
+            release(rid)
+            if not entry.leased:
                 ws.take.append(rid)
-                ws.release.append(rid)
             mode = entry.mode
             if entry.deleted:
                 if mode != ABSENT:
@@ -324,12 +323,14 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
             if entry.changed:
                 text = entry.encoded()
                 if mode == LOADED:
-                    ws.updates.append((rid, text, entry.version))  # type: ignore[arg-type]
+                    update((rid, text, entry.version))  # type: ignore[arg-type]
                 elif mode == ABSENT:
                     ws.inserts.append((rid, text))
                 else:
                     ws.overwrites.append((rid, text))
                     ws.clear_attachments.append(rid)
+            if not entry.attachments and not entry.removed_attachments:
+                continue
             for name in entry.removed_attachments:
                 if name not in entry.attachments and mode == LOADED:
                     ws.attachment_removals.append((rid, name))
