@@ -27,13 +27,14 @@ from typing import Any
 from engine._errors import RunnerError
 from engine._specs import Workflow
 from engine._worker import (
+    CHUNK_DDL,
     InstanceInput,
     InstanceOutput,
     arrow_partition,
     export_packed,
     frozen_heap,
     import_packed,
-    input_schema,
+    inputs_to_arrow,
     outputs_from_arrow,
     run_instances,
 )
@@ -97,12 +98,6 @@ class LocalRunner:
             return _apply(blackboard, outputs)
 
 
-_SCHEMA_DDL = (
-    "idx long, ok boolean, error string, result_ids array<string>, record_ids array<string>, "
-    "docs array<binary>, env binary, blobs array<binary>"
-)
-
-
 class _JobFailed(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -159,15 +154,10 @@ class SparkRunner:
             return self._run_rows(workflow, rows[:half]) + self._run_rows(workflow, rows[half:])
 
     def _job(self, workflow: Workflow, rows: list[InstanceInput]) -> list[InstanceOutput]:
-        import pyarrow as pa
-
-        table = pa.Table.from_pydict({
-            "idx": [r.index for r in rows],
-            "ids": [r.ids for r in rows],
-            "docs": [r.packed.docs for r in rows],
-            "env": [r.packed.env for r in rows],
-            "blobs": [r.packed.blobs for r in rows],
-        }, schema=input_schema())
+        spark = self.spark
+        sc = spark.sparkContext
+        # one chunk row per core: Spark makes a partition of each
+        table = inputs_to_arrow(rows, max(1, int(sc.defaultParallelism)))
         wf = workflow
 
         def partition(batches: Any) -> Any:
@@ -175,15 +165,12 @@ class SparkRunner:
 
         group = f"chalk-{workflow.name}-{uuid.uuid4().hex[:12]}"
         box: dict[str, Any] = {}
-        spark = self.spark
-        sc = spark.sparkContext
 
         def job() -> None:
             try:
                 sc.setJobGroup(group, f"workflow {workflow.name}: {len(rows)} instance(s)", interruptOnCancel=True)
-                # from an Arrow table Spark makes defaultParallelism slices (no shuffle)
                 df = spark.createDataFrame(table)
-                box["table"] = df.mapInArrow(partition, _SCHEMA_DDL).toArrow()
+                box["table"] = df.mapInArrow(partition, CHUNK_DDL).toArrow()
             except BaseException as e:  # reported to the caller's thread
                 box["error"] = e
             finally:
