@@ -43,6 +43,8 @@ def set_literals_in(obj: dict[str, Any], name: str, new: list[Any]) -> None:
 def _replay(doc: dict[str, Any], ops: list[Any]) -> None:
     # Hot at commit (once per changed record): kept tight.  Every kind starts
     # with meta.setdefault("attrs", {}) in its eager form, so do it once here.
+    # ``ops`` must survive unchanged (encoded() replays on a throw-away parse):
+    # no payload list may end up in the document.
     meta = doc["meta"]
     attrs = meta.get("attrs")
     if attrs is None:
@@ -65,8 +67,9 @@ def _replay(doc: dict[str, Any], ops: list[Any]) -> None:
             set_literals_in(meta, name, payload)
         elif kind == ADD:
             attrs.setdefault(name, []).extend(payload)
-        else:
-            attrs.update(payload)
+        else:  # copies: a later ADD appends to the list, and ops may be replayed again
+            for key, values in payload.items():
+                attrs[key] = list(values)
 
 
 def no_attachments(raw: str | bytes) -> bool:

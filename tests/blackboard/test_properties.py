@@ -6,6 +6,7 @@ import datetime as dt
 import itertools
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -250,3 +251,34 @@ def test_a_record_committed_to_sqlite_loads_back_equal(sqlite_url: str, sequence
         assert loaded["doc"] == original["doc"]
         assert loaded["attachments"] == original["attachments"] == blobs
         assert render_board(reader, rid) == render_model(model)
+
+
+top_writes = st.lists(st.one_of(
+    st.tuples(st.just("set_literals"), st.sampled_from(NAMES + ["o"]), st.lists(literals, max_size=3)),
+    st.tuples(st.just("add_literal"), st.sampled_from(NAMES + ["o"]), literals),
+    st.tuples(st.just("set_attributes"), st.sampled_from(NAMES + ["o"]),
+              st.lists(st.one_of(texts, st.integers(-2**63, 2**63 - 1)), min_size=1, max_size=3)),
+), max_size=8)
+
+
+@given(st.lists(ops, max_size=15), top_writes)
+def test_deferred_writes_on_an_unparsed_record_equal_the_same_writes_parsed(
+        sequence: list[tuple], writes: list[tuple]) -> None:
+    source = Blackboard.local()
+    source.create("r")
+    run_ops(source, "r", sequence)
+    item = source.export_records(["r"], encoded=True)[0]
+    lazy, parsed = Blackboard.local(), Blackboard.local()
+    lazy.import_records([dict(item)], changed=False)
+    parsed.import_records([dict(item)], changed=False)
+    parsed.document("r")  # parse this one up front
+    for board in (lazy, parsed):
+        for kind, name, arg in writes:
+            if kind == "set_attributes":
+                board.set_attributes("r", {name: arg})
+            else:
+                getattr(board, kind)("r", name, arg)
+    assert lazy._entries["r"]._doc is None
+    shipped = lazy.export_records(["r"], encoded=True)[0]["doc"]  # replayed on a throw-away parse
+    assert orjson.loads(shipped) == parsed.document("r")
+    assert lazy.document("r") == parsed.document("r")             # replayed at the parse
