@@ -5,7 +5,8 @@ For each store (SQLite file, PostgreSQL when reachable) and each of
 
 * **blackboard**: ``load_many`` of N records of ~1 KB, change 3 attributes on
   each (set two literals, add one), ``commit_many`` — leases taken and
-  released, version check, documents parsed and serialised;
+  released, version check, every document parsed and serialised once (the
+  blackboard parses lazily, so the changes are replayed at commit);
 * **raw upsert**: the same N rows (id, JSON document, version, timestamp),
   already serialised, written with one Core ``INSERT … ON CONFLICT DO
   UPDATE`` executemany in one transaction — no reads, no leases, no JSON
@@ -70,19 +71,27 @@ def populate(url: str, n: int) -> list[str]:
     return ids
 
 
-def run_blackboard(url: str, ids: list[str], round_no: int, batch: int) -> float:
+def run_blackboard(url: str, ids: list[str], round_no: int, batch: int
+                   ) -> tuple[float, list[float]]:
+    """Total seconds, and seconds per phase (load, change, commit)."""
     bb = Blackboard.connect(url, owner=f"bench-{round_no}")
+    phases = [0.0, 0.0, 0.0]
     try:
         started = time.perf_counter()
         for start in range(0, len(ids), batch):
             part = ids[start:start + batch]
+            t0 = time.perf_counter()
             bb.load_many(part)
+            t1 = time.perf_counter()
             for rid in part:
                 bb.set_literal(rid, "title", f"changed title {round_no}")
                 bb.set_literal(rid, "count", Literal(round_no, "counter"))
                 bb.add_literal(rid, "tags", f"round{round_no}")
+            t2 = time.perf_counter()
             bb.commit_many(part)
-        return time.perf_counter() - started
+            t3 = time.perf_counter()
+            phases = [phases[0] + t1 - t0, phases[1] + t2 - t1, phases[2] + t3 - t2]
+        return time.perf_counter() - started, phases
     finally:
         bb.close()
 
@@ -165,14 +174,18 @@ def bench_store(label: str, url: str, n: int, rounds: int, batch: int) -> dict:
     ids = populate(url, n)
     rows = raw_rows(url, ids)
     size = statistics.mean(len(r["doc"]) for r in rows[:200])
-    bb_times, raw_times = [], []
+    bb_times, raw_times, phases = [], [], []
     for r in range(rounds):  # interleaved, so drift hits both alike
-        bb_times.append(run_blackboard(url, ids, r + 1, batch))
+        total, split = run_blackboard(url, ids, r + 1, batch)
+        bb_times.append(total)
+        phases.append(split)
         raw_times.append(run_raw(url, rows, batch))
     bb_rate = n / statistics.median(bb_times)
     raw_rate = n / statistics.median(raw_times)
     return {"store": label, "doc_bytes": size, "bb": bb_rate, "raw": raw_rate,
-            "ratio": bb_rate / raw_rate}
+            "ratio": bb_rate / raw_rate,
+            "phases": [statistics.median(p[i] for p in phases) for i in range(3)],
+            "raw_s": statistics.median(raw_times)}
 
 
 def main() -> None:
@@ -206,6 +219,10 @@ def main() -> None:
     for r in results:
         print(f"| {r['store']} | {r['doc_bytes']:.0f} | {r['bb']:,.0f} | {r['raw']:,.0f} | "
               f"{r['ratio']:.2f} |")
+    print("\nmedian seconds per phase: blackboard load / change / commit; raw upsert")
+    for r in results:
+        load, change, commit = r["phases"]
+        print(f"  {r['store']}: {load:.3f} / {change:.3f} / {commit:.3f}; {r['raw_s']:.3f}")
 
 
 if __name__ == "__main__":
