@@ -262,6 +262,8 @@ class SqlStore:
             raise StorageError(f"storage {url!r}: dialect {self.dialect!r} is not supported; "
                                "use SQLite or PostgreSQL")
         self._pg = self.dialect == "postgresql"
+        # COPY needs psycopg 3 (``postgresql+psycopg://``); other drivers use executemany.
+        self._copy = self._pg and self.engine.dialect.driver == "psycopg"
         self._insert = postgresql.insert if self._pg else sqlite.insert
         if not self._pg:
             event.listen(self.engine, "connect", _sqlite_connect)
@@ -483,7 +485,7 @@ class SqlStore:
     def _write_records(self, tx: _Transaction, ws: WriteSet, now: float) -> None:
         conn = tx.conn
         sql = self._driver_sql
-        if self._pg:
+        if self._copy:
             if ws.updates or ws.inserts or ws.overwrites:
                 self._copy_records(tx, ws, now)
         else:
@@ -503,16 +505,21 @@ class SqlStore:
         conn.exec_driver_sql(_PG_STAGE)
         # The driver (psycopg 3) connection is the one SQLAlchemy's transaction
         # runs on, so the COPY is part of that transaction.
+        import psycopg  # present: self._copy says the driver is psycopg 3
+
         driver = conn.connection.driver_connection
-        with driver.cursor() as cur:  # type: ignore[union-attr]
-            with cur.copy(_PG_STAGE_COPY) as copy:
-                write = copy.write_row
-                for rid, doc, version in ws.updates:
-                    write((0, rid, doc, version))
-                for rid, doc in ws.inserts:
-                    write((1, rid, doc, None))
-                for rid, doc in ws.overwrites:
-                    write((2, rid, doc, None))
+        try:
+            with driver.cursor() as cur:  # type: ignore[union-attr]
+                with cur.copy(_PG_STAGE_COPY) as copy:
+                    write = copy.write_row
+                    for rid, doc, version in ws.updates:
+                        write((0, rid, doc, version))
+                    for rid, doc in ws.inserts:
+                        write((1, rid, doc, None))
+                    for rid, doc in ws.overwrites:
+                        write((2, rid, doc, None))
+        except psycopg.Error as e:  # not wrapped by SQLAlchemy: the cursor is the driver's
+            raise StorageError(f"storage {self.url!r} failed: {e}") from e
         if ws.updates:
             count = conn.exec_driver_sql(_PG_STAGED_UPDATE, (now,)).rowcount
             if count != len(ws.updates):
