@@ -7,6 +7,7 @@ workflow files; ``SparkRunner`` runs a batch of instances as one Spark job,
 validate`` and ``chalk graph`` commands.
 """
 
+from engine._conditions import CompiledCondition, compile_condition
 from engine._errors import (
     EngineError,
     RunnerError,
@@ -21,6 +22,7 @@ from engine._runner import InstanceResult, LocalRunner, SparkRunner, spark_sessi
 from engine._specs import Workflow
 
 __all__ = [
+    "CompiledCondition",
     "DEFAULT_ALIASES",
     "EngineError",
     "InstanceResult",
@@ -32,6 +34,7 @@ __all__ = [
     "WorkflowDefinitionError",
     "WorkflowFault",
     "WorkflowRegistry",
+    "compile_condition",
     "load_workflow",
     "render_graph",
     "spark_session",

@@ -40,6 +40,7 @@ __all__ = [
     "RECORD_NS",
     "CompiledCondition",
     "check",
+    "compile_condition",
     "compiled",
     "render_records",
     "xpath_value_strings",
@@ -149,6 +150,22 @@ def check(condition: Condition, extra_variables: Sequence[str] = ()) -> str | No
             f"variables available here: {known}"
         )
     return None
+
+
+def compile_condition(expression: str, *, namespaces: Mapping[str, str] | None = None,
+                      variables: Sequence[str] = ()) -> CompiledCondition:
+    """Check and compile an XPath condition over records (for callers outside workflows).
+
+    Raises :class:`WorkflowDefinitionError` with what is wrong, e.g. for the
+    router's conditions in the configuration.
+    """
+    from engine._errors import WorkflowDefinitionError
+
+    condition = Condition(expression, 0, tuple((namespaces or {}).items()))
+    problem = check(condition, variables)
+    if problem:
+        raise WorkflowDefinitionError([problem])
+    return compiled(condition)
 
 
 def _scalar_text(value: Any) -> str:

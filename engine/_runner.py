@@ -139,6 +139,24 @@ class SparkRunner:
                   time.perf_counter() - started, extra={"workflow": workflow.name})
         return results
 
+    def warm_up(self) -> float:
+        """Start the Python workers and import the engine there; return the seconds taken.
+
+        The first job of a session pays for starting workers and importing
+        pyarrow, lxml and the engine (seconds); a service does it before it
+        takes its first batch.  No workflow or record is involved.
+        """
+        started = time.perf_counter()
+        cores = max(1, int(self.spark.sparkContext.defaultParallelism))
+
+        def touch(batches: Any) -> Any:
+            import engine._worker  # noqa: F401  (what a real batch imports first)
+            import pipelets  # noqa: F401
+            yield from batches
+
+        self.spark.range(cores, numPartitions=cores).mapInArrow(touch, "id long").collect()
+        return time.perf_counter() - started
+
     def _run_rows(self, workflow: Workflow, rows: list[InstanceInput]) -> list[InstanceOutput]:
         try:
             return self._job(workflow, rows)

@@ -19,6 +19,7 @@ from typing import Any
 
 from lxml import etree
 
+import engine
 from blackboard import Blackboard, BlackboardError
 from listener_router._amqp import OutMessage
 from listener_router._config import ConfigError, ListenerRule, RouterRule
@@ -100,13 +101,10 @@ class ListenerRules:
 
 
 def _compile_condition(expression: str, position: int) -> Any:
-    from engine._conditions import check, compiled
-    from engine._specs import Condition
-    condition = Condition(expression, 0)
-    problem = check(condition)
-    if problem:
-        raise ConfigError(f"router rule #{position + 1}: condition {expression!r}: {problem}")
-    return compiled(condition)
+    try:
+        return engine.compile_condition(expression)
+    except engine.WorkflowDefinitionError as e:
+        raise ConfigError(f"router rule #{position + 1}: condition {expression!r}: {e}") from e
 
 
 class Router:

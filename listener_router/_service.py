@@ -153,6 +153,8 @@ class Service:
                 spark = self._spark or engine.spark_session(s.spark_master, s.spark_conf)
                 self._runner = engine.SparkRunner(spark, batch_timeout=s.batch_timeout)
         self.runner = self._runner
+        if hasattr(self.runner, "warm_up"):
+            log.info("Spark workers warmed up in %.1f s", self.runner.warm_up())
         prefetch = max(rule.prefetch for rule in s.listeners)
         self.link = AmqpLink(s.broker_url, prefetch=prefetch, consume=self.listeners.consumers(),
                              prepare=lambda conn: declare_all(conn, s)).start()
