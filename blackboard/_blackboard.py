@@ -300,13 +300,13 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
         the database fails (nothing written either).
         """
         ids = list(dict.fromkeys(ids))
-        entries = [(rid, self._entry(rid)) for rid in ids]
+        known = self._entries
+        entries = [(rid, known[rid] if rid in known else self._entry(rid)) for rid in ids]
         if self.store is not None:
             with gc_paused():  # the documents made here die at once: nothing to collect
                 ws = self._write_set(entries)
                 self.store.write(ws, self.owner, self.lease_seconds, hook)
-        for rid, _ in entries:
-            self._drop(rid)
+        self._drop_many(entries)
 
     def _write_set(self, entries: list[tuple[str, _Entry]]) -> WriteSet:
         ws = WriteSet()
@@ -358,18 +358,25 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
         blackboard leaves no trace in storage.  Records not on the blackboard
         are ignored, so a failed batch can be invalidated whole.
         """
-        ids = [rid for rid in dict.fromkeys(ids) if rid in self._entries]
-        leased = [rid for rid in ids if self._entries[rid].leased]
-        for rid in ids:
-            self._drop(rid)
+        known = self._entries
+        entries = [(rid, known[rid]) for rid in dict.fromkeys(ids) if rid in known]
+        leased = [rid for rid, entry in entries if entry.leased]
+        self._drop_many(entries)
         if self.store is not None and leased:
             self.store.release(leased, self.owner)
 
     def _drop(self, record_id: str) -> None:
-        entry = self._entries.pop(record_id)
-        for att in entry.attachments.values():
-            att.close()
-        self._unbind(record_id)
+        self._drop_many([(record_id, self._entries[record_id])])
+
+    def _drop_many(self, entries: list[tuple[str, _Entry]]) -> None:
+        pop, bound = self._entries.pop, self._instance
+        for rid, entry in entries:
+            pop(rid)
+            if entry.attachments:
+                for att in entry.attachments.values():
+                    att.close()
+            if rid in bound:
+                self._unbind(rid)
 
     def renew_leases(self, ids: Iterable[str] | None = None) -> int:
         """Extend the leases of the records (default: all on this blackboard).
