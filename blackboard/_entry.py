@@ -53,10 +53,9 @@ def _replay(doc: dict[str, Any], ops: list[Any]) -> None:
     for kind, name, payload in zip(it, it, it, strict=True):
         if kind == SET1:
             old = attrs.get(name)
-            if old and dict in map(type, old) and any(is_object(v) for v in old):
-                attrs[name] = [payload] + [v for v in old if is_object(v)]
-            else:
-                attrs[name] = [payload]
+            # Sub-objects stay; only dicts can be one (the cheap test first).
+            kept = [v for v in old if is_object(v)] if old and dict in map(type, old) else None
+            attrs[name] = [payload, *kept] if kept else [payload]
         elif kind == ADD1:
             old = attrs.get(name)
             if old is None:
