@@ -139,6 +139,14 @@ class SparkRunner:
                   time.perf_counter() - started, extra={"workflow": workflow.name})
         return results
 
+    def healthy(self) -> bool:
+        """False once the SparkContext is gone (stopped, or its JVM died)."""
+        try:
+            jsc = self.spark.sparkContext._jsc
+            return jsc is not None and not jsc.sc().isStopped()
+        except Exception:
+            return False
+
     def warm_up(self) -> float:
         """Start the Python workers and import the engine there; return the seconds taken.
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -101,8 +100,10 @@ class AmqpLink:
         self.reconnect_max_delay = reconnect_max_delay
         self.deliveries: queue.Queue[Delivery] = queue.Queue()
         self.ready = threading.Event()
+        self._wake = threading.Event()
         self.generation = 0
         self.last_error: str | None = None
+        self.returned = 0
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._conn: pika.SelectConnection | None = None
@@ -124,6 +125,7 @@ class AmqpLink:
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stopping = True
+        self._wake.set()
         conn = self._conn
         if conn is not None:
             try:
@@ -175,6 +177,7 @@ class AmqpLink:
     def _run(self) -> None:
         delay = 0.5
         while not self._stopping:
+            generation_before = self.generation
             try:
                 if self.prepare is not None:
                     blocking = pika.BlockingConnection(connection_parameters(self.url))
@@ -188,8 +191,8 @@ class AmqpLink:
                     on_open_error_callback=self._on_open_error,
                     on_close_callback=self._on_closed)
                 self._conn.ioloop.start()
-                if self.ready.is_set() is False and self.last_error is None:
-                    delay = 0.5
+                if self.generation != generation_before:
+                    delay = 0.5  # we were connected: start the backoff afresh
             except pika.exceptions.AMQPChannelError as e:
                 self.last_error = f"topology refused by the broker: {e}"
                 log.error("broker %s: %s", self._safe_url(), self.last_error)
@@ -200,7 +203,7 @@ class AmqpLink:
             self._fail_pending(BrokerUnavailable(f"connection to the broker lost: {self.last_error}"))
             if self._stopping:
                 break
-            time.sleep(delay)
+            self._wake.wait(delay)
             delay = min(delay * 2, self.reconnect_max_delay)
 
     def _on_open(self, conn: pika.SelectConnection) -> None:
@@ -231,6 +234,7 @@ class AmqpLink:
         channel.add_on_close_callback(self._on_channel_closed)
         self._seq = 0
         self._pending.clear()
+        channel.add_on_return_callback(self._on_return)
         channel.confirm_delivery(ack_nack_callback=self._on_confirm,
                                  callback=lambda _f: self._start_consuming())
 
@@ -254,8 +258,8 @@ class AmqpLink:
                  ", ".join(self.queues) or "nothing")
 
     def _on_channel_closed(self, channel: Any, reason: Exception) -> None:
-        if self._stopping:
-            return
+        if self._stopping or getattr(reason, "reply_code", None) == 200:
+            return  # the connection closing takes its channels along: not the cause
         self.last_error = f"channel closed: {reason}"
         log.warning("broker %s: %s", self._safe_url(), self.last_error)
         conn = self._conn
@@ -271,7 +275,7 @@ class AmqpLink:
         try:
             for message in messages:
                 ch.basic_publish(message.exchange, message.routing_key, message.body,
-                                 properties_of(message))
+                                 properties_of(message), mandatory=True)
                 self._seq += 1
                 self._pending[self._seq] = batch
         except Exception as e:  # channel died mid-batch
@@ -293,6 +297,13 @@ class AmqpLink:
             batch.remaining -= 1
             if batch.remaining == 0:
                 batch.future.set_result(1)
+
+    def _on_return(self, _channel: Any, method: Any, props: Any, _body: bytes) -> None:
+        # The broker could route the message nowhere (an exchange without a
+        # matching binding); it still confirms it.  Say so loudly.
+        self.returned += 1
+        log.error("message %s to exchange %r routing key %r was returned unroutable: %s",
+                  props.message_id, method.exchange, method.routing_key, method.reply_text)
 
     def _ack(self, tags: list[tuple[int, int]]) -> None:
         live = sorted(t for g, t in tags if g == self.generation and t in self._unacked)

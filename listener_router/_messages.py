@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,20 @@ ERROR_HEADER = "x-chalk-error"
 WORKFLOW_HEADER = "x-chalk-workflow"
 QUEUE_HEADER = "x-chalk-queue"          # the queue a dead letter came from (for replay)
 OPERATIONS = ("ADD", "DELETE", "UPDATE")
+
+
+MAX_DEPTH = 32                        # nesting of sub-objects/lists in message attributes
+_BAD_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _depth(value: Any, level: int = 0) -> int:
+    if level > MAX_DEPTH:
+        return level
+    if isinstance(value, dict):
+        return max((_depth(v, level + 1) for v in value.values()), default=level)
+    if isinstance(value, list):
+        return max((_depth(v, level + 1) for v in value), default=level)
+    return level
 
 
 class BadMessage(ValueError):
@@ -74,10 +89,14 @@ def parse_message(body: bytes, *, queue: str, message_id: str | None,
     if len(body) > max_body_bytes:
         raise BadMessage(f"message {mid}: body of {len(body)} bytes exceeds the limit of "
                          f"{max_body_bytes} bytes")
+    if _BAD_CHARS.search(mid):
+        raise BadMessage(f"message {mid!r}: message ID holds control characters")
     try:
         data = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise BadMessage(f"message {mid}: body is not JSON ({e})") from None
+    except RecursionError:
+        raise BadMessage(f"message {mid}: body is nested too deeply") from None
     if isinstance(data, dict) and "records" in data:
         records = data["records"]
         if not isinstance(records, list):
@@ -98,22 +117,26 @@ def parse_message(body: bytes, *, queue: str, message_id: str | None,
         if not isinstance(record, dict):
             raise BadMessage(f"message {mid}: record #{position} must be an object")
         rid = record.get("id")
-        if not isinstance(rid, str) or not rid.strip() or len(rid) > 512:
+        if not isinstance(rid, str) or not rid.strip() or len(rid) > 512 or _BAD_CHARS.search(rid):
             raise BadMessage(f"message {mid}: record #{position} has a bad id {rid!r} "
-                             "(a non-empty string of at most 512 characters)")
+                             "(a non-empty string of at most 512 characters, no control "
+                             "characters)")
         if rid in seen:
             raise BadMessage(f"message {mid}: record {rid!r} appears twice")
         seen.add(rid)
         attributes = record.get("attributes", {})
         if not isinstance(attributes, dict):
             raise BadMessage(f"message {mid}: record {rid!r}: 'attributes' must be an object")
+        if _depth(attributes) > MAX_DEPTH:
+            raise BadMessage(f"message {mid}: record {rid!r}: attributes nested deeper than "
+                             f"{MAX_DEPTH} levels")
         parsed.append({"id": rid, "attributes": attributes})
     operation = (_header_str(headers, "operation") or "ADD").upper()
     if operation not in OPERATIONS:
         raise BadMessage(f"message {mid}: unknown operation {operation!r}; use one of "
                          f"{', '.join(OPERATIONS)}")
     try:
-        attempts = int(_header_str(headers, ATTEMPTS_HEADER) or 0)
+        attempts = max(0, int(_header_str(headers, ATTEMPTS_HEADER) or 0))
     except ValueError:
         attempts = 0
     return Incoming(message_id=mid, queue=queue, records=parsed, operation=operation,

@@ -37,8 +37,8 @@ metadata = MetaData()
 
 inbox = Table(
     "chalk_inbox", metadata,
+    Column("queue", String(255), primary_key=True),
     Column("message_id", String(255), primary_key=True),
-    Column("queue", String(255), nullable=False),
     Column("status", String(16), nullable=False),  # committed | dead
     Column("processed_at", Float, nullable=False),
 )
@@ -71,13 +71,16 @@ class Outbox:
         self.engine = engine
         metadata.create_all(engine)
 
-    def seen(self, message_ids: Sequence[str]) -> set[str]:
-        """Which of these messages were already committed (or dead-lettered)."""
+    def seen(self, queue: str, message_ids: Sequence[str]) -> set[str]:
+        """Which of these messages from ``queue`` were already committed.
+
+        Keyed by queue too: one message fanned out to two queues is two units of work.
+        """
         found: set[str] = set()
         with self.engine.connect() as conn:
             for part in _chunks(list(message_ids)):
-                found.update(conn.execute(select(inbox.c.message_id)
-                                          .where(inbox.c.message_id.in_(part))).scalars())
+                found.update(conn.execute(select(inbox.c.message_id).where(
+                    inbox.c.queue == queue, inbox.c.message_id.in_(part))).scalars())
         return found
 
     @staticmethod

@@ -92,7 +92,8 @@ class ListenerRules:
             values = {**{k: _text(v) for k, v in message.headers.items()}, **variables}
             try:
                 result = xpath(_message_element(variables, message.headers), **values)
-            except etree.XPathEvalError as e:
+            except (etree.XPathError, ValueError, TypeError) as e:
+                # a header this condition names is absent, or holds text XML cannot carry
                 log.debug("listener rule %s: %s for message %s", rule.name, e, message.message_id)
                 continue
             if (bool(result) if not isinstance(result, float) else result != 0):

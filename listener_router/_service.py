@@ -24,11 +24,26 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+import pika
+import pika.exceptions
+from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as SqlTimeoutError
 
 import engine
-from blackboard import Blackboard, BlackboardError, RecordLockedError, StorageError
-from listener_router._amqp import AmqpLink, BrokerUnavailable, Delivery, OutMessage
+from blackboard import (
+    Blackboard,
+    BlackboardError,
+    RecordLockedError,
+    StaleRecordError,
+    StorageError,
+)
+from listener_router._amqp import (
+    AmqpLink,
+    BrokerUnavailable,
+    Delivery,
+    OutMessage,
+    connection_parameters,
+)
 from listener_router._config import ListenerRule, Settings
 from listener_router._messages import (
     ATTEMPTS_HEADER,
@@ -43,9 +58,9 @@ from listener_router._messages import (
 from listener_router._outbox import Outbox
 from listener_router._rules import ListenerRules, Router
 from listener_router._states import State, check_transition
-from listener_router._topology import declare_all, dlq_name, retry_name
+from listener_router._topology import declare_all, declare_outputs, dlq_name, retry_name
 
-__all__ = ["Service", "Stats", "claim_node_name"]
+__all__ = ["Service", "Stats", "RunnerUnusable", "claim_node_name"]
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +99,22 @@ class _Work:
         self.state = check_transition(self.state, state)
         if error is not None:
             self.error = error
+
+
+class RunnerUnusable(RuntimeError):
+    """The workflow runner cannot run anything any more (e.g. the SparkContext died)."""
+
+
+def _is_outage(error: BaseException) -> bool:
+    """A failure of the infrastructure (retry later), not of the data (isolate)."""
+    if isinstance(error, (StaleRecordError, RecordLockedError)):
+        return True
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, (OperationalError, InterfaceError, SqlTimeoutError, OSError)):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return isinstance(error, StorageError) and error.__cause__ is None
 
 
 _held_locks: list[Any] = []
@@ -158,6 +189,8 @@ class Service:
         prefetch = max(rule.prefetch for rule in s.listeners)
         self.link = AmqpLink(s.broker_url, prefetch=prefetch, consume=self.listeners.consumers(),
                              prepare=lambda conn: declare_all(conn, s)).start()
+        self._declared: set[str] = set(self.listeners.queues)
+        self._declared |= {r.queue for r in s.routers if r.queue and not r.exchange}
         self._last_refresh = time.monotonic()
         log.info("service %s up: queues %s, workflows %s", self.node,
                  ", ".join(self.listeners.queues), ", ".join(self.registry.names()))
@@ -218,21 +251,27 @@ class Service:
         return self.stats
 
     def _gather(self) -> list[Delivery]:
+        """Held deliveries first, then fresh ones, up to the batch size or the wait."""
         assert self.link is not None
         size = max(rule.batch_size for rule in self.settings.listeners)
         wait = max(rule.max_wait_ms for rule in self.settings.listeners) / 1000.0
+        batch: list[Delivery] = []
         if self._held:
             if self._stopping.wait(self._backoff):
                 return []
             with self._held_lock:
-                batch = [d for d in self._held if d.generation == self.link.generation]
-                self._held = []
-            if batch:
-                return batch
-        try:
-            batch = [self.link.deliveries.get(timeout=0.2)]
-        except queue.Empty:
-            return []
+                held, self._held = self._held, []
+            if not self.link.ready.is_set():
+                # The connection is gone: its deliveries come back on the new one.
+                return []
+            batch = [d for d in held if d.generation == self.link.generation][:size]
+            with self._held_lock:
+                self._held[:0] = [d for d in held if d.generation == self.link.generation][size:]
+        if not batch:
+            try:
+                batch = [self.link.deliveries.get(timeout=0.2)]
+            except queue.Empty:
+                return []
         deadline = time.monotonic() + wait
         while len(batch) < size:
             remaining = deadline - time.monotonic()
@@ -298,31 +337,34 @@ class Service:
         return w
 
     def _check_inbox(self, live: list[_Work]) -> None:
-        ids = [w.message.message_id for w in live if w.message is not None]
-        if not ids:
+        by_queue: dict[str, list[str]] = {}
+        for w in live:
+            if w.message is not None:
+                by_queue.setdefault(w.message.queue, []).append(w.message.message_id)
+        if not by_queue:
             return
         try:
-            seen = self.outbox.seen(ids)
-            unsent = self.outbox.unsent(sorted(seen)) if seen else []
+            seen = {(q, mid) for q, ids in by_queue.items() for mid in self.outbox.seen(q, ids)}
+            unsent = self.outbox.unsent(sorted({mid for _q, mid in seen})) if seen else []
         except (StorageError, SQLAlchemyError) as e:
-            log.warning("inbox check failed, deferring %d message(s): %s", len(live), e)
+            log.warning("inbox check failed, holding %d message(s): %s", len(live), e)
             for w in live:
                 w.to(State.DEFERRED, str(e))
             return
         by_source: dict[str, list[OutMessage]] = {}
         for m in unsent:
             by_source.setdefault(str(m.headers.get("x-chalk-source")), []).append(m)
-        first: set[str] = set()
+        first: set[tuple[str, str]] = set()
         for w in live:
             assert w.message is not None
-            mid = w.message.message_id
-            if mid in seen:
+            key = (w.message.queue, w.message.message_id)
+            if key in seen:
                 w.to(State.DUPLICATE)
-                w.outgoing = by_source.pop(mid, [])
-            elif mid in first:
+                w.outgoing = by_source.pop(w.message.message_id, [])
+            elif key in first:
                 w.to(State.DEFERRED, "message delivered twice in one batch")
             else:
-                first.add(mid)
+                first.add(key)
 
     @contextmanager
     def _leases_kept(self, ids: list[str]) -> Iterator[None]:
@@ -346,6 +388,15 @@ class Service:
             thread.join()
 
     def _run_group(self, name: str, group: list[_Work]) -> None:
+        """Load, run, route and commit one workflow's messages of a batch.
+
+        A failure that is not an outage (the runner raising on the driver, a
+        commit refused for the data, a router condition that cannot be
+        evaluated) is isolated by halving the group until the message that
+        causes it stands alone; that one fails (retry, then dead letter) and
+        the others go on.  An outage (database gone, lease lost) defers the
+        group: held unacked and tried again.
+        """
         assert self.bb is not None
         bb = self.bb
         workflow = self.registry.get(name)
@@ -356,17 +407,7 @@ class Service:
             return
         all_ids = [rid for w in group for rid in w.message.record_ids]  # type: ignore[union-attr]
         try:
-            runnable: list[_Work] = []
-            for w in group:
-                assert w.message is not None
-                try:
-                    for record in w.message.records:
-                        if record["attributes"]:
-                            bb.set_attributes(record["id"], record["attributes"])
-                    runnable.append(w)
-                except BlackboardError as e:
-                    w.to(State.DEAD, f"message {w.message.message_id}: {e}")
-                    self._invalidate(w.message.record_ids)
+            runnable = [w for w in group if self._apply_message(w)]
             if not runnable:
                 return
             t_run = time.perf_counter()
@@ -375,54 +416,99 @@ class Service:
                     results = self.runner.run(workflow, bb,
                                               [w.message.record_ids for w in runnable])  # type: ignore[union-attr]
                 self.stats.add("run_ms", int((time.perf_counter() - t_run) * 1000))
-            except Exception as e:  # the runner itself failed: nothing is known done
-                log.exception("workflow %s: batch of %d failed in the runner", name, len(runnable))
-                for w in runnable:
-                    w.to(State.DEFERRED, f"runner failed: {e}")
+            except Exception as e:  # the runner failed on the driver: nothing is known done
+                self._check_runner(e)
+                log.warning("workflow %s: the runner failed on %d message(s): %s", name,
+                            len(runnable), e)
+                self._isolate(name, runnable, all_ids, f"runner failed: {type(e).__name__}: {e}")
                 return
-            commit_ids: list[str] = []
-            failed_ids: list[str] = []
-            processed: list[tuple[str, str]] = []
-            outgoing: list[tuple[str, OutMessage]] = []
-            committing: list[_Work] = []
+            committing: list[tuple[_Work, Any]] = []
             for w, result in zip(runnable, results, strict=True):
                 assert w.message is not None
-                if result.ok:
-                    if w.message.operation == "DELETE":
-                        for rid in result.record_ids:
-                            bb.delete(rid)
-                    w.outgoing = self.router.route(bb, name, w.message, result.result_ids)
-                    commit_ids.extend(result.record_ids)
-                    processed.append((w.message.message_id, w.message.queue))
-                    outgoing.extend((w.message.message_id, m) for m in w.outgoing)
-                    committing.append(w)
+                if result.ok and self._route(name, w, result):
+                    committing.append((w, result))
                 else:
-                    failed_ids.extend(result.record_ids)
-                    self._failed(w, result.error or "workflow failed")
-            if failed_ids:
-                self._invalidate(failed_ids)
+                    self._invalidate(result.record_ids)
+                    if w.state is State.PROCESSING:
+                        self._failed(w, result.error or "workflow failed")
             if committing:
-                t_commit = time.perf_counter()
-                try:
-                    bb.commit_many(commit_ids, hook=lambda conn: Outbox.write(conn, processed,
-                                                                             outgoing))
-                except (StorageError, BlackboardError, IntegrityError, SQLAlchemyError) as e:
-                    log.warning("workflow %s: commit of %d message(s) failed, retrying them: %s",
-                                name, len(committing), e)
-                    self._invalidate(commit_ids)
-                    for w in committing:
-                        w.outgoing = []
-                        w.to(State.DEFERRED, f"commit failed: {e}")
-                    return
-                for w in committing:
-                    w.to(State.COMMITTED)
-                self.stats.add("records_committed", len(commit_ids))
-                self.stats.add("commit_ms", int((time.perf_counter() - t_commit) * 1000))
+                self._commit(name, committing, all_ids)
         finally:
-            leftover = [rid for rid in all_ids if rid in bb]
-            leftover += [rid for rid in bb.ids() if rid not in set(all_ids)]
+            # A group leaves nothing behind: whatever is still on the blackboard
+            # (its records after a failure, fragments of failed instances) goes.
+            leftover = bb.ids()
             if leftover:
                 self._invalidate(leftover)
+
+    def _apply_message(self, w: _Work) -> bool:
+        """Write the message's attributes onto the loaded records; bad ones dead-letter it."""
+        assert self.bb is not None and w.message is not None
+        try:
+            for record in w.message.records:
+                if w.message.operation != "DELETE" and record["attributes"]:
+                    self.bb.set_attributes(record["id"], record["attributes"])
+            return True
+        except (BlackboardError, RecursionError, ValueError, TypeError) as e:
+            w.to(State.DEAD, f"message {w.message.message_id}: attributes not usable: {e}")
+            self._invalidate(w.message.record_ids)
+            return False
+
+    def _route(self, name: str, w: _Work, result: Any) -> bool:
+        """Mark deletions and compute the outgoing messages; a failure fails the message."""
+        assert self.bb is not None and w.message is not None
+        try:
+            if w.message.operation == "DELETE":
+                for rid in result.record_ids:
+                    self.bb.delete(rid)
+            w.outgoing = self.router.route(self.bb, name, w.message, result.result_ids)
+            return True
+        except Exception as e:  # a router condition or attribute that cannot be rendered
+            self._failed(w, f"routing failed: {type(e).__name__}: {e}")
+            return False
+
+    def _commit(self, name: str, committing: list[tuple[_Work, Any]], all_ids: list[str]) -> None:
+        assert self.bb is not None
+        commit_ids = [rid for _w, result in committing for rid in result.record_ids]
+        processed = [(w.message.message_id, w.message.queue) for w, _ in committing]  # type: ignore[union-attr]
+        outgoing = [(w.message.message_id, m) for w, _ in committing for m in w.outgoing]  # type: ignore[union-attr]
+        t_commit = time.perf_counter()
+        try:
+            self.bb.commit_many(commit_ids, hook=lambda conn: Outbox.write(conn, processed, outgoing))
+        except Exception as e:
+            self._invalidate(commit_ids)
+            works = [w for w, _ in committing]
+            for w in works:
+                w.outgoing = []
+            if _is_outage(e):
+                log.warning("workflow %s: commit of %d message(s) failed, holding them: %s",
+                            name, len(works), e)
+                for w in works:
+                    w.to(State.DEFERRED, f"commit failed: {e}")
+            else:
+                log.warning("workflow %s: commit of %d message(s) refused: %s", name, len(works), e)
+                self._isolate(name, works, all_ids, f"commit refused: {type(e).__name__}: {e}")
+            return
+        for w, _ in committing:
+            w.to(State.COMMITTED)
+        self.stats.add("records_committed", len(commit_ids))
+        self.stats.add("commit_ms", int((time.perf_counter() - t_commit) * 1000))
+
+    def _isolate(self, name: str, works: list[_Work], loaded: list[str], error: str) -> None:
+        """Fail a lone message; split a larger group in halves and run each again."""
+        self._invalidate(loaded)
+        if len(works) == 1:
+            self._failed(works[0], error)
+            return
+        half = len(works) // 2
+        for part in (works[:half], works[half:]):
+            self._run_group(name, part)
+
+    def _check_runner(self, error: Exception) -> None:
+        healthy = getattr(self.runner, "healthy", None)
+        if healthy is not None and not healthy():
+            log.critical("the workflow runner is no longer usable (%s); stopping so that a "
+                         "supervisor can restart the service", error)
+            raise RunnerUnusable(str(error)) from error
 
     def _invalidate(self, ids: Sequence[str]) -> None:
         """Invalidate, tolerating a database that is gone: the records leave the
@@ -435,9 +521,10 @@ class Service:
             log.warning("could not release %d lease(s), they will lapse: %s", len(ids), e)
 
     def _load(self, group: list[_Work]) -> list[_Work]:
-        """Load the group's records; messages whose records are locked are deferred."""
+        """Load the group's records, all or nothing; messages whose records another
+        owner holds are deferred and the rest loaded (until nothing is left)."""
         assert self.bb is not None
-        for _attempt in range(2):
+        while group:
             ids = [rid for w in group for rid in w.message.record_ids]  # type: ignore[union-attr]
             try:
                 self.bb.load_many(ids)
@@ -452,7 +539,7 @@ class Service:
                         keep.append(w)
                 group = keep
             except (StorageError, SQLAlchemyError) as e:
-                log.warning("loading %d record(s) failed, deferring: %s", len(ids), e)
+                log.warning("loading %d record(s) failed, holding their messages: %s", len(ids), e)
                 for w in group:
                     w.to(State.DEFERRED, f"storage unavailable: {e}")
                 return []
@@ -510,7 +597,7 @@ class Service:
             self._backoff = min(max(self._backoff * 2, 0.2), 30.0)
             log.info("holding %d message(s) for %.1f s: %s", len(deferred), self._backoff,
                      deferred[0].error)
-        else:
+        elif not self._held:
             self._backoff = 0.0
         self.stats.add("batches")
         if done:
@@ -525,6 +612,20 @@ class Service:
         while len(self._finishing) >= 2:
             self._finishing.pop(0).result()
         self._finishing.append(self._finisher.submit(job))
+
+    def _declare_targets(self, messages: Sequence[OutMessage]) -> None:
+        """Declare queues first named by a ``nextDestination`` annotation (finisher thread)."""
+        new = {m.routing_key for m in messages if not m.exchange} - self._declared
+        if not new:
+            return
+        connection = pika.BlockingConnection(connection_parameters(self.settings.broker_url))
+        try:
+            declare_outputs(connection, self.settings, sorted(new))
+        finally:
+            if connection.is_open:
+                connection.close()
+        self._declared |= new
+        log.info("declared routing target(s) %s", ", ".join(sorted(new)))
 
     def drain(self) -> None:
         """Wait until every finished batch is published and acked."""
@@ -544,13 +645,15 @@ class Service:
         try:
             if routed or side:
                 try:
+                    self._declare_targets(routed)
                     self.link.publish(routed + side).result(timeout=CONFIRM_TIMEOUT)
-                except (BrokerUnavailable, TimeoutError) as e:
+                except (BrokerUnavailable, TimeoutError, pika.exceptions.AMQPError, OSError) as e:
                     log.warning("publishing %d message(s) failed; their inputs are held and "
                                 "tried again: %s", len(routed) + len(side), e)
                     for w in done:
                         w.to(State.DEFERRED, str(e))
                     self._hold(w.delivery for w in done)
+                    self._backoff = min(max(self._backoff * 2, 0.5), 30.0)
                     return
                 try:
                     self.outbox.mark_sent([m.message_id for m in routed])

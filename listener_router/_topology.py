@@ -25,7 +25,7 @@ import pika.exceptions
 
 from listener_router._config import ListenerRule, RouterRule, Settings
 
-__all__ = ["dlq_name", "retry_name", "declare_input", "declare_all"]
+__all__ = ["dlq_name", "retry_name", "declare_input", "declare_all", "declare_outputs"]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,17 @@ class _Declarer:
             log.warning("queue %s exists with other arguments than Chalk's (%s); using it as "
                         "it is", name, e.reply_text)
 
+    def exchange(self, name: str) -> None:
+        """Use an existing exchange; declare a durable direct one when there is none."""
+        try:
+            self.channel.exchange_declare(name, passive=True)
+        except pika.exceptions.ChannelClosedByBroker as e:
+            if e.reply_code != 404:
+                raise
+            self.channel = self.connection.channel()
+            self.channel.exchange_declare(name, exchange_type="direct", durable=True)
+            log.info("declared exchange %s (durable, direct)", name)
+
     def close(self) -> None:
         if self.channel.is_open:
             self.channel.close()
@@ -69,12 +80,17 @@ def declare_input(declarer: _Declarer | Any, queue: str, settings: Settings,
     args = dict(kind, **{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq_name(queue)})
     if settings.queue_type == "quorum":
         args["x-delivery-limit"] = settings.delivery_limit
+        # a message the broker dead-letters must arrive in Q.dlq even across restarts
+        args["x-dead-letter-strategy"] = "at-least-once"
+        args["x-overflow"] = "reject-publish"
     declarer.queue(queue, args)
     declarer.queue(dlq_name(queue), kind)
     for step, delay in enumerate(backoff_ms, start=1):
         declarer.queue(retry_name(queue, step), {
-            "x-queue-type": "classic", "x-message-ttl": int(delay),
-            "x-dead-letter-exchange": "", "x-dead-letter-routing-key": queue})
+            "x-queue-type": settings.queue_type, "x-message-ttl": int(delay),
+            "x-dead-letter-exchange": "", "x-dead-letter-routing-key": queue,
+            **({"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}
+               if settings.queue_type == "quorum" else {})})
 
 
 def declare_all(connection: pika.BlockingConnection, settings: Settings,
@@ -86,7 +102,18 @@ def declare_all(connection: pika.BlockingConnection, settings: Settings,
         declare_input(declarer, rule.queue, settings, rule.backoff_ms)
     names = {rule.queue for rule in inputs}
     for router in settings.routers if routers is None else routers:
+        if router.exchange and not router.exchange.startswith("amq."):
+            declarer.exchange(router.exchange)
         if router.queue and router.queue not in names and not router.exchange:
             declare_input(declarer, router.queue, settings)
             names.add(router.queue)
+    declarer.close()
+
+
+def declare_outputs(connection: pika.BlockingConnection, settings: Settings,
+                    queues: Iterable[str]) -> None:
+    """Declare queues a workflow routes to by ``nextDestination`` (like inputs)."""
+    declarer = _Declarer(connection)
+    for queue in queues:
+        declare_input(declarer, queue, settings)
     declarer.close()
