@@ -540,8 +540,14 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
         if entry is not None and entry._doc is None and type(path) is str:
             name = top_level_name(path)
             if name is not None:
-                entry.defer(SET1, name, value if type(value) is str
-                            else self._convert(record_id, path_steps(path), value))
+                if type(value) is not str:
+                    value = self._convert(record_id, path_steps(path), value)
+                entry.changed = True  # Entry.defer, inlined
+                ops = entry.ops
+                if ops is None:
+                    entry.ops = [SET1, name, value]
+                else:
+                    ops += (SET1, name, value)
                 return
         self.set_literals(record_id, path, (value,))
 
@@ -551,8 +557,14 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
         if entry is not None and entry._doc is None and type(path) is str:
             name = top_level_name(path)
             if name is not None:
-                entry.defer(ADD1, name, value if type(value) is str
-                            else self._convert(record_id, path_steps(path), value))
+                if type(value) is not str:
+                    value = self._convert(record_id, path_steps(path), value)
+                entry.changed = True  # Entry.defer, inlined
+                ops = entry.ops
+                if ops is None:
+                    entry.ops = [ADD1, name, value]
+                else:
+                    ops += (ADD1, name, value)
                 return
         obj, name, new = self._attr_for_update(record_id, path, (value,))
         obj.setdefault("attrs", {}).setdefault(name, []).extend(new)
