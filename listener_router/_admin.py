@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -15,6 +16,7 @@ from sqlalchemy import func, select
 from blackboard import SqlStore
 from blackboard._storage import leases, records
 from listener_router._amqp import connection_parameters
+from listener_router._cluster import Membership
 from listener_router._config import Settings
 from listener_router._messages import ATTEMPTS_HEADER, ERROR_HEADER, QUEUE_HEADER
 from listener_router._outbox import Outbox, inbox, outbox
@@ -71,6 +73,13 @@ def status(settings: Settings) -> None:
                   f"message(s), {unsent} unsent outbox row(s)")
     for owner, n in held:
         console.print(f"  leases held by {owner}: {n}")
+    membership = Membership(store.engine, "chalk-status")
+    members = membership.members()
+    console.print(f"cluster: {len(members)} live member(s)"
+                  + (f", leader {members[0].name}" if members else ""))
+    for m in members:
+        console.print(f"  {m.name} (pid {m.pid} on {m.host}), heartbeat "
+                      f"{time.time() - m.heartbeat_at:.0f} s ago")
     store.dispose()
 
 

@@ -74,6 +74,7 @@ class Settings:
     listeners: tuple[ListenerRule, ...] = (ListenerRule(name="default"),)
     routers: tuple[RouterRule, ...] = (RouterRule(queue="chalk.out"),)
     node: str | None = None            # lease owner / cluster member name
+    retention_days: float = 7.0        # processed-message and sent-outbox history kept
     source: str | None = None          # the file the settings came from
 
     def with_overrides(self, **changes: Any) -> Settings:
@@ -157,7 +158,7 @@ def load_settings(path: str | os.PathLike[str] | None = None,
     _check_keys(spark, {"master", "conf"}, f"{where} [spark]")
     _check_keys(wf, {"dir", "aliases"}, f"{where} [workflows]")
     _check_keys(engine, {"runner", "batch_timeout"}, f"{where} [engine]")
-    _check_keys(node, {"name"}, f"{where} [node]")
+    _check_keys(node, {"name", "retention_days"}, f"{where} [node]")
     defaults = Settings()
     listeners = tuple(_listener(t, f"{where} [[listener]] #{i + 1}", i + 1)
                       for i, t in enumerate(data.get("listener", [])))
@@ -192,6 +193,8 @@ def load_settings(path: str | os.PathLike[str] | None = None,
         listeners=listeners or defaults.listeners,
         routers=routers or defaults.routers,
         node=env.get("CHALK_NODE") or _take(node, "name", str, f"{where} [node]", None),
+        retention_days=float(_take(node, "retention_days", (int, float), f"{where} [node]",
+                                   defaults.retention_days)),
         source=source,
     )
     return settings

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -32,10 +33,14 @@ log = logging.getLogger(__name__)
 NEXT_DESTINATION = "nextDestination"
 
 
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
 def _text(value: Any) -> str:
+    """A header value as XPath text; characters XML cannot carry become U+FFFD."""
     if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return "" if value is None else str(value)
+        value = value.decode("utf-8", "replace")
+    return _NOT_XML.sub("\ufffd", "" if value is None else str(value))
 
 
 def _message_element(variables: Mapping[str, str], headers: Mapping[str, Any]) -> etree._Element:

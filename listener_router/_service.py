@@ -44,6 +44,7 @@ from listener_router._amqp import (
     OutMessage,
     connection_parameters,
 )
+from listener_router._cluster import Membership
 from listener_router._config import ListenerRule, Settings
 from listener_router._messages import (
     ATTEMPTS_HEADER,
@@ -66,6 +67,8 @@ log = logging.getLogger(__name__)
 
 CONFIRM_TIMEOUT = 60.0
 REFRESH_EVERY = 2.0
+MAINTAIN_EVERY = 30.0     # leader maintenance period, seconds
+ORPHAN_AGE = 120.0        # an unsent outbox row this old has lost its input's redelivery
 
 
 _STATS_LOCK = threading.Lock()
@@ -189,6 +192,8 @@ class Service:
         prefetch = max(rule.prefetch for rule in s.listeners)
         self.link = AmqpLink(s.broker_url, prefetch=prefetch, consume=self.listeners.consumers(),
                              prepare=lambda conn: declare_all(conn, s)).start()
+        self.membership = Membership(self.bb.store.engine, self.node).start()
+        self._last_maintenance = time.monotonic()
         self._declared: set[str] = set(self.listeners.queues)
         self._declared |= {r.queue for r in s.routers if r.queue and not r.exchange}
         self._last_refresh = time.monotonic()
@@ -201,6 +206,9 @@ class Service:
             self.drain()
         finally:
             self._finisher.shutdown(wait=True)
+            membership = getattr(self, "membership", None)
+            if membership is not None:
+                membership.stop()
         if self.link is not None:
             self.link.stop()
         if self.bb is not None:
@@ -247,8 +255,38 @@ class Service:
                 self._last_refresh = time.monotonic()
                 for problem in self.registry.refresh():
                     log.error("%s", problem)
+            if time.monotonic() - self._last_maintenance > MAINTAIN_EVERY:
+                self._last_maintenance = time.monotonic()
+                if self.membership.is_leader:
+                    self.maintain()
         self.drain()
         return self.stats
+
+    def maintain(self) -> dict[str, int]:
+        """Leader maintenance: expired leases, orphaned outbox rows, retention."""
+        assert self.bb is not None and self.bb.store is not None
+        done: dict[str, int] = {}
+        try:
+            done["expired_leases"] = self.bb.store.purge_expired_leases()
+            orphans = self.outbox.unsent(older_than=time.time() - ORPHAN_AGE)
+            done["orphans"] = len(orphans)
+            if orphans:
+                log.warning("publishing %d orphaned outbox message(s)", len(orphans))
+                self._submit(lambda: self._publish_orphans(orphans))
+            done["retention"] = self.outbox.purge(self.settings.retention_days * 86400.0)
+            done["forgotten_members"] = self.membership.forget_dead()
+        except (StorageError, SQLAlchemyError) as e:
+            log.warning("maintenance failed, trying again later: %s", e)
+        return done
+
+    def _publish_orphans(self, orphans: list[OutMessage]) -> None:
+        assert self.link is not None
+        try:
+            self._declare_targets(orphans)
+            self.link.publish(orphans).result(timeout=CONFIRM_TIMEOUT)
+            self.outbox.mark_sent([m.message_id for m in orphans])
+        except Exception as e:  # the next maintenance round tries again
+            log.warning("publishing orphaned outbox rows failed: %s", e)
 
     def _gather(self) -> list[Delivery]:
         """Held deliveries first, then fresh ones, up to the batch size or the wait."""

@@ -42,12 +42,14 @@ def test_listener_conditions_pick_the_rule_and_delete_removes_records(
                  store=False, operation="DELETE")
     broker.publish(queue, json.dumps({"id": "d5"}), message_id="upd-1",
                    headers={"operation": "UPDATE"})
-    stats = run_service(settings, until=lambda s: s["committed"] + s["dead"] >= 4)
+    broker.publish(queue, json.dumps({"id": "d5"}), message_id="ctl-1",
+                   headers={"operation": "ADD", "note": "bell\x07"})  # XML cannot carry it
+    stats = run_service(settings, until=lambda s: s["committed"] + s["dead"] >= 5)
 
-    assert (stats["committed"], stats["dead"]) == (3, 1)
+    assert (stats["committed"], stats["dead"]) == (4, 1)
     after = stored(settings, [f"d{i}" for i in range(6)], ["count"])
     assert after == {"d0": None, "d1": None, "d2": None, "d3": {"count": 1}, "d4": {"count": 1},
-                     "d5": {"count": 1}}
+                     "d5": {"count": 2}}
     (props, _body), = broker.drain(dlq_name(queue))
     assert props.message_id == "upd-1"
     assert "no listener rule" in props.headers["x-chalk-error"]
@@ -60,9 +62,7 @@ def test_router_rules_by_condition_annotation_and_exchange(make_settings, qname,
                RouterRule(queue=big, condition="$record/Val[@key='n'] > 100"),
                RouterRule(exchange="amq.direct", routing_key=rest))
     settings = make_settings("Routed", workflows_dir=test_workflows, routers=routers)
-    broker.bind(rest, "amq.direct", rest)
-    for name in (dest_a, dest_b):
-        broker.declare(name)
+    broker.bind(rest, "amq.direct", rest)  # dest_a and dest_b exist nowhere yet
     data = [{"id": "ra", "attributes": {"dest": dest_a, "n": 1}},
             {"id": "rb", "attributes": {"dest": dest_b, "n": 2}},
             {"id": "big", "attributes": {"n": 500}},
@@ -156,3 +156,39 @@ def test_dead_letters_replay_onto_their_queue_after_the_cause_is_fixed(
     assert stats["committed"] == 1
     assert broker.depth(dlq_name(queue)) == 0
     assert stored(settings, ["p1"], ["count"]) == {"p1": {"count": 1}}
+
+
+class PoisonedRunner:
+    """The real in-process runner, except that it raises on the driver for record 'poison'."""
+
+    def __init__(self):
+        import engine
+        self.inner = engine.LocalRunner()
+        self.calls = 0
+
+    def run(self, workflow, blackboard, instances):
+        self.calls += 1
+        if any("poison" in ids for ids in instances):
+            raise RecursionError("cannot encode record 'poison'")
+        return self.inner.run(workflow, blackboard, instances)
+
+
+def test_a_message_that_breaks_the_runner_is_isolated_and_the_rest_commit(
+        make_settings, run_service, broker, test_workflows):
+    settings = make_settings("Counting", workflows_dir=test_workflows, max_retries=1,
+                             backoff_ms=(50,), batch_size=64, max_wait_ms=300)
+    queue = settings.listeners[0].queue
+    data = [{"id": f"g{i:02d}", "attributes": {}} for i in range(40)]
+    data.insert(17, {"id": "poison", "attributes": {}})
+    push_records(settings, queue, data)
+    runner = PoisonedRunner()
+    stats = run_service(settings, runner=runner,
+                        until=lambda s: s["committed"] + s["dead"] >= len(data))
+
+    assert (stats["committed"], stats["dead"], stats["retrying"]) == (40, 1, 1)
+    assert runner.calls > 2  # the batch was halved until the poison stood alone
+    (props, _), = broker.drain(dlq_name(queue))
+    assert "runner failed: RecursionError" in props.headers["x-chalk-error"]
+    counts = stored(settings, [r["id"] for r in data], ["count"])
+    assert counts.pop("poison") == {}
+    assert all(v == {"count": 1} for v in counts.values())

@@ -1,0 +1,61 @@
+"""Membership, the stable leader, and the leader's maintenance."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from lr_helpers import records_of
+from sqlalchemy import create_engine, select, update
+
+from listener_router import Service
+from listener_router._amqp import OutMessage
+from listener_router._cluster import Membership, nodes
+from listener_router._outbox import Outbox, outbox
+
+
+@pytest.mark.postgres
+def test_the_first_live_member_leads_until_it_goes(pg_url, caplog):
+    caplog.set_level("INFO", logger="listener_router._cluster")
+    first = Membership(create_engine(pg_url), "node-a", interval=0.2, ttl=2.0).start()
+    time.sleep(0.05)
+    second = Membership(create_engine(pg_url), "node-b", interval=0.2, ttl=2.0).start()
+    time.sleep(0.5)
+    first.beat()
+    assert [m.name for m in second.members()] == ["node-a", "node-b"]
+    assert first.is_leader and not second.is_leader
+    assert second.leader == "node-a"
+
+    first._stop.set()  # node-a stops beating (as if killed): its heartbeat ages out
+    first._thread.join()
+    time.sleep(2.5)
+    second.beat()
+    assert second.is_leader
+    assert "left node-a" in caplog.text
+    second.stop()
+    with create_engine(pg_url).connect() as conn:
+        assert conn.execute(select(nodes.c.name)).scalars().all() == ["node-a"]  # b left cleanly
+
+
+@pytest.mark.broker
+def test_leader_maintenance_publishes_orphaned_outbox_rows(make_settings, spark, broker):
+    settings = make_settings()
+    out = settings.routers[0].queue
+    with Service(settings, spark=spark) as service:
+        engine = service.bb.store.engine
+        with engine.begin() as conn:
+            Outbox.write(conn, [("lost-input", "q")], [("lost-input", OutMessage(
+                routing_key=out, message_id="orphan-1", headers={"x-chalk-source": "lost-input"},
+                body=json.dumps({"records": [{"id": "r1"}]}).encode()))])
+            conn.execute(update(outbox).values(created_at=time.time() - 3600))
+        assert service.membership.is_leader
+        done = service.maintain()
+        service.drain()
+        with engine.connect() as conn:
+            sent = conn.execute(select(outbox.c.sent_at)).scalar()
+    assert done["orphans"] == 1
+    assert sent is not None
+    (props, body), = broker.drain(out)
+    assert props.message_id == "orphan-1"
+    assert records_of([(props, body)]) == [{"id": "r1"}]
