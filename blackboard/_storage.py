@@ -244,6 +244,19 @@ ON CONFLICT (id) DO UPDATE SET doc = excluded.doc, version = chalk_records.versi
                               updated_at = excluded.updated_at"""
 
 
+def _tuples(result: Any) -> list[Any]:
+    """All rows as the driver's plain tuples (skips SQLAlchemy's Row objects: 10,000-row results)."""
+    try:
+        cursor = result.cursor
+        return cursor.fetchall() if cursor is not None else result.all()
+    except exc.SQLAlchemyError:
+        raise
+    except Exception as e:  # the driver's own error: fetching is storage work too
+        raise StorageError(f"storage failed while reading results: {e}") from e
+    finally:
+        result.close()
+
+
 class SqlStore:
     """Records, attachments and leases in one SQL database (SQLite or PostgreSQL URL).
 
@@ -335,7 +348,7 @@ class SqlStore:
         found: Raw = {}
         if self._pg:
             params = {"ids": ids, "owner": owner, "now": now, "expires": now + lease_seconds}
-            rows = conn.execute(_PG_TAKE_AND_READ if read else _PG_TAKE_ONLY, params).all()
+            rows = _tuples(conn.execute(_PG_TAKE_AND_READ if read else _PG_TAKE_ONLY, params))
             if len(rows) == len(ids):
                 if read:
                     found = {rid: (doc, version) for rid, doc, version in rows
@@ -349,9 +362,9 @@ class SqlStore:
         holders = {} if taken == len(ids) else self._holders(conn, ids, owner)
         if holders or not read:
             return holders, {}
-        rows = conn.exec_driver_sql(
+        rows = _tuples(conn.exec_driver_sql(
             "SELECT id, doc, version FROM chalk_records WHERE id IN "
-            "(SELECT value FROM json_each(?))", (ids_json,)).all()
+            "(SELECT value FROM json_each(?))", (ids_json,)))
         return {}, {rid: (doc, version) for rid, doc, version in rows}
 
     @staticmethod
@@ -417,7 +430,7 @@ class SqlStore:
             rows = conn.execute(_PG_RELEASE, {"ids": sorted(ids), "owner": owner})
         else:
             rows = conn.exec_driver_sql(_LITE_RELEASE, (owner, _json.dumps(list(ids))))
-        return {rid for (rid,) in rows.all()}
+        return {rid for (rid,) in _tuples(rows)}
 
     def release(self, ids: Sequence[str], owner: str) -> None:
         if ids:
