@@ -95,6 +95,10 @@ leases = Table(
     Column("owner", String(255), nullable=False),
     Column("expires_at", Float, nullable=False),
     Column("acquired_at", Float, nullable=False),
+    # SQLite: small rows keyed by a string are one B-tree without a rowid (no
+    # separate key index to update on every take and release).  Databases made
+    # before keep their rowid table; the statements are the same.
+    sqlite_with_rowid=False,
 )
 meta = Table(
     "chalk_meta", metadata,
