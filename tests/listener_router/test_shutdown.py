@@ -7,7 +7,7 @@ import time
 from collections import Counter
 
 import pytest
-from lr_helpers import kill_group, records_of, start_service, wait_for_log, write_test_workflows
+from lr_helpers import records_of, start_service, wait_for_log, write_test_workflows
 
 from blackboard import Blackboard
 from listener_router import ListenerRule, RouterRule, push_records
@@ -54,7 +54,7 @@ def test_sigterm_under_load_loses_and_doubles_nothing(tmp_path, broker_url, qnam
 
     proc = start_service(config, log)
     wait_for_log(log, "batch of ", 2)
-    kill_group(proc, signal.SIGTERM)
+    proc.send_signal(signal.SIGTERM)  # to the service, as a supervisor does (not its JVM)
     started = time.monotonic()
     assert proc.wait(timeout=60) == 0, log.read_text()[-3000:]
     print(f"\ngraceful stop took {time.monotonic() - started:.1f} s")
@@ -63,9 +63,9 @@ def test_sigterm_under_load_loses_and_doubles_nothing(tmp_path, broker_url, qnam
     proc = start_service(config, log)
     wait_for_log(log, " up: queues ", 2)
     time.sleep(0.5)
-    kill_group(proc, signal.SIGTERM)
+    proc.send_signal(signal.SIGTERM)
     time.sleep(0.1)
-    kill_group(proc, signal.SIGTERM)
+    proc.send_signal(signal.SIGTERM)
     started = time.monotonic()
     proc.wait(timeout=30)
     assert time.monotonic() - started < 10
