@@ -20,26 +20,16 @@ from collections.abc import Iterable
 from typing import Any
 
 from engine._specs import InvokePipelet, Workflow
+from pipelets.aliases import SMILA_ALIASES
 
 __all__ = ["DEFAULT_ALIASES", "configured_pipelet", "ensure_importable", "instantiate", "resolve_class"]
 
 log = logging.getLogger(__name__)
 
-#: Java pipelet classes of SMILA -> the Python pipelet doing the same job.
-#: Entries whose target does not import are reported as unknown pipelets at
-#: load time (with the Java name and the alias target).
-_SMILA = "org.eclipse.smila.processing.pipelets."
-DEFAULT_ALIASES: dict[str, str] = {
-    _SMILA + "MimeTypeIdentifyPipelet": "pipelets.identify.MimeTypeIdentify",
-    _SMILA + "HtmlToTextPipelet": "pipelets.html.HtmlToText",
-    _SMILA + "CopyPipelet": "pipelets.values.Copy",
-    _SMILA + "AddValuesPipelet": "pipelets.values.AddValues",
-    _SMILA + "SetValuePipelet": "pipelets.values.SetValue",
-    _SMILA + "SubAttributeExtractorPipelet": "pipelets.values.SubAttributeExtract",
-    _SMILA + "xmlprocessing.XPathExtractorPipelet": "pipelets.xml.XPathExtract",
-    _SMILA + "xmlprocessing.XslTransformationPipelet": "pipelets.xml.XsltTransform",
-    _SMILA + "LanguageIdentifyPipelet": "pipelets.language.LanguageIdentify",
-}
+#: Java pipelet classes of SMILA -> the Python pipelet doing the same job: the
+#: built-in library's table.  Entries whose target does not import are
+#: reported as unknown pipelets at load time (with the Java name and the target).
+DEFAULT_ALIASES: dict[str, str] = dict(SMILA_ALIASES)
 
 _cache: dict[tuple[str, int], Any] = {}
 _cache_lock = threading.Lock()

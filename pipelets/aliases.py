@@ -28,4 +28,5 @@ SMILA_ALIASES: dict[str, str] = {
     _P + "SubAttributeExtractorPipelet": "pipelets.values.SubAttributeExtract",
     _P + "xmlprocessing.XPathExtractorPipelet": "pipelets.xml.XPathExtract",
     _P + "xmlprocessing.XslTransformationPipelet": "pipelets.xml.XsltTransform",
+    _P + "LanguageIdentifyPipelet": "pipelets.language.LanguageIdentify",
 }
