@@ -8,11 +8,12 @@ the dead-letter queue at once with the reason; nothing else is affected.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 __all__ = ["BadMessage", "Incoming", "parse_message", "outgoing_id", "derive_message_id",
            "ATTEMPTS_HEADER", "ERROR_HEADER", "WORKFLOW_HEADER", "QUEUE_HEADER"]
@@ -92,8 +93,8 @@ def parse_message(body: bytes, *, queue: str, message_id: str | None,
     if _BAD_CHARS.search(mid):
         raise BadMessage(f"message {mid!r}: message ID holds control characters")
     try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        data = orjson.loads(body)
+    except (UnicodeDecodeError, orjson.JSONDecodeError) as e:
         raise BadMessage(f"message {mid}: body is not JSON ({e})") from None
     except RecursionError:
         raise BadMessage(f"message {mid}: body is nested too deeply") from None

@@ -9,11 +9,11 @@ are marked sent after the broker confirmed them.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import orjson
 from sqlalchemy import (
     Column,
     Connection,
@@ -96,7 +96,7 @@ class Outbox:
             conn.execute(outbox.insert(), [
                 {"id": m.message_id, "message_id": mid, "exchange": m.exchange,
                  "routing_key": m.routing_key, "body": m.body.decode("utf-8"),
-                 "headers": json.dumps(m.headers), "created_at": now, "sent_at": None}
+                 "headers": orjson.dumps(m.headers).decode(), "created_at": now, "sent_at": None}
                 for mid, m in messages])
 
     def unsent(self, message_ids: Sequence[str] | None = None,
@@ -113,7 +113,7 @@ class Outbox:
                 for part in _chunks(list(message_ids)):
                     rows.extend(conn.execute(query.where(outbox.c.message_id.in_(part))))
         return [OutMessage(routing_key=r.routing_key, body=r.body.encode("utf-8"),
-                           message_id=r.id, headers=json.loads(r.headers), exchange=r.exchange)
+                           message_id=r.id, headers=orjson.loads(r.headers), exchange=r.exchange)
                 for r in rows]
 
     def mark_sent(self, outgoing_ids: Sequence[str]) -> None:

@@ -12,12 +12,12 @@ Router conditions are XPath over the result record's workflow object
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import orjson
 from lxml import etree
 
 import engine
@@ -161,7 +161,7 @@ class Router:
                            "x-chalk-workflow": workflow}
                 out.append(OutMessage(
                     routing_key=key, exchange=exchange,
-                    body=json.dumps({"records": [record]}, separators=(",", ":")).encode(),
+                    body=orjson.dumps({"records": [record]}),
                     message_id=outgoing_id(message.message_id, f"{exchange}/{key}", rid),
                     headers=headers))
                 break

@@ -90,6 +90,9 @@ def test_messages_parse_both_body_forms():
     (b'{"records": [{"id": "a"}, {"id": "a"}]}', "appears twice"),
     (b'{"records": [{"id": ""}]}', "bad id"),
     (b'{"records": [{"id": "a", "attributes": []}]}', "'attributes' must be an object"),
+    (b"[" * 100_000, "not JSON"),
+    (b'{"id": "a\\u0000b"}', "control characters"),
+    (('{"id": "a", "attributes": ' + '{"x": ' * 40 + "1" + "}" * 41).encode(), "nested deeper"),
 ])
 def test_bad_messages_say_what_is_wrong(body, reason):
     with pytest.raises(BadMessage) as caught:
