@@ -22,7 +22,8 @@ def test_a_crashing_and_a_hanging_instance_are_isolated_and_the_rest_commit(
     batch["p1"]["crash"] = True
     batch["p4"]["hang"] = True
     records(bb, batch)
-    results = SparkRunner(spark, batch_timeout=10)  # room for worker restarts on a busy machine.run(wf, bb, [[rid] for rid in batch])
+    # batch_timeout leaves room for Spark to restart crashed workers on a busy machine
+    results = SparkRunner(spark, batch_timeout=10).run(wf, bb, [[rid] for rid in batch])
     assert [r.ok for r in results] == [True, False, True, True, False, True]
     assert "Spark task failed" in (results[1].error or "") and "crash" not in bb.get_attributes("p0")
     assert "batch timeout" in (results[4].error or "")

@@ -75,7 +75,7 @@ dir = "{workflows}"
 name = "one"
 queue = "{a}"
 workflow = "ChaosOne"
-batch_size = 250
+batch_size = 100
 max_wait_ms = 100
 prefetch = 500
 
@@ -83,7 +83,7 @@ prefetch = 500
 name = "two"
 queue = "{b}"
 workflow = "ChaosTwo"
-batch_size = 250
+batch_size = 100
 max_wait_ms = 100
 prefetch = 500
 
@@ -124,17 +124,19 @@ def test_two_stage_chain_is_exactly_once_under_kills_and_a_broker_restart(tmp_pa
     data = [{"id": f"c{i:05d}", "attributes": {"n": i}} for i in range(RECORDS)]
     push_records(settings, a, data)
     rng = random.Random(2026)
+    mid_work = 0
     started = time.monotonic()
     try:
         for round_ in range(1, KILLS + 1):
             proc = start_service(config, log)
             wait_for_log(log, " up: queues ", round_)
-            if round_ % 2 == 0:  # every other round: only once work is under way
-                wait_for_log(log, "batch of ", batches_seen(log) + 1)
+            if round_ % 2 == 0:  # every other round: once work is under way
+                mid_work += wait_for_log(log, "batch of ", batches_seen(log) + 1, timeout=20,
+                                         required=False)
             if round_ == KILLS // 2:
-                time.sleep(rng.uniform(0.5, 2.0))
+                time.sleep(rng.uniform(0.2, 1.0))
                 restart_broker(mode="app")
-            time.sleep(rng.uniform(0.3, 3.0))
+            time.sleep(rng.uniform(0.1, 1.5))
             kill_group(proc)
         proc = start_service(config, log, "--idle-exit", "8")
         proc.wait(timeout=600)
@@ -145,7 +147,9 @@ def test_two_stage_chain_is_exactly_once_under_kills_and_a_broker_restart(tmp_pa
         keep = os.environ.get("CHALK_CHAOS_LOG")
         if keep:
             Path(keep).write_bytes(log.read_bytes())
-    print(f"\nchaos run: {KILLS} kills, 1 broker restart, {batches_seen(log)} batches, "
+    assert mid_work >= 2, "too few kills came while batches were being processed"
+    print(f"\nchaos run: {KILLS} kills ({mid_work} right after a batch), 1 broker restart, "
+          f"{batches_seen(log)} batches, "
           f"{time.monotonic() - started:.0f} s")
 
     delivered = broker.drain(c)
