@@ -122,15 +122,22 @@ class SparkRunner:
             instances isolated by splitting.
     """
 
-    def __init__(self, spark: Any, *, batch_timeout: float = 300.0) -> None:
+    def __init__(self, spark: Any, *, batch_timeout: float = 300.0,
+                 isolation_budget: float = 900.0) -> None:
         self.spark = spark
         self.batch_timeout = float(batch_timeout)
+        # Isolating a hang costs a batch_timeout per halving step; past this many
+        # seconds the instances not yet run fail (to be retried) so that a batch
+        # never holds its messages longer than the broker's consumer timeout.
+        self.isolation_budget = float(isolation_budget)
+        self._isolation_deadline = float("inf")
 
     def run(self, workflow: Workflow, blackboard: Any, instances: list[list[str]]) -> list[InstanceResult]:
         """Run ``workflow`` for each instance; see the module docstring."""
         if not instances:
             return []
         started = time.perf_counter()
+        self._isolation_deadline = float("inf")
         with frozen_heap():
             outputs = self._run_rows(workflow, _inputs(blackboard, instances))
             outputs.sort(key=lambda o: o.index)
@@ -166,9 +173,15 @@ class SparkRunner:
         return time.perf_counter() - started
 
     def _run_rows(self, workflow: Workflow, rows: list[InstanceInput]) -> list[InstanceOutput]:
+        if time.monotonic() > self._isolation_deadline:
+            reason = (f"not run: isolating a failure in this batch took longer than "
+                      f"{self.isolation_budget:g}s")
+            return [InstanceOutput(r.index, False, reason, [], list(r.ids), None) for r in rows]
         try:
             return self._job(workflow, rows)
         except _JobFailed as e:
+            if self._isolation_deadline == float("inf"):
+                self._isolation_deadline = time.monotonic() + self.isolation_budget
             if len(rows) == 1:
                 index, ids = rows[0].index, rows[0].ids
                 log.warning("instance %d of %s isolated as poison: %s", index, workflow.name, e.reason,

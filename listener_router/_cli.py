@@ -38,7 +38,8 @@ def _runner(settings: Settings) -> Any:
     if settings.runner == "local":
         return engine.LocalRunner()
     return engine.SparkRunner(engine.spark_session(settings.spark_master, settings.spark_conf),
-                              batch_timeout=settings.batch_timeout)
+                              batch_timeout=settings.batch_timeout,
+                              isolation_budget=settings.isolation_budget)
 
 
 # -- chalk run ------------------------------------------------------------------------

@@ -71,6 +71,7 @@ class Settings:
     aliases: Mapping[str, str] = field(default_factory=dict)
     runner: str = "spark"              # or "local"
     batch_timeout: float = 300.0
+    isolation_budget: float = 900.0    # seconds a batch may spend isolating a failing instance
     listeners: tuple[ListenerRule, ...] = (ListenerRule(name="default"),)
     routers: tuple[RouterRule, ...] = (RouterRule(queue="chalk.out"),)
     node: str | None = None            # lease owner / cluster member name
@@ -157,7 +158,7 @@ def load_settings(path: str | os.PathLike[str] | None = None,
     _check_keys(broker, {"url", "queue_type", "delivery_limit"}, f"{where} [broker]")
     _check_keys(spark, {"master", "conf"}, f"{where} [spark]")
     _check_keys(wf, {"dir", "aliases"}, f"{where} [workflows]")
-    _check_keys(engine, {"runner", "batch_timeout"}, f"{where} [engine]")
+    _check_keys(engine, {"runner", "batch_timeout", "isolation_budget"}, f"{where} [engine]")
     _check_keys(node, {"name", "retention_days"}, f"{where} [node]")
     defaults = Settings()
     listeners = tuple(_listener(t, f"{where} [[listener]] #{i + 1}", i + 1)
@@ -190,6 +191,8 @@ def load_settings(path: str | os.PathLike[str] | None = None,
         runner=runner,
         batch_timeout=float(_take(engine, "batch_timeout", (int, float), f"{where} [engine]",
                                   defaults.batch_timeout)),
+        isolation_budget=float(_take(engine, "isolation_budget", (int, float),
+                                     f"{where} [engine]", defaults.isolation_budget)),
         listeners=listeners or defaults.listeners,
         routers=routers or defaults.routers,
         node=env.get("CHALK_NODE") or _take(node, "name", str, f"{where} [node]", None),

@@ -185,7 +185,8 @@ class Service:
                 self._runner = engine.LocalRunner()
             else:
                 spark = self._spark or engine.spark_session(s.spark_master, s.spark_conf)
-                self._runner = engine.SparkRunner(spark, batch_timeout=s.batch_timeout)
+                self._runner = engine.SparkRunner(spark, batch_timeout=s.batch_timeout,
+                                                  isolation_budget=s.isolation_budget)
         self.runner = self._runner
         if hasattr(self.runner, "warm_up"):
             log.info("Spark workers warmed up in %.1f s", self.runner.warm_up())

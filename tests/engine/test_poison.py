@@ -33,3 +33,20 @@ def test_a_crashing_and_a_hanging_instance_are_isolated_and_the_rest_commit(
     # the session still works afterwards
     records(bb, {"later": {}})
     assert SparkRunner(spark).run(wf, bb, [["later"]])[0].ok
+
+
+def test_isolation_stops_when_its_time_budget_is_spent(spark: Any, make_workflow: Any) -> None:
+    wf = make_workflow("<sequence>" + pipelet("crash", "Crash") + "</sequence>")
+    bb = Blackboard.local()
+    batch = {f"h{i}": {"n": i} for i in range(8)}
+    batch["h6"]["hang"] = True
+    records(bb, batch)
+    runner = SparkRunner(spark, batch_timeout=6, isolation_budget=0.0)
+    results = runner.run(wf, bb, [[rid] for rid in batch])
+
+    assert len(results) == 8 and not any(r.ok for r in results)
+    assert "batch timeout" not in (results[0].error or "")  # one job, then nothing more was run
+    assert all("not run: isolating a failure" in (r.error or "") for r in results)
+    assert all("trail" not in bb.get_attributes(rid) for rid in batch)
+    records(bb, {"after": {}})
+    assert runner.run(wf, bb, [["after"]])[0].ok  # the budget is per batch
