@@ -97,8 +97,9 @@ class AttachmentsMixin:
 
     store: SqlStore | None
 
-    def _entry(self, record_id: str) -> _Entry:  # provided by Blackboard
-        raise NotImplementedError
+    if TYPE_CHECKING:  # provided by Blackboard; declared for type checkers only
+        def _entry(self, record_id: str) -> _Entry:
+            ...
 
     def attachment_names(self, record_id: str) -> list[str]:
         """Names of the record's attachments."""

@@ -38,8 +38,9 @@ class NotesMixin:
     _members: dict[Any, set[str]]        # instance key -> its record IDs
     _workflow_notes: dict[Any, dict[str, Any]]
 
-    def _entry(self, record_id: str) -> _Entry:  # provided by Blackboard
-        raise NotImplementedError
+    if TYPE_CHECKING:  # provided by Blackboard; declared for type checkers only
+        def _entry(self, record_id: str) -> _Entry:
+            ...
 
     # -- global ---------------------------------------------------------------
     def has_global_note(self, name: str) -> bool:

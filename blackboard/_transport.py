@@ -58,21 +58,22 @@ class TransportMixin:
     _entries: dict[str, _Entry]
     _instance: dict[str, Any]
 
-    def _entry(self, record_id: str) -> _Entry:  # provided by Blackboard
-        raise NotImplementedError
+    if TYPE_CHECKING:  # provided by Blackboard; declared for type checkers only
+        def _entry(self, record_id: str) -> _Entry:
+            ...
 
-    def _doc(self, record_id: str, *, change: bool = False) -> dict[str, Any]:
-        raise NotImplementedError
+        def _doc(self, record_id: str, *, change: bool = False) -> dict[str, Any]:
+            ...
 
-    def _bind(self, record_id: str, key: Any) -> None:
-        raise NotImplementedError
+        def _bind(self, record_id: str, key: Any) -> None:
+            ...
 
-    def _new_entry(self, doc: dict[str, Any] | None, version: int | None, mode: str,
-                   leased: bool) -> _Entry:
-        raise NotImplementedError
+        def _new_entry(self, doc: dict[str, Any] | None, version: int | None, mode: str,
+                       leased: bool) -> _Entry:
+            ...
 
-    def get_attachment(self, record_id: str, name: str) -> bytes:
-        raise NotImplementedError
+        def get_attachment(self, record_id: str, name: str) -> bytes:
+            ...
 
     @staticmethod
     def _parent_of(entry: _Entry) -> str | None:

@@ -141,8 +141,8 @@ def restart_broker(url: str | None = None, *, mode: str = "full", timeout: float
     wait_broker(url, timeout=timeout)
 
 
-def delete_queues(url: str, names: Iterable[str]) -> None:
-    """Delete the named queues (missing ones are fine)."""
+def _delete(url: str, names: Iterable[str], kind: str) -> None:
+    """Delete the named queues or exchanges (missing ones are fine)."""
     import pika
     import pika.exceptions
 
@@ -154,31 +154,24 @@ def delete_queues(url: str, names: Iterable[str]) -> None:
         channel = conn.channel()
         for name in names:
             try:
-                channel.queue_delete(queue=name)
+                if kind == "queues":
+                    channel.queue_delete(queue=name)
+                else:
+                    channel.exchange_delete(exchange=name)
             except pika.exceptions.ChannelClosedByBroker:
-                channel = conn.channel()  # older brokers: 404 for a missing queue
+                channel = conn.channel()  # older brokers: 404 for a missing one
     finally:
         conn.close()
+
+
+def delete_queues(url: str, names: Iterable[str]) -> None:
+    """Delete the named queues (missing ones are fine)."""
+    _delete(url, names, "queues")
 
 
 def delete_exchanges(url: str, names: Iterable[str]) -> None:
     """Delete the named exchanges (missing ones are fine)."""
-    import pika
-    import pika.exceptions
-
-    names = list(names)
-    if not names:
-        return
-    conn = pika.BlockingConnection(pika.URLParameters(url))
-    try:
-        channel = conn.channel()
-        for name in names:
-            try:
-                channel.exchange_delete(exchange=name)
-            except pika.exceptions.ChannelClosedByBroker:
-                channel = conn.channel()
-    finally:
-        conn.close()
+    _delete(url, names, "exchanges")
 
 
 def broker_names(kind: str = "queues") -> list[str]:
