@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +64,7 @@ class CompiledCondition:
     namespaced: bool
     keys: frozenset[str] | None  # None: render every attribute
     variables: frozenset[str]
+    fast: Callable[[Sequence[Mapping[str, Any]]], bool] | None = None  # same answer as ``test``, no XML
 
     def evaluate(self, documents: Sequence[Mapping[str, Any]], extra: Mapping[str, Any] | None = None) -> Any:
         """Evaluate over the records ``documents`` (first one is ``$record``)."""
@@ -72,6 +73,8 @@ class CompiledCondition:
 
     def test(self, documents: Sequence[Mapping[str, Any]], extra: Mapping[str, Any] | None = None) -> bool:
         """Evaluate and convert to boolean by XPath 1.0 rules."""
+        if self.fast is not None:
+            return self.fast(documents)
         return _boolean(self.evaluate(documents, extra))
 
 
@@ -119,7 +122,58 @@ def _compile(expression: str, namespaces: tuple[tuple[str, str], ...]) -> Compil
         namespaced=_namespaced(expression, ns),
         keys=_needed_keys(expression),
         variables=frozenset(_VARIABLE.findall(expression)),
+        fast=_fast_test(expression, ns),
     )
+
+
+# The most common condition shape -- one attribute of the record compared with a
+# string (``$record/Val[@key='lang'] = 'de'``, SMILA's
+# ``$request.records/rec:Record[1]/rec:Val[@key="MimeType"] != 'text/html'``, or
+# just the attribute's presence) -- is answered straight from the documents with
+# XPath 1.0's rules for a node-set against a string: ``=`` is true when some node's
+# string value equals it, ``!=`` when some node's differs, a bare path when the
+# node-set is not empty.  A ``Val`` node exists when the attribute has exactly one
+# value that is not a map (``_render_object``).  Everything else goes to lxml.
+_STR = r"""(?:"([^"]*)"|'([^']*)')"""
+_FAST = re.compile(
+    r"""\s*\$(record|records|request\.records/(?:(\w+):)?Record\[1\])"""
+    r"""/(?:(\w+):)?Val\[\s*@key\s*=\s*""" + _STR + r"""\s*\]"""
+    r"""(?:\s*(!=|=)\s*""" + _STR + r""")?\s*""")
+
+
+def _fast_test(expression: str, ns: Mapping[str, str]) -> Callable[[Sequence[Mapping[str, Any]]], bool] | None:
+    m = _FAST.fullmatch(expression)
+    if m is None:
+        return None
+    start, record_prefix, val_prefix, k1, k2, op, l1, l2 = m.groups()
+    prefixes = {p for p in (record_prefix, val_prefix) if p}
+    if start.startswith("request") and bool(record_prefix) != bool(val_prefix):
+        return None
+    if prefixes:
+        if len(prefixes) > 1 or ns.get(next(iter(prefixes))) != RECORD_NS:
+            return None
+    elif _namespaced(expression, ns):
+        return None
+    key = k1 if k1 is not None else k2
+    literal = l1 if l1 is not None else l2
+    every = start == "records"
+
+    def texts(documents: Sequence[Mapping[str, Any]]) -> Iterator[str]:
+        for doc in documents if every else documents[:1]:
+            values = doc.get("meta", {}).get("attrs", {}).get(key)
+            if values and len(values) == 1:
+                value = values[0]
+                if isinstance(value, dict):
+                    if "obj" in value:
+                        continue
+                    value = value.get("lit")
+                yield _scalar_text(value)
+
+    if op is None:
+        return lambda documents: any(True for _ in texts(documents))
+    if op == "=":
+        return lambda documents: any(t == literal for t in texts(documents))
+    return lambda documents: any(t != literal for t in texts(documents))
 
 
 def compiled(condition: Condition) -> CompiledCondition:

@@ -404,6 +404,8 @@ class Interpreter:
         except Exception as e:
             self._pipelet_failed(where, cohort, e)
             return
+        if result is not None and result == all_ids:  # the common case: same records, same order
+            return
         try:
             self._map_back(cohort, list(result or []))
         except ValueError as e:

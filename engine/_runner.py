@@ -21,6 +21,8 @@ import sys
 import threading
 import time
 import uuid
+from collections import deque
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,19 +132,67 @@ class SparkRunner:
         # seconds the instances not yet run fail (to be retried) so that a batch
         # never holds its messages longer than the broker's consumer timeout.
         self.isolation_budget = float(isolation_budget)
-        self._isolation_deadline = float("inf")
 
     def run(self, workflow: Workflow, blackboard: Any, instances: list[list[str]]) -> list[InstanceResult]:
         """Run ``workflow`` for each instance; see the module docstring."""
         if not instances:
             return []
-        started = time.perf_counter()
-        self._isolation_deadline = float("inf")
         with frozen_heap():
-            outputs = self._run_rows(workflow, _inputs(blackboard, instances))
+            rows = _inputs(blackboard, instances)
+        return self._finish(workflow, blackboard, rows, self._submit(workflow, rows))
+
+    def run_stream(self, workflow: Workflow, blackboard: Any,
+                   batches: Iterable[list[list[str]]]) -> Iterator[list[InstanceResult]]:
+        """Run many batches, each as one job, with the next job in flight while one finishes.
+
+        Yields each batch's results (as :meth:`run` returns them), in order.
+        Batch *k+1* is exported and its job submitted before batch *k*'s
+        results are applied, so Spark starts it the moment a core is free:
+        the job's fixed cost and the driver's encoding overlap the running
+        job, and applying batch *k* overlaps job *k+1*.  The batches must not
+        share records (batch *k+1* is read before *k* is applied); a record
+        in two batches in flight raises ``ValueError``.  The blackboard is
+        only touched on the calling thread.
+        """
+        pending: deque[tuple[list[InstanceInput], _Pending, set[str]]] = deque()
+        try:
+            for instances in batches:
+                if not instances:
+                    while pending:  # keep the order of the results
+                        rows_k, job_k, _ = pending.popleft()
+                        yield self._finish(workflow, blackboard, rows_k, job_k)
+                    yield []
+                    continue
+                with frozen_heap():
+                    rows = _inputs(blackboard, instances)
+                ids = {rid for r in rows for rid in r.ids}
+                for _, _, busy in pending:
+                    shared = ids & busy
+                    if shared:
+                        raise ValueError(f"record {sorted(shared)[0]!r} is in two batches in flight; "
+                                         "run_stream needs batches with disjoint records")
+                pending.append((rows, self._submit(workflow, rows), ids))
+                if len(pending) > 1:
+                    rows_k, job_k, _ = pending.popleft()
+                    yield self._finish(workflow, blackboard, rows_k, job_k)
+            while pending:
+                rows_k, job_k, _ = pending.popleft()
+                yield self._finish(workflow, blackboard, rows_k, job_k)
+        finally:
+            for _, job, _ in pending:  # abandoned (the caller stopped early): do not leave jobs running
+                job.cancel(self.spark.sparkContext)
+
+    def _finish(self, workflow: Workflow, blackboard: Any, rows: list[InstanceInput],
+                job: _Pending) -> list[InstanceResult]:
+        started = time.perf_counter()
+        try:
+            outputs = self._collect(workflow, rows, job)
+        except _JobFailed as e:
+            outputs = self._isolate(workflow, rows, e, _Budget(self.isolation_budget))
+        with frozen_heap():
             outputs.sort(key=lambda o: o.index)
             results = _apply(blackboard, outputs)
-        log.debug("batch of %d instance(s) of %s on Spark in %.3fs", len(instances), workflow.name,
+        log.debug("batch of %d instance(s) of %s on Spark, finished in %.3fs", len(rows), workflow.name,
                   time.perf_counter() - started, extra={"workflow": workflow.name})
         return results
 
@@ -172,69 +222,112 @@ class SparkRunner:
         self.spark.range(cores, numPartitions=cores).mapInArrow(touch, "id long").collect()
         return time.perf_counter() - started
 
-    def _run_rows(self, workflow: Workflow, rows: list[InstanceInput]) -> list[InstanceOutput]:
-        if time.monotonic() > self._isolation_deadline:
+    def _run_rows(self, workflow: Workflow, rows: list[InstanceInput], budget: _Budget) -> list[InstanceOutput]:
+        if budget.spent():
             reason = (f"not run: isolating a failure in this batch took longer than "
                       f"{self.isolation_budget:g}s")
             return [InstanceOutput(r.index, False, reason, [], list(r.ids), None) for r in rows]
         try:
-            return self._job(workflow, rows)
+            return self._collect(workflow, rows, self._submit(workflow, rows))
         except _JobFailed as e:
-            if self._isolation_deadline == float("inf"):
-                self._isolation_deadline = time.monotonic() + self.isolation_budget
-            if len(rows) == 1:
-                index, ids = rows[0].index, rows[0].ids
-                log.warning("instance %d of %s isolated as poison: %s", index, workflow.name, e.reason,
-                            extra={"workflow": workflow.name})
-                return [InstanceOutput(index, False, e.reason, [], list(ids), None)]
-            half = len(rows) // 2
-            log.warning("job of %d instance(s) of %s failed (%s); splitting to isolate the cause",
-                        len(rows), workflow.name, e.reason, extra={"workflow": workflow.name})
-            return self._run_rows(workflow, rows[:half]) + self._run_rows(workflow, rows[half:])
+            return self._isolate(workflow, rows, e, budget)
 
-    def _job(self, workflow: Workflow, rows: list[InstanceInput]) -> list[InstanceOutput]:
+    def _isolate(self, workflow: Workflow, rows: list[InstanceInput], e: _JobFailed,
+                 budget: _Budget) -> list[InstanceOutput]:
+        budget.start()
+        if len(rows) == 1:
+            index, ids = rows[0].index, rows[0].ids
+            log.warning("instance %d of %s isolated as poison: %s", index, workflow.name, e.reason,
+                        extra={"workflow": workflow.name})
+            return [InstanceOutput(index, False, e.reason, [], list(ids), None)]
+        half = len(rows) // 2
+        log.warning("job of %d instance(s) of %s failed (%s); splitting to isolate the cause",
+                    len(rows), workflow.name, e.reason, extra={"workflow": workflow.name})
+        return self._run_rows(workflow, rows[:half], budget) + self._run_rows(workflow, rows[half:], budget)
+
+    def _submit(self, workflow: Workflow, rows: list[InstanceInput]) -> _Pending:
+        """Start the job for ``rows`` on its own thread (the blackboard is not touched)."""
         spark = self.spark
         sc = spark.sparkContext
-        # one chunk row per core: Spark makes a partition of each
-        table = inputs_to_arrow(rows, max(1, int(sc.defaultParallelism)))
+        with frozen_heap():
+            # one chunk row per core: Spark makes a partition of each
+            table = inputs_to_arrow(rows, max(1, int(sc.defaultParallelism)))
         wf = workflow
 
         def partition(batches: Any) -> Any:
             return arrow_partition(wf, batches)
 
-        group = f"chalk-{workflow.name}-{uuid.uuid4().hex[:12]}"
-        box: dict[str, Any] = {}
+        job = _Pending(f"chalk-{workflow.name}-{uuid.uuid4().hex[:12]}")
 
-        def job() -> None:
+        def run() -> None:
             try:
-                sc.setJobGroup(group, f"workflow {workflow.name}: {len(rows)} instance(s)", interruptOnCancel=True)
+                sc.setJobGroup(job.group, f"workflow {workflow.name}: {len(rows)} instance(s)", interruptOnCancel=True)
                 df = spark.createDataFrame(table)
-                box["table"] = df.mapInArrow(partition, CHUNK_DDL).toArrow()
+                job.box["table"] = df.mapInArrow(partition, CHUNK_DDL).toArrow()
             except BaseException as e:  # reported to the caller's thread
-                box["error"] = e
+                job.box["error"] = e
             finally:
                 sc.clearJobGroup() if hasattr(sc, "clearJobGroup") else None
 
-        thread = threading.Thread(target=job, name=group, daemon=True)
-        thread.start()
-        thread.join(self.batch_timeout)
-        if thread.is_alive():
-            sc.cancelJobGroup(group)
-            thread.join(30.0)
+        job.thread = threading.Thread(target=run, name=job.group, daemon=True)
+        job.started = time.monotonic()
+        job.thread.start()
+        return job
+
+    def _collect(self, workflow: Workflow, rows: list[InstanceInput], job: _Pending) -> list[InstanceOutput]:
+        """Wait for ``job`` (at most ``batch_timeout`` from its start) and decode its outputs."""
+        assert job.thread is not None
+        job.thread.join(max(0.0, job.started + self.batch_timeout - time.monotonic()))
+        if job.thread.is_alive():
+            job.cancel(self.spark.sparkContext)
             raise _JobFailed(f"batch timeout: the job ran longer than {self.batch_timeout:g}s and was cancelled")
-        if "error" in box:
-            e = box["error"]
+        if "error" in job.box:
+            e = job.box["error"]
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise e
             raise _JobFailed(f"Spark task failed: {_short(e)}") from e
-        result = box.get("table")
+        result = job.box.get("table")
         if result is None:
             raise RunnerError("Spark job returned nothing")
-        outputs = outputs_from_arrow(result)
+        with frozen_heap():
+            outputs = outputs_from_arrow(result)
         missing = {r.index for r in rows} - {o.index for o in outputs}
         if missing:
             raise RunnerError(f"Spark job lost instance(s) {sorted(missing)}")
         return outputs
+
+
+@dataclass
+class _Pending:
+    """A submitted job: its group (for cancelling), thread and result box."""
+
+    group: str
+    box: dict[str, Any] = field(default_factory=dict)
+    thread: threading.Thread | None = None
+    started: float = 0.0
+
+    def cancel(self, sc: Any) -> None:
+        if self.thread is not None and self.thread.is_alive():
+            sc.cancelJobGroup(self.group)
+            self.thread.join(30.0)
+
+
+class _Budget:
+    """The time one batch may spend isolating failures (starts at the first failure)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.deadline = float("inf")
+
+    def start(self) -> None:
+        if self.deadline == float("inf"):
+            self.deadline = time.monotonic() + self.seconds
+
+    def spent(self) -> bool:
+        return time.monotonic() > self.deadline
+
+
+_LOCAL_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def _cores(master: str) -> int:
@@ -269,6 +362,10 @@ def spark_session(master: str = "local[*]", conf: dict[str, str] | None = None, 
     if master.startswith("local"):
         settings["spark.driver.bindAddress"] = "127.0.0.1"
         settings["spark.driver.host"] = "127.0.0.1"
+        # The embedded JVM only plans jobs and moves bytes; its optimizing JIT
+        # (C2) would spend a core recompiling what each new job's plan generates,
+        # stolen from the Python workers on a small machine.  C1 alone does it.
+        settings["spark.driver.extraJavaOptions"] = _LOCAL_JVM_OPTIONS
     settings.update(conf or {})
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():

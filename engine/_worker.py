@@ -228,11 +228,14 @@ def _run_group(workflow: Workflow, group: list[InstanceInput]) -> tuple[list[Ins
 
     bb = Blackboard.local()
     original: dict[str, tuple[bytes, bool, bytes | None]] = {}
+    loaded: list[dict[str, Any]] = []
     for inp in group:
         items = unpack_items(inp.packed)
         for doc, item in zip(inp.packed.docs, items, strict=True):
             original[item["id"]] = (doc, bool(item.get("deleted")), _notes_key(item.get("notes")))
-        bb.import_records(items, changed=False)
+        loaded.extend(items)
+    bb.import_records(loaded, changed=False)
+    del loaded
     for inp in group:
         bb.bind_instance(inp.index, inp.ids)
     instances = [Instance(key=inp.index, ids=list(inp.ids)) for inp in group]

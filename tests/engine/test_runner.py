@@ -101,3 +101,27 @@ def test_attachments_travel_to_workers_and_back(spark: Any, make_workflow: Any) 
     assert results[0].ok
     assert bb.get_attachment("p#a", "raw") == b"\x00\xffbytes"
     assert bb.get_attachment("p", "raw") == b"\x00\xffbytes"
+
+
+def test_run_stream_gives_each_batch_the_results_run_gives(spark: Any) -> None:
+    wf = load_workflow(VALID_DIR / "mixed.xml")
+    runner = SparkRunner(spark, batch_timeout=120)
+    once = Blackboard.local()
+    records(once, BATCH)
+    expected = [runner.run(wf, once, INSTANCES[:3]), runner.run(wf, once, INSTANCES[3:])]
+
+    streamed = Blackboard.local()
+    records(streamed, BATCH)
+    got = list(runner.run_stream(wf, streamed, [INSTANCES[:3], [], INSTANCES[3:]]))
+    assert got[1] == []
+    assert [got[0], got[2]] == expected
+    assert snapshot(streamed) == snapshot(once)
+
+
+def test_run_stream_refuses_a_record_in_two_batches_in_flight(spark: Any) -> None:
+    wf = load_workflow(VALID_DIR / "mixed.xml")
+    bb = Blackboard.local()
+    records(bb, BATCH)
+    stream = SparkRunner(spark, batch_timeout=120).run_stream(wf, bb, [[["r0"], ["r1"]], [["r1"]]])
+    with pytest.raises(ValueError, match="'r1' is in two batches in flight"):
+        list(stream)
