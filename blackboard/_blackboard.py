@@ -150,7 +150,7 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
                 f"{where(record_id)} is not on this blackboard: load or create it first",
                 record_id=record_id) from None
 
-    def _new_entry(self, doc: dict[str, Any], version: int | None, mode: str,
+    def _new_entry(self, doc: dict[str, Any] | None, version: int | None, mode: str,
                    leased: bool) -> _Entry:
         return _Entry(doc, version, mode, leased)
 

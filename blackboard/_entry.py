@@ -78,9 +78,9 @@ def no_attachments(raw: str | bytes) -> bool:
     matches keys; one match followed by ``[]`` is the record's own empty list
     (a missing top-level key with a nested ``[]`` also means none).
     """
-    if type(raw) is str:
+    if isinstance(raw, str):
         return raw.count('"attachments":') == 1 and '"attachments":[]' in raw
-    return raw.count(b'"attachments":') == 1 and b'"attachments":[]' in raw  # type: ignore[operator]
+    return raw.count(b'"attachments":') == 1 and b'"attachments":[]' in raw
 
 
 class Entry:
@@ -168,7 +168,10 @@ class Entry:
     def encoded_bytes(self) -> bytes:
         if self._doc is None and not self.ops and not self.attachments:
             raw = self.raw
-            return raw.encode() if isinstance(raw, str) else raw  # type: ignore[union-attr]
+            if isinstance(raw, bytes):
+                return raw
+            if isinstance(raw, str):
+                return raw.encode()
         doc = self.materialize()
         doc["attachments"] = list(self.attachments)
         return _json.dumps_bytes(doc)

@@ -78,6 +78,7 @@ class Annotation:
     """
 
     __slots__ = ("values", "named", "annotations", "_key")
+    _key: tuple[Any, ...]
 
     values: tuple[Any, ...]
     named: Mapping[str, Any]
@@ -154,6 +155,7 @@ class Literal:
     """
 
     __slots__ = ("value", "semantic_type", "annotations", "_key")
+    _key: tuple[Any, ...] | None
 
     value: Scalar
     semantic_type: str | None

@@ -511,7 +511,7 @@ class SqlStore:
         if checked:
             count = conn.exec_driver_sql(sql(_DELETE_CHECKED), checked).rowcount
             if count != len(checked):
-                self._refuse_stale(tx, dict(checked))  # type: ignore[arg-type]
+                self._refuse_stale(tx, dict(checked))
         unchecked = [rid for rid, v in ws.deletes if v is None]
         if unchecked:
             conn.execute(delete(records).where(self._in_ids(records.c.id)),

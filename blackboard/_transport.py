@@ -27,7 +27,7 @@ __all__ = ["TransportMixin", "json_to_values", "values_to_json"]
 def json_to_values(value: Any) -> list[Any]:
     """Message JSON for one attribute → document VALUEs (list → many; dict → sub-object)."""
     items = value if isinstance(value, list) else [value]
-    out = []
+    out: list[Any] = []
     for item in items:
         if isinstance(item, dict):
             out.append({"obj": {"attrs": {k: json_to_values(v) for k, v in item.items()}}})

@@ -441,18 +441,18 @@ class Interpreter:
         for inst in cohort:
             by_key.setdefault(inst.key, []).append(inst)
         for rid in result:
-            inst = owner.get(rid)
-            if inst is None:
-                inst = self._owner_by_parent(rid, owner)
-            if inst is None:
+            found: Instance | None = owner.get(rid)
+            if found is None:
+                found = self._owner_by_parent(rid, owner)
+            if found is None:
                 same = by_key.get(self.bb.instance_of(rid)) if rid in self.bb else None
                 if same and len(same) == 1:
-                    inst = same[0]
+                    found = same[0]
                 elif len(cohort) == 1:
-                    inst = cohort[0]
-            if inst is None:
+                    found = cohort[0]
+            if found is None:
                 raise ValueError(f"returned record {rid!r}, which belongs to none of the instances it was given")
-            out[id(inst)].append(rid)
+            out[id(found)].append(rid)
         for inst in cohort:
             inst.ids = out[id(inst)]
 

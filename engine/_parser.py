@@ -191,7 +191,7 @@ def _link_end(ctx: _Context, name: str, role: str, line: int | None) -> None:
     ctx.error(line, f"link {name!r} is not declared in an enclosing <flow><links>; declare it there")
 
 
-def _with_suppress(ctx: _Context, el: etree._Element, fn: Callable[[], Activity]) -> Activity:
+def _with_suppress(ctx: _Context, el: etree._Element, fn: Callable[[], Activity | None]) -> Activity | None:
     """Run ``fn`` with this element's ``suppressJoinFailure`` inherited by its children."""
     saved = ctx.suppress_join_failure
     ctx.suppress_join_failure = _yes(el.get("suppressJoinFailure"), saved)
@@ -213,7 +213,7 @@ def parse_activity(ctx: _Context, el: etree._Element) -> Activity | None:
             f"expected one of: {', '.join(sorted(PARSERS))}",
         )
         return None
-    return _with_suppress(ctx, el, lambda: parser(ctx, el))  # type: ignore[arg-type,return-value]
+    return _with_suppress(ctx, el, lambda: parser(ctx, el))
 
 
 def _activity_children(ctx: _Context, el: etree._Element, skip: set[str] = frozenset()) -> list[etree._Element]:  # type: ignore[assignment]
@@ -586,7 +586,7 @@ def _parse_extension_activity(ctx: _Context, el: etree._Element) -> Activity | N
         ctx.error(el.sourceline, "<extensionActivity> must hold one <proc:invokePipelet> or <proc:invokeWorkflow>")
         return None
     inner = kids[0]
-    return _with_suppress(ctx, inner, lambda: PARSERS[_local(inner)](ctx, inner))  # type: ignore[return-value]
+    return _with_suppress(ctx, inner, lambda: PARSERS[_local(inner)](ctx, inner))
 
 
 def _parse_ignored(ctx: _Context, el: etree._Element) -> Activity:

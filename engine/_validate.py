@@ -106,9 +106,9 @@ def _chain(aid: int, parents: dict[int, tuple[Activity, int]]) -> list[tuple[Act
 def _check_links(parsed: ParsedFile, body: Activity, errors: list[str]) -> dict[int, tuple[int, ...]]:
     """Link rules; returns the run order of each flow (by flow aid)."""
     ctx = parsed.context
-    path = parsed.context.path if ctx else "?"
     if ctx is None:
         return {}
+    path = ctx.path
     by_aid = {a.aid: a for a in walk(body)}
     parents = _parents(body)
     order_graphs: dict[int, nx.DiGraph] = {}

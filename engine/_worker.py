@@ -115,8 +115,8 @@ EMPTY = Packed([], b"[]", [])
 
 def _export_items(blackboard: Any, ids: list[str], attachments: str) -> list[dict[str, Any]]:
     if _encoded():
-        return blackboard.export_records(ids, attachments=attachments, encoded=True)  # type: ignore[no-any-return]
-    return blackboard.export_records(ids, attachments=attachments)  # type: ignore[no-any-return]
+        return blackboard.export_records(ids, attachments=attachments, encoded=True)
+    return blackboard.export_records(ids, attachments=attachments)
 
 
 def pack_items(items: list[dict[str, Any]], keep: Any = None) -> Packed:
@@ -161,7 +161,7 @@ def unpack_items(packed: Packed) -> list[dict[str, Any]]:
         env["doc"] = doc if raw else orjson.loads(doc)
         refs = env.get("attachments")
         env["attachments"] = {name: blobs[i] for name, i in refs.items()} if refs else {}
-    return envs  # type: ignore[no-any-return]
+    return envs
 
 
 def export_packed(blackboard: Any, ids: list[str], attachments: str = "all") -> Packed:
@@ -338,7 +338,7 @@ def _unpack_block(codec: str, size: int, data: bytes) -> bytes:
         return data
     import pyarrow as pa
 
-    return pa.Codec(codec).decompress(data, decompressed_size=size, asbytes=True)  # type: ignore[no-any-return]
+    return pa.Codec(codec).decompress(data, decompressed_size=size, asbytes=True)
 
 
 def _schema() -> Any:

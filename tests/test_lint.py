@@ -1,0 +1,23 @@
+"""The style rules that tools check: ruff everywhere, mypy on blackboard and engine."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", *args], cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def test_ruff_finds_nothing() -> None:
+    done = _run("ruff", "check", ".")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_blackboard_and_engine_are_mypy_clean() -> None:
+    done = _run("mypy", "blackboard", "engine")
+    assert done.returncode == 0, done.stdout + done.stderr
