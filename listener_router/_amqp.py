@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -74,6 +75,34 @@ def properties_of(message: OutMessage) -> pika.BasicProperties:
                                 headers=message.headers or None)
 
 
+class Deliveries(queue.Queue):  # type: ignore[type-arg]
+    """The queue deliveries arrive on; :meth:`get_batch` takes many under one lock."""
+
+    def get_batch(self, limit: int, timeout: float, linger: float = 0.0) -> list[Delivery]:
+        """Up to ``limit`` deliveries: wait ``timeout`` for the first, then take what
+        is there, waiting up to ``linger`` seconds more for the rest."""
+        try:
+            out: list[Delivery] = [self.get(timeout=timeout) if timeout > 0 else self.get_nowait()]
+        except queue.Empty:
+            return []
+        deadline = time.monotonic() + linger
+        while len(out) < limit:
+            with self.not_empty:
+                n = min(limit - len(out), self._qsize())
+                for _ in range(n):
+                    out.append(self._get())
+            if len(out) >= limit:
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                out.append(self.get(timeout=remaining))
+            except queue.Empty:
+                break
+        return out
+
+
 class _Batch:
     __slots__ = ("future", "remaining")
 
@@ -98,7 +127,7 @@ class AmqpLink:
         self.queues = list(consume)
         self.prepare = prepare
         self.reconnect_max_delay = reconnect_max_delay
-        self.deliveries: queue.Queue[Delivery] = queue.Queue()
+        self.deliveries = Deliveries()
         self.ready = threading.Event()
         self._wake = threading.Event()
         self.generation = 0

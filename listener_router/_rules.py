@@ -71,6 +71,10 @@ class ListenerRules:
                     raise ConfigError(f"listener rule {rule.name!r}: condition "
                                       f"{rule.condition!r} is not valid XPath: {e}") from e
 
+        self._by_queue: dict[str, list[ListenerRule]] = {}
+        for rule in self.rules:
+            self._by_queue.setdefault(rule.queue, []).append(rule)
+
     @property
     def queues(self) -> list[str]:
         return list(dict.fromkeys(rule.queue for rule in self.rules))
@@ -81,16 +85,19 @@ class ListenerRules:
                 for _ in range(max(r.consumers for r in self.for_queue(queue)))]
 
     def for_queue(self, queue: str) -> list[ListenerRule]:
-        return [rule for rule in self.rules if rule.queue == queue]
+        return self._by_queue.get(queue, [])
 
     def match(self, message: Incoming) -> ListenerRule | None:
+        rules = self._by_queue.get(message.queue, ())
+        if rules and rules[0].name not in self._compiled:
+            return rules[0]  # the first rule has no condition: no XPath to build
         variables = {
             "operation": message.operation, "message_id": message.message_id,
             "queue": message.queue,
             "content_type": _text(message.properties.get("content_type")),
             "routing_key": _text(message.properties.get("routing_key")),
         }
-        for rule in self.for_queue(message.queue):
+        for rule in rules:
             xpath = self._compiled.get(rule.name)
             if xpath is None:
                 return rule
@@ -119,6 +126,7 @@ class Router:
     def __init__(self, rules: Sequence[RouterRule]):
         self.rules = list(rules)
         self._conditions: dict[int, Any] = {}
+        self._by_workflow: dict[str, list[tuple[int, RouterRule]]] = {}
         for position, rule in enumerate(self.rules):
             if rule.condition:
                 self._conditions[position] = _compile_condition(rule.condition, position)
@@ -137,13 +145,22 @@ class Router:
             return str(ann.values[0])
         return str(ann.named.get("queue")) if ann.named.get("queue") else None
 
+    def _for_workflow(self, workflow: str) -> list[tuple[int, RouterRule]]:
+        rules = self._by_workflow.get(workflow)
+        if rules is None:
+            rules = self._by_workflow[workflow] = [
+                (position, rule) for position, rule in enumerate(self.rules)
+                if not rule.workflow or rule.workflow == workflow]
+        return rules
+
     def route(self, bb: Blackboard, workflow: str, message: Incoming,
               result_ids: Sequence[str]) -> list[OutMessage]:
         out: list[OutMessage] = []
+        rules = self._for_workflow(workflow)
+        headers = {"operation": message.operation, "x-chalk-source": message.message_id,
+                   "x-chalk-workflow": workflow}
         for rid in result_ids:
-            for position, rule in enumerate(self.rules):
-                if rule.workflow and rule.workflow != workflow:
-                    continue
+            for position, rule in rules:
                 exchange, key = rule.exchange, rule.routing_key or rule.queue
                 if rule.use_next_destination:
                     key = self._next_destination(bb, rid)
@@ -157,12 +174,10 @@ class Router:
                 record: dict[str, Any] = {"id": rid}
                 if attributes:
                     record["attributes"] = attributes
-                headers = {"operation": message.operation, "x-chalk-source": message.message_id,
-                           "x-chalk-workflow": workflow}
                 out.append(OutMessage(
                     routing_key=key, exchange=exchange,
                     body=orjson.dumps({"records": [record]}),
                     message_id=outgoing_id(message.message_id, f"{exchange}/{key}", rid),
-                    headers=headers))
+                    headers=dict(headers)))
                 break
         return out

@@ -1,8 +1,11 @@
 """The service: consume → load → run workflow → commit (+inbox, +outbox) → publish → ack.
 
-See ``_states`` for the life of one message.  One batch is processed at a
-time on the calling thread; the broker connection lives on its own thread
-(``_amqp``), so a long Spark job never starves the connection's heartbeats.
+See ``_states`` for the life of one message and ``_pipeline`` for the
+threads: the stage thread gathers and loads the next batch while the
+calling thread runs the workflows of this one, and the committer and the
+finisher commit, publish and ack the one before.  The broker connection
+lives on its own thread (``_amqp``), so a long Spark job never starves the
+connection's heartbeats.
 """
 
 from __future__ import annotations
@@ -11,32 +14,23 @@ import fcntl
 import hashlib
 import logging
 import os
-import queue
 import signal
 import socket
 import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import pika
 import pika.exceptions
-from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
-from sqlalchemy.exc import TimeoutError as SqlTimeoutError
+from sqlalchemy.exc import SQLAlchemyError
 
 import engine
-from blackboard import (
-    Blackboard,
-    BlackboardError,
-    RecordLockedError,
-    StaleRecordError,
-    StorageError,
-)
+from blackboard import Blackboard, StorageError
 from listener_router._amqp import (
     AmqpLink,
     BrokerUnavailable,
@@ -45,20 +39,19 @@ from listener_router._amqp import (
     connection_parameters,
 )
 from listener_router._cluster import Membership
-from listener_router._config import ListenerRule, Settings
+from listener_router._config import Settings
 from listener_router._messages import (
     ATTEMPTS_HEADER,
     ERROR_HEADER,
     QUEUE_HEADER,
     WORKFLOW_HEADER,
-    BadMessage,
-    Incoming,
     derive_message_id,
-    parse_message,
 )
 from listener_router._outbox import Outbox
+from listener_router._pipeline import Batch, Gathering, Group, InFlight
 from listener_router._rules import ListenerRules, Router
-from listener_router._states import State, check_transition
+from listener_router._states import State
+from listener_router._steps import RunnerUnusable, Steps, Work, message_key
 from listener_router._topology import declare_all, declare_outputs, dlq_name, retry_name
 
 __all__ = ["Service", "Stats", "RunnerUnusable", "claim_node_name"]
@@ -69,6 +62,8 @@ CONFIRM_TIMEOUT = 60.0
 REFRESH_EVERY = 2.0
 MAINTAIN_EVERY = 30.0     # leader maintenance period, seconds
 ORPHAN_AGE = 120.0        # an unsent outbox row this old has lost its input's redelivery
+CHUNK_LINGER = 0.02       # seconds the stage waits to gather more than one delivery
+BACKLOG = 3               # batches that may wait for the committer, and for the finisher
 
 
 _STATS_LOCK = threading.Lock()
@@ -86,38 +81,6 @@ class Stats:
 
     def __getitem__(self, key: str) -> int:
         return self.counts[key]
-
-
-@dataclass
-class _Work:
-    delivery: Delivery
-    state: State = State.RECEIVED
-    message: Incoming | None = None
-    rule: ListenerRule | None = None
-    error: str | None = None
-    workflow: str | None = None
-    outgoing: list[OutMessage] = field(default_factory=list)
-
-    def to(self, state: State, error: str | None = None) -> None:
-        self.state = check_transition(self.state, state)
-        if error is not None:
-            self.error = error
-
-
-class RunnerUnusable(RuntimeError):
-    """The workflow runner cannot run anything any more (e.g. the SparkContext died)."""
-
-
-def _is_outage(error: BaseException) -> bool:
-    """A failure of the infrastructure (retry later), not of the data (isolate)."""
-    if isinstance(error, (StaleRecordError, RecordLockedError)):
-        return True
-    cause: BaseException | None = error
-    while cause is not None:
-        if isinstance(cause, (OperationalError, InterfaceError, SqlTimeoutError, OSError)):
-            return True
-        cause = cause.__cause__ or cause.__context__
-    return isinstance(error, StorageError) and error.__cause__ is None
 
 
 _held_locks: list[Any] = []
@@ -146,7 +109,17 @@ def claim_node_name(blackboard_url: str) -> str:
     raise RuntimeError("no free node slot (1024 services on this host?)")
 
 
-class Service:
+def _keys(works: Iterable[Work]) -> list[Any]:
+    """In-flight keys of messages that were taken up (the message and its records)."""
+    keys: list[Any] = []
+    for w in works:
+        if w.message is not None:
+            keys.append(message_key(w.message))
+            keys.extend(w.message.record_ids)
+    return keys
+
+
+class Service(Steps):
     """One Chalk service process (see module doc)."""
 
     def __init__(self, settings: Settings, *, spark: Any = None, runner: Any = None,
@@ -163,8 +136,14 @@ class Service:
         self._held: list[Delivery] = []
         self._held_lock = threading.Lock()
         self._backoff = 0.0
+        self._committer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chalk-commit")
         self._finisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chalk-finish")
+        self._committing: list[Future[None]] = []
         self._finishing: list[Future[None]] = []
+        self._futures_lock = threading.Lock()
+        self._stage_stop = threading.Event()
+        self._stage_thread: threading.Thread | None = None
+        self.inflight: InFlight | None = None
 
     # -- opening and closing ---------------------------------------------------------
     def open(self) -> Service:
@@ -174,8 +153,9 @@ class Service:
         self.router = Router(s.routers)
         self.bb = Blackboard.connect(s.blackboard_url, owner=self.node,
                                      lease_seconds=s.lease_seconds)
-        assert self.bb.store is not None
-        self.outbox = Outbox(self.bb.store.engine)
+        store = self.bb.store
+        assert store is not None
+        self.outbox = Outbox(store.engine)
         self.registry = self._registry or engine.WorkflowRegistry(s.workflows_dir,
                                                                   aliases=s.aliases)
         for problem in self.registry.errors:
@@ -190,10 +170,14 @@ class Service:
         self.runner = self._runner
         if hasattr(self.runner, "warm_up"):
             log.info("Spark workers warmed up in %.1f s", self.runner.warm_up())
+        node, lease = self.node, s.lease_seconds
+        self.inflight = InFlight(lambda ids: store.renew(ids, node, lease), lease / 3).start()
+        self.gathering = Gathering(max(rule.batch_size for rule in s.listeners),
+                                   max(rule.max_wait_ms for rule in s.listeners) / 1000.0)
         prefetch = max(rule.prefetch for rule in s.listeners)
         self.link = AmqpLink(s.broker_url, prefetch=prefetch, consume=self.listeners.consumers(),
                              prepare=lambda conn: declare_all(conn, s)).start()
-        self.membership = Membership(self.bb.store.engine, self.node).start()
+        self.membership = Membership(store.engine, self.node).start()
         self._last_maintenance = time.monotonic()
         self._declared: set[str] = set(self.listeners.queues)
         self._declared |= {r.queue for r in s.routers if r.queue and not r.exchange}
@@ -206,7 +190,10 @@ class Service:
         try:
             self.drain()
         finally:
+            self._committer.shutdown(wait=True)
             self._finisher.shutdown(wait=True)
+            if self.inflight is not None:
+                self.inflight.stop()
             membership = getattr(self, "membership", None)
             if membership is not None:
                 membership.stop()
@@ -241,26 +228,38 @@ class Service:
 
     def run(self, *, until: Callable[[Stats], bool] | None = None,
             idle_exit: float | None = None) -> Stats:
-        """Process batches until stopped, ``until(stats)`` is true, or idle for ``idle_exit`` s."""
+        """Process batches until stopped, ``until(stats)`` is true, or idle for ``idle_exit`` s.
+
+        The batch being run is finished (committed, published, acked); the
+        one gathered behind it is let go unacked (its records released), to
+        be delivered again.
+        """
         assert self.link is not None
-        while not self._stopping.is_set():
-            batch = self._gather()
-            if batch:
-                self.process(batch)
-                self.stats.last_activity = time.monotonic()
-            if until is not None and until(self.stats):
-                break
-            if idle_exit is not None and time.monotonic() - self.stats.last_activity > idle_exit:
-                break
-            if time.monotonic() - self._last_refresh > REFRESH_EVERY:
-                self._last_refresh = time.monotonic()
-                for problem in self.registry.refresh():
-                    log.error("%s", problem)
-            if time.monotonic() - self._last_maintenance > MAINTAIN_EVERY:
-                self._last_maintenance = time.monotonic()
-                if self.membership.is_leader:
-                    self.maintain()
-        self.drain()
+        self._start_stage()
+        try:
+            while not self._stopping.is_set():
+                waited = time.perf_counter()
+                batch = self.gathering.take(0.2)
+                if batch is not None:
+                    self.stats.add("wait_ms", int((time.perf_counter() - waited) * 1000))
+                    self._execute(batch)
+                    self.stats.last_activity = time.monotonic()
+                if until is not None and until(self.stats):
+                    break
+                if idle_exit is not None and \
+                        time.monotonic() - self.stats.last_activity > idle_exit:
+                    break
+                if time.monotonic() - self._last_refresh > REFRESH_EVERY:
+                    self._last_refresh = time.monotonic()
+                    for problem in self.registry.refresh():
+                        log.error("%s", problem)
+                if time.monotonic() - self._last_maintenance > MAINTAIN_EVERY:
+                    self._last_maintenance = time.monotonic()
+                    if self.membership.is_leader:
+                        self.maintain()
+        finally:
+            self._stop_stage()
+            self.drain()
         return self.stats
 
     def maintain(self) -> dict[str, int]:
@@ -289,315 +288,222 @@ class Service:
         except Exception as e:  # the next maintenance round tries again
             log.warning("publishing orphaned outbox rows failed: %s", e)
 
-    def _gather(self) -> list[Delivery]:
-        """Held deliveries first, then fresh ones, up to the batch size or the wait."""
+    # -- the stage thread: gather, parse, inbox, load ------------------------------------
+    def _start_stage(self) -> None:
+        self._stage_stop.clear()
+        self._stage_thread = threading.Thread(target=self._stage_loop, name="chalk-stage",
+                                              daemon=True)
+        self._stage_thread.start()
+
+    def _stop_stage(self) -> None:
+        """Stop the stage; the batch it was gathering is let go (records released, unacked)."""
+        self._stage_stop.set()
+        if self._stage_thread is not None:
+            self._stage_thread.join()
+            self._stage_thread = None
+        with self.gathering.lock:
+            batch, self.gathering.batch = self.gathering.batch, None
+        if batch is not None:
+            for group in batch.groups.values():
+                self._let_go(group)
+
+    def _let_go(self, group: Group) -> None:
+        """Release a group that will not run: its records leave, its messages wait unacked
+        (held, for a later ``run`` on this connection; or redelivered after it)."""
+        leftover = group.bb.ids()
+        if leftover:
+            self._invalidate(group.bb, leftover)
+        assert self.inflight is not None
+        self.inflight.release(_keys(group.works))
+        with self._held_lock:
+            self._held[:0] = [w.delivery for w in group.works]
+        group.works = []
+
+    def _stopped(self) -> bool:
+        return self._stage_stop.is_set() or self._stopping.is_set()
+
+    def _stage_loop(self) -> None:
+        while not self._stopped():
+            if not self.gathering.wait_for_room(self._stage_stop):
+                return
+            with self.gathering.lock:
+                room = self.gathering.room()
+            deliveries = self._gather(room)
+            if not deliveries:
+                continue
+            try:
+                self._stage(deliveries)
+            except Exception:  # never let the stage die: the messages wait unacked
+                log.exception("preparing %d message(s) failed; they are held and tried again",
+                              len(deliveries))
+                self._hold(deliveries)
+
+    def _gather(self, room: int) -> list[Delivery]:
+        """Held deliveries first (after the backoff), then fresh ones, up to ``room``."""
         assert self.link is not None
-        size = max(rule.batch_size for rule in self.settings.listeners)
-        wait = max(rule.max_wait_ms for rule in self.settings.listeners) / 1000.0
-        batch: list[Delivery] = []
+        chunk: list[Delivery] = []
         if self._held:
-            if self._stopping.wait(self._backoff):
+            if self._stage_stop.wait(self._backoff) or self._stopping.is_set():
                 return []
             with self._held_lock:
                 held, self._held = self._held, []
             if not self.link.ready.is_set():
                 # The connection is gone: its deliveries come back on the new one.
                 return []
-            batch = [d for d in held if d.generation == self.link.generation][:size]
+            live = [d for d in held if d.generation == self.link.generation]
+            chunk = live[:room]
             with self._held_lock:
-                self._held[:0] = [d for d in held if d.generation == self.link.generation][size:]
-        if not batch:
-            try:
-                batch = [self.link.deliveries.get(timeout=0.2)]
-            except queue.Empty:
-                return []
-        deadline = time.monotonic() + wait
-        while len(batch) < size:
-            remaining = deadline - time.monotonic()
-            try:
-                batch.append(self.link.deliveries.get(timeout=max(remaining, 0))
-                             if remaining > 0 else self.link.deliveries.get_nowait())
-            except queue.Empty:
-                break
-        return batch
+                self._held[:0] = live[room:]
+        if len(chunk) < room:
+            linger = min(CHUNK_LINGER, self.gathering.max_wait)
+            chunk += self.link.deliveries.get_batch(room - len(chunk),
+                                                    timeout=0 if chunk else 0.1, linger=linger)
+        return chunk
 
-    # -- one batch -----------------------------------------------------------------
-    def process(self, deliveries: Sequence[Delivery]) -> None:
-        assert self.link is not None
-        t_batch = time.perf_counter()
+    def _stage(self, deliveries: list[Delivery]) -> None:
+        """Parse a chunk and add it to the batch being gathered (see ``_pipeline``)."""
+        assert self.link is not None and self.inflight is not None
+        started = time.perf_counter()
         generation = self.link.generation
         works = [self._receive(d) for d in deliveries if d.generation == generation]
         self.stats.add("received", len(works))
+        self.stats.add("receive_ms", int((time.perf_counter() - started) * 1000))
+        if not works:
+            return
+        self.stats.last_activity = time.monotonic()
+        keys = _keys(w for w in works if w.state is State.RECEIVED)
+        gathering = self.gathering
+        while True:
+            with gathering.lock:
+                gathered = gathering.batch
+                if not (self.inflight.holders(keys) - {gathered}):
+                    self._add(gathering.current(), works)
+                    gathering.added()
+                    break
+            # An earlier batch still holds some of these messages or records: wait
+            # for its commit (the inbox and the stored versions are not final yet).
+            if not self.inflight.wait_free(keys, gathered, self._stage_stop):
+                self._hold(w.delivery for w in works)
+                return
+        self.stats.add("stage_ms", int((time.perf_counter() - started) * 1000))
+
+    def _add(self, batch: Batch, works: list[Work]) -> None:
+        """Inbox check, load and attributes for a chunk; the caller holds the gathering lock."""
+        assert self.inflight is not None and self.bb is not None
+        inflight = self.inflight
         live = [w for w in works if w.state is State.RECEIVED]
-        self._check_inbox(live)
-        groups: dict[str, list[_Work]] = {}
-        taken: set[str] = set()
+        # What this batch already holds, or an earlier message of this chunk took.
+        taken: set[Any] = inflight.held_by(_keys(live), batch)
+        fresh: list[Work] = []
         for w in live:
+            key = message_key(w.message)  # type: ignore[arg-type]
+            if key in taken:
+                w.to(State.DEFERRED, "message delivered twice in one batch")
+            else:
+                taken.add(key)
+                fresh.append(w)
+        started = time.perf_counter()
+        self._check_inbox(fresh)
+        self.stats.add("inbox_ms", int((time.perf_counter() - started) * 1000))
+        groups: dict[str, list[Work]] = {}
+        for w in fresh:
             if w.state is not State.RECEIVED:
                 continue
             assert w.message is not None and w.rule is not None
-            ids = set(w.message.record_ids)
-            if ids & taken:  # the same record twice in one batch: next batch
+            ids = w.message.record_ids
+            if not taken.isdisjoint(ids):
                 w.to(State.DEFERRED, "record also in an earlier message of this batch")
                 continue
-            taken |= ids
+            taken.update(ids)
             w.to(State.PROCESSING)
             w.workflow = w.rule.workflow
             groups.setdefault(w.rule.workflow, []).append(w)
-        for name, group in groups.items():
-            self._run_group(name, group)
-        outcome = Counter(w.state.value for w in works)
-        self._finish(works)
-        log.info("batch of %d message(s) in %.2f s: %s", len(works), time.perf_counter() - t_batch,
-                 ", ".join(f"{n} {state}" for state, n in sorted(outcome.items())))
-        self.stats.add("batch_ms", int((time.perf_counter() - t_batch) * 1000))
+        reserved = [w for ws in groups.values() for w in ws]
+        inflight.reserve(_keys(reserved), batch)
+        for name, group_works in groups.items():
+            group = batch.groups.get(name)
+            if group is None:
+                group = batch.groups[name] = Group(name, Blackboard(
+                    self.bb.store, owner=self.node, lease_seconds=self.settings.lease_seconds),
+                    batch=batch)
+            loaded = self._load(group.bb, group_works)
+            group.works += [w for w in loaded if self._apply_message(group.bb, w)]
+        inflight.release(_keys(w for w in reserved if w.state is not State.PROCESSING))
+        batch.works += works
+        finished = [w for w in works if w.state is not State.PROCESSING]
+        with batch.lock:
+            batch.outcome.update(w.state.value for w in finished)
+        self._finish(finished)
 
-    def _receive(self, d: Delivery) -> _Work:
-        w = _Work(d)
-        rules = self.listeners.for_queue(d.queue)
-        limits = rules[0] if rules else ListenerRule(name="none")
+    # -- the runner thread ---------------------------------------------------------------
+    def _execute(self, batch: Batch) -> None:
+        """Run each workflow's group of the batch; the committer settles them."""
+        groups = [g for g in batch.groups.values() if g.works]
+        batch.pending = len(groups) + 1
         try:
-            w.message = parse_message(d.body, queue=d.queue, message_id=d.message_id,
-                                      headers=d.headers, max_records=limits.max_records,
-                                      max_body_bytes=limits.max_body_bytes, tag=d,
-                                      properties=d.properties)
-        except BadMessage as e:
-            w.to(State.DEAD, str(e))
-            return w
-        w.rule = self.listeners.match(w.message)
-        if w.rule is None:
-            w.to(State.DEAD, f"message {w.message.message_id}: no listener rule for queue "
-                 f"{d.queue!r} matches (operation {w.message.operation})")
-        elif w.rule.workflow not in self.registry:
-            w.workflow = w.rule.workflow
-            w.to(State.DEAD, f"message {w.message.message_id}: listener rule "
-                 f"{w.rule.name!r} names unknown workflow {w.rule.workflow!r}; known: "
-                 f"{', '.join(self.registry.names()) or 'none'}")
-        return w
-
-    def _check_inbox(self, live: list[_Work]) -> None:
-        by_queue: dict[str, list[str]] = {}
-        for w in live:
-            if w.message is not None:
-                by_queue.setdefault(w.message.queue, []).append(w.message.message_id)
-        if not by_queue:
-            return
-        try:
-            seen = {(q, mid) for q, ids in by_queue.items() for mid in self.outbox.seen(q, ids)}
-            unsent = self.outbox.unsent(sorted({mid for _q, mid in seen})) if seen else []
-        except (StorageError, SQLAlchemyError) as e:
-            log.warning("inbox check failed, holding %d message(s): %s", len(live), e)
-            for w in live:
-                w.to(State.DEFERRED, str(e))
-            return
-        by_source: dict[str, list[OutMessage]] = {}
-        for m in unsent:
-            by_source.setdefault(str(m.headers.get("x-chalk-source")), []).append(m)
-        first: set[tuple[str, str]] = set()
-        for w in live:
-            assert w.message is not None
-            key = (w.message.queue, w.message.message_id)
-            if key in seen:
-                w.to(State.DUPLICATE)
-                w.outgoing = by_source.pop(w.message.message_id, [])
-            elif key in first:
-                w.to(State.DEFERRED, "message delivered twice in one batch")
-            else:
-                first.add(key)
-
-    @contextmanager
-    def _leases_kept(self, ids: list[str]) -> Iterator[None]:
-        """Renew the leases of ``ids`` while a long workflow runs."""
-        assert self.bb is not None and self.bb.store is not None
-        store, owner, lease = self.bb.store, self.bb.owner, self.bb.lease_seconds
-        done = threading.Event()
-
-        def keep() -> None:
-            while not done.wait(lease / 3):
+            for position, group in enumerate(groups):
                 try:
-                    store.renew(ids, owner, lease)
-                except StorageError as e:
-                    log.warning("lease renewal failed: %s", e)
-        thread = threading.Thread(target=keep, name="chalk-leases", daemon=True)
-        thread.start()
-        try:
-            yield
-        finally:
-            done.set()
-            thread.join()
-
-    def _run_group(self, name: str, group: list[_Work]) -> None:
-        """Load, run, route and commit one workflow's messages of a batch.
-
-        A failure that is not an outage (the runner raising on the driver, a
-        commit refused for the data, a router condition that cannot be
-        evaluated) is isolated by halving the group until the message that
-        causes it stands alone; that one fails (retry, then dead letter) and
-        the others go on.  An outage (database gone, lease lost) defers the
-        group: held unacked and tried again.
-        """
-        assert self.bb is not None
-        bb = self.bb
-        workflow = self.registry.get(name)
-        t_load = time.perf_counter()
-        group = self._load(group)
-        self.stats.add("load_ms", int((time.perf_counter() - t_load) * 1000))
-        if not group:
-            return
-        all_ids = [rid for w in group for rid in w.message.record_ids]  # type: ignore[union-attr]
-        try:
-            runnable = [w for w in group if self._apply_message(w)]
-            if not runnable:
-                return
-            t_run = time.perf_counter()
-            try:
-                with self._leases_kept(all_ids):
-                    results = self.runner.run(workflow, bb,
-                                              [w.message.record_ids for w in runnable])  # type: ignore[union-attr]
-                self.stats.add("run_ms", int((time.perf_counter() - t_run) * 1000))
-            except Exception as e:  # the runner failed on the driver: nothing is known done
-                self._check_runner(e)
-                log.warning("workflow %s: the runner failed on %d message(s): %s", name,
-                            len(runnable), e)
-                self._isolate(name, runnable, all_ids, f"runner failed: {type(e).__name__}: {e}")
-                return
-            committing: list[tuple[_Work, Any]] = []
-            for w, result in zip(runnable, results, strict=True):
-                assert w.message is not None
-                if result.ok and self._route(name, w, result):
-                    committing.append((w, result))
+                    results = self._run_workflow(group.name, group.bb, group.works)
+                except BaseException:
+                    for rest in groups[position:]:
+                        self._let_go(rest)
+                        self._batch_part_done(batch)
+                    raise
+                if results is None:  # isolated and settled on this thread
+                    self._group_done(group)
                 else:
-                    self._invalidate(result.record_ids)
-                    if w.state is State.PROCESSING:
-                        self._failed(w, result.error or "workflow failed")
-            if committing:
-                self._commit(name, committing, all_ids)
+                    self._submit_commit(group, results)
         finally:
-            # A group leaves nothing behind: whatever is still on the blackboard
-            # (its records after a failure, fragments of failed instances) goes.
-            leftover = bb.ids()
-            if leftover:
-                self._invalidate(leftover)
+            self._batch_part_done(batch)
 
-    def _apply_message(self, w: _Work) -> bool:
-        """Write the message's attributes onto the loaded records; bad ones dead-letter it."""
-        assert self.bb is not None and w.message is not None
-        try:
-            for record in w.message.records:
-                if w.message.operation != "DELETE" and record["attributes"]:
-                    self.bb.set_attributes(record["id"], record["attributes"])
-            return True
-        except (BlackboardError, RecursionError, ValueError, TypeError) as e:
-            w.to(State.DEAD, f"message {w.message.message_id}: attributes not usable: {e}")
-            self._invalidate(w.message.record_ids)
-            return False
-
-    def _route(self, name: str, w: _Work, result: Any) -> bool:
-        """Mark deletions and compute the outgoing messages; a failure fails the message."""
-        assert self.bb is not None and w.message is not None
-        try:
-            if w.message.operation == "DELETE":
-                for rid in result.record_ids:
-                    self.bb.delete(rid)
-            w.outgoing = self.router.route(self.bb, name, w.message, result.result_ids)
-            return True
-        except Exception as e:  # a router condition or attribute that cannot be rendered
-            self._failed(w, f"routing failed: {type(e).__name__}: {e}")
-            return False
-
-    def _commit(self, name: str, committing: list[tuple[_Work, Any]], all_ids: list[str]) -> None:
-        assert self.bb is not None
-        commit_ids = [rid for _w, result in committing for rid in result.record_ids]
-        processed = [(w.message.message_id, w.message.queue) for w, _ in committing]  # type: ignore[union-attr]
-        outgoing = [(w.message.message_id, m) for w, _ in committing for m in w.outgoing]  # type: ignore[union-attr]
-        t_commit = time.perf_counter()
-        try:
-            self.bb.commit_many(commit_ids, hook=lambda conn: Outbox.write(conn, processed, outgoing))
-        except Exception as e:
-            self._invalidate(commit_ids)
-            works = [w for w, _ in committing]
-            for w in works:
-                w.outgoing = []
-            if _is_outage(e):
-                log.warning("workflow %s: commit of %d message(s) failed, holding them: %s",
-                            name, len(works), e)
-                for w in works:
-                    w.to(State.DEFERRED, f"commit failed: {e}")
-            else:
-                log.warning("workflow %s: commit of %d message(s) refused: %s", name, len(works), e)
-                self._isolate(name, works, all_ids, f"commit refused: {type(e).__name__}: {e}")
-            return
-        for w, _ in committing:
-            w.to(State.COMMITTED)
-        self.stats.add("records_committed", len(commit_ids))
-        self.stats.add("commit_ms", int((time.perf_counter() - t_commit) * 1000))
-
-    def _isolate(self, name: str, works: list[_Work], loaded: list[str], error: str) -> None:
-        """Fail a lone message; split a larger group in halves and run each again."""
-        self._invalidate(loaded)
-        if len(works) == 1:
-            self._failed(works[0], error)
-            return
-        half = len(works) // 2
-        for part in (works[:half], works[half:]):
-            self._run_group(name, part)
-
-    def _check_runner(self, error: Exception) -> None:
-        healthy = getattr(self.runner, "healthy", None)
-        if healthy is not None and not healthy():
-            log.critical("the workflow runner is no longer usable (%s); stopping so that a "
-                         "supervisor can restart the service", error)
-            raise RunnerUnusable(str(error)) from error
-
-    def _invalidate(self, ids: Sequence[str]) -> None:
-        """Invalidate, tolerating a database that is gone: the records leave the
-        blackboard either way, and leases left behind are this node's, so its
-        next load takes them over (or they lapse)."""
-        assert self.bb is not None
-        try:
-            self.bb.invalidate_many(ids)
-        except (StorageError, SQLAlchemyError) as e:
-            log.warning("could not release %d lease(s), they will lapse: %s", len(ids), e)
-
-    def _load(self, group: list[_Work]) -> list[_Work]:
-        """Load the group's records, all or nothing; messages whose records another
-        owner holds are deferred and the rest loaded (until nothing is left)."""
-        assert self.bb is not None
-        while group:
-            ids = [rid for w in group for rid in w.message.record_ids]  # type: ignore[union-attr]
+    def _submit_commit(self, group: Group, results: list[Any]) -> None:
+        def settle() -> None:
             try:
-                self.bb.load_many(ids)
-                return group
-            except RecordLockedError as e:
-                locked = set(e.holders)
-                keep = []
-                for w in group:
-                    if locked & set(w.message.record_ids):  # type: ignore[union-attr]
-                        w.to(State.DEFERRED, str(e))
-                    else:
-                        keep.append(w)
-                group = keep
-            except (StorageError, SQLAlchemyError) as e:
-                log.warning("loading %d record(s) failed, holding their messages: %s", len(ids), e)
-                for w in group:
-                    w.to(State.DEFERRED, f"storage unavailable: {e}")
-                return []
-        return group
+                self._settle(group.name, group.bb, group.works, results)
+            except Exception:  # never let the committer die silently
+                log.exception("settling %d message(s) failed; they are held and tried again",
+                              len(group.works))
+            finally:
+                self._group_done(group)
+        self._push(self._committer, self._committing, settle)
 
-    def _failed(self, w: _Work, error: str) -> None:
-        assert w.message is not None and w.rule is not None
-        if w.message.attempts < w.rule.max_retries:
-            w.to(State.RETRYING, error)
-        else:
-            w.to(State.DEAD, f"{error} (after {w.message.attempts + 1} attempt(s))")
+    def _group_done(self, group: Group) -> None:
+        """The group is settled: its records leave, its messages go to the finisher."""
+        leftover = group.bb.ids()
+        if leftover:
+            self._invalidate(group.bb, leftover)
+        for w in group.works:
+            if w.state is State.PROCESSING:  # an unexpected failure settling it
+                w.to(State.DEFERRED, "internal error while settling the batch")
+        assert self.inflight is not None
+        self.inflight.release(_keys(group.works))
+        if group.batch is not None:
+            with group.batch.lock:
+                group.batch.outcome.update(w.state.value for w in group.works)
+        self._finish(group.works)
+        if group.batch is not None:
+            self._batch_part_done(group.batch)
+
+    def _batch_part_done(self, batch: Batch) -> None:
+        with batch.lock:
+            batch.pending -= 1
+            if batch.pending:
+                return
+        outcome = batch.outcome
+        elapsed = time.perf_counter() - batch.started
+        log.info("batch of %d message(s) in %.2f s: %s", len(batch.works), elapsed,
+                 ", ".join(f"{n} {state}" for state, n in sorted(outcome.items())))
+        self.stats.add("batches")
+        self.stats.add("batch_ms", int(elapsed * 1000))
+
 
     # -- publishing and acking -------------------------------------------------------
-    def _copy_headers(self, w: _Work, **extra: Any) -> dict[str, Any]:
+    def _copy_headers(self, w: Work, **extra: Any) -> dict[str, Any]:
         headers = {k: v for k, v in w.delivery.headers.items() if k != ERROR_HEADER}
         headers.update(extra)
         return headers
 
-    def _side_messages(self, w: _Work) -> list[OutMessage]:
+    def _side_messages(self, w: Work) -> list[OutMessage]:
         d = w.delivery
         mid = w.message.message_id if w.message else (d.message_id or derive_message_id(d.body))
         attempts = (w.message.attempts if w.message else 0) + 1
@@ -616,7 +522,7 @@ class Service:
                                    ATTEMPTS_HEADER: attempts, QUEUE_HEADER: d.queue}))]
         return []
 
-    def _finish(self, works: list[_Work]) -> None:
+    def _finish(self, works: list[Work]) -> None:
         """Decide what each message needs, hold the deferred, hand the rest to the finisher."""
         done_states = (State.COMMITTED, State.DUPLICATE, State.RETRYING, State.DEAD)
         done = [w for w in works if w.state in done_states]
@@ -638,7 +544,6 @@ class Service:
                      deferred[0].error)
         elif not self._held:
             self._backoff = 0.0
-        self.stats.add("batches")
         if done:
             self._submit(lambda: self._publish_and_ack(done, routed, side))
 
@@ -647,10 +552,18 @@ class Service:
             self._held.extend(deliveries)
 
     def _submit(self, job: Callable[[], None]) -> None:
-        """Run ``job`` on the finisher thread; at most two batches wait there."""
-        while len(self._finishing) >= 2:
-            self._finishing.pop(0).result()
-        self._finishing.append(self._finisher.submit(job))
+        """Run ``job`` on the finisher thread."""
+        self._push(self._finisher, self._finishing, job)
+
+    def _push(self, executor: ThreadPoolExecutor, futures: list[Future[None]],
+              job: Callable[[], None]) -> None:
+        """Run ``job`` on ``executor``; past ``BACKLOG`` jobs waiting there, wait for one."""
+        with self._futures_lock:
+            futures.append(executor.submit(job))
+            futures[:] = [f for f in futures if not f.done()]
+            oldest = futures[0] if len(futures) > BACKLOG else None
+        if oldest is not None:
+            oldest.result()
 
     def _declare_targets(self, messages: Sequence[OutMessage]) -> None:
         """Declare queues first named by a ``nextDestination`` annotation (finisher thread)."""
@@ -667,16 +580,21 @@ class Service:
         log.info("declared routing target(s) %s", ", ".join(sorted(new)))
 
     def drain(self) -> None:
-        """Wait until every finished batch is published and acked."""
-        while self._finishing:
-            self._finishing.pop(0).result()
+        """Wait until every batch handed on is committed, published and acked."""
+        for futures in (self._committing, self._finishing):
+            while True:
+                with self._futures_lock:
+                    if not futures:
+                        break
+                    oldest = futures.pop(0)
+                oldest.result()
 
-    def _publish_and_ack(self, done: list[_Work], routed: list[OutMessage],
+    def _publish_and_ack(self, done: list[Work], routed: list[OutMessage],
                          side: list[OutMessage]) -> None:
         """On the finisher thread: publish with confirms, mark the outbox sent, ack.
 
         This overlaps with the next batch's workflow run.  A failed publish
-        hands the inputs back to the main loop (held, unacked); committed ones
+        hands the inputs back to the stage (held, unacked); committed ones
         then take the inbox path and publish their outbox rows again.
         """
         assert self.link is not None
