@@ -33,12 +33,13 @@ from engine._worker import (
     InstanceInput,
     InstanceOutput,
     arrow_partition,
-    export_packed,
+    export_items,
     frozen_heap,
-    import_packed,
     inputs_to_arrow,
     outputs_from_arrow,
+    pack_items,
     run_instances,
+    unpack_items,
 )
 
 __all__ = ["InstanceResult", "LocalRunner", "SparkRunner", "spark_session"]
@@ -65,19 +66,25 @@ class InstanceResult:
 
 
 def _inputs(blackboard: Any, instances: list[list[str]]) -> list[InstanceInput]:
+    unique = [list(dict.fromkeys(ids)) for ids in instances]
+    items = export_items(blackboard, [rid for ids in unique for rid in ids], "all")  # one call for the batch
     out: list[InstanceInput] = []
-    for index, ids in enumerate(instances):
-        ids = list(dict.fromkeys(ids))
-        out.append(InstanceInput(index, ids, export_packed(blackboard, ids, "all")))
+    at = 0
+    for index, ids in enumerate(unique):
+        out.append(InstanceInput(index, ids, pack_items(items[at:at + len(ids)])))
+        at += len(ids)
     return out
 
 
 def _apply(blackboard: Any, outputs: list[InstanceOutput]) -> list[InstanceResult]:
     results = []
+    changes: list[dict[str, Any]] = []
     for out in outputs:
-        if out.ok and out.packed is not None:
-            import_packed(blackboard, out.packed)
+        if out.ok and out.packed is not None and out.packed.docs:
+            changes.extend(unpack_items(out.packed))
         results.append(InstanceResult(out.index, out.ok, out.error, list(out.result_ids), list(out.record_ids)))
+    if changes:
+        blackboard.import_records(changes, changed=True)
     failed = sum(1 for r in results if not r.ok)
     if failed:
         log.info("%d of %d instance(s) failed", failed, len(results))
@@ -132,6 +139,8 @@ class SparkRunner:
         # seconds the instances not yet run fail (to be retried) so that a batch
         # never holds its messages longer than the broker's consumer timeout.
         self.isolation_budget = float(isolation_budget)
+        # Compress what travels only when it may cross a network (not local[...]).
+        self._compress = not str(spark.sparkContext.master).startswith("local")
 
     def run(self, workflow: Workflow, blackboard: Any, instances: list[list[str]]) -> list[InstanceResult]:
         """Run ``workflow`` for each instance; see the module docstring."""
@@ -251,11 +260,11 @@ class SparkRunner:
         sc = spark.sparkContext
         with frozen_heap():
             # one chunk row per core: Spark makes a partition of each
-            table = inputs_to_arrow(rows, max(1, int(sc.defaultParallelism)))
-        wf = workflow
+            table = inputs_to_arrow(rows, max(1, int(sc.defaultParallelism)), self._compress)
+        wf, compress = workflow, self._compress
 
         def partition(batches: Any) -> Any:
-            return arrow_partition(wf, batches)
+            return arrow_partition(wf, batches, compress)
 
         job = _Pending(f"chalk-{workflow.name}-{uuid.uuid4().hex[:12]}")
 

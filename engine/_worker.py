@@ -37,10 +37,11 @@ __all__ = [
     "InstanceInput",
     "InstanceOutput",
     "Packed",
-    "export_packed",
+    "export_items",
     "frozen_heap",
-    "import_packed",
+    "pack_items",
     "run_instances",
+    "unpack_items",
 ]
 
 log = logging.getLogger(__name__)
@@ -113,7 +114,7 @@ def _encoded() -> bool:
 EMPTY = Packed([], b"[]", [])
 
 
-def _export_items(blackboard: Any, ids: list[str], attachments: str) -> list[dict[str, Any]]:
+def export_items(blackboard: Any, ids: list[str], attachments: str) -> list[dict[str, Any]]:
     if _encoded():
         return blackboard.export_records(ids, attachments=attachments, encoded=True)
     return blackboard.export_records(ids, attachments=attachments)
@@ -162,17 +163,6 @@ def unpack_items(packed: Packed) -> list[dict[str, Any]]:
         refs = env.get("attachments")
         env["attachments"] = {name: blobs[i] for name, i in refs.items()} if refs else {}
     return envs
-
-
-def export_packed(blackboard: Any, ids: list[str], attachments: str = "all") -> Packed:
-    """The records ``ids`` of ``blackboard``, packed for travel."""
-    return pack_items(_export_items(blackboard, ids, attachments))
-
-
-def import_packed(blackboard: Any, packed: Packed | None, *, changed: bool = True) -> None:
-    """Put packed records on ``blackboard`` (see ``Blackboard.import_records``)."""
-    if packed is not None and packed.docs:
-        blackboard.import_records(unpack_items(packed), changed=changed)
 
 
 _freeze_lock = threading.Lock()
@@ -261,7 +251,7 @@ def _run_group(workflow: Workflow, group: list[InstanceInput]) -> tuple[list[Ins
             old = [rid for rid in mine if rid not in fresh]
             packed = None
             if mine:
-                items = _export_items(bb, old, "changed") + _export_items(bb, new, "all")
+                items = export_items(bb, old, "changed") + export_items(bb, new, "all")
                 packed = pack_items(items, keep)
                 if not packed.docs:
                     packed = None
@@ -326,8 +316,8 @@ def _codec() -> Any:
     return pa.Codec("zstd", compression_level=1) if pa.Codec.is_available("zstd") else None
 
 
-def _pack_block(data: bytes) -> tuple[str, int, bytes]:
-    codec = _codec()
+def _pack_block(data: bytes, compress: bool = True) -> tuple[str, int, bytes]:
+    codec = _codec() if compress else None
     if codec is None or len(data) < 4096:
         return "", len(data), data
     return "zstd", len(data), codec.compress(data, asbytes=True)
@@ -356,8 +346,9 @@ def _schema() -> Any:
 CHUNK_DDL = "meta binary, codec string, size long, data binary, blobs array<binary>"
 
 
-def _chunk_row(heads: list[list[Any]], parts: list[bytes], blobs: list[bytes]) -> dict[str, Any]:
-    codec, size, data = _pack_block(b"".join(parts))
+def _chunk_row(heads: list[list[Any]], parts: list[bytes], blobs: list[bytes],
+               compress: bool = True) -> dict[str, Any]:
+    codec, size, data = _pack_block(b"".join(parts), compress)
     return {"meta": orjson.dumps(heads), "codec": codec, "size": size, "data": data, "blobs": blobs}
 
 
@@ -386,11 +377,17 @@ def _split(items: list[Any], size: Any, parts: int) -> list[list[Any]]:
 def _packed_size(p: Packed | None) -> int:
     if p is None:
         return 64
-    return 64 + len(p.env) + sum(len(d) for d in p.docs) + sum(len(b) for b in p.blobs)
+    return 64 + len(p.env) + sum(map(len, p.docs)) + sum(map(len, p.blobs))
 
 
-def inputs_to_arrow(inputs: list[InstanceInput], parts: int) -> Any:
-    """Instance inputs -> an Arrow table of about ``parts`` chunk rows (the driver's side)."""
+def inputs_to_arrow(inputs: list[InstanceInput], parts: int, compress: bool = True) -> Any:
+    """Instance inputs -> an Arrow table of about ``parts`` chunk rows (the driver's side).
+
+    ``compress=False`` leaves the data block as it is: in local mode the bytes
+    only cross process boundaries on one machine, where copying them costs
+    less CPU than compressing and decompressing them four times.  Workers
+    answer in kind.
+    """
     rows = []
     for chunk in _split(inputs, lambda i: _packed_size(i.packed), parts):
         heads: list[list[Any]] = []
@@ -402,7 +399,7 @@ def inputs_to_arrow(inputs: list[InstanceInput], parts: int) -> Any:
             data.append(p.env)
             data.extend(p.docs)
             blobs.extend(p.blobs)
-        rows.append(_chunk_row(heads, data, blobs))
+        rows.append(_chunk_row(heads, data, blobs, compress))
     return _table(rows)
 
 
@@ -434,7 +431,7 @@ def inputs_from_arrow(batches: Iterator[Any]) -> list[InstanceInput]:
     return inputs
 
 
-def outputs_to_arrow(outputs: list[InstanceOutput]) -> Any:
+def outputs_to_arrow(outputs: list[InstanceOutput], compress: bool = True) -> Any:
     """Instance outputs -> one Arrow record batch with one chunk row (the worker's side)."""
     heads: list[list[Any]] = []
     data: list[bytes] = []
@@ -448,7 +445,7 @@ def outputs_to_arrow(outputs: list[InstanceOutput]) -> Any:
             data.append(p.env)
             data.extend(p.docs)
             blobs.extend(p.blobs)
-    return _table([_chunk_row(heads, data, blobs)]).to_batches()[0]
+    return _table([_chunk_row(heads, data, blobs, compress)]).to_batches()[0]
 
 
 def outputs_from_arrow(table: Any) -> list[InstanceOutput]:
@@ -466,13 +463,16 @@ def outputs_from_arrow(table: Any) -> list[InstanceOutput]:
     return outputs
 
 
-def arrow_partition(workflow: Workflow, batches: Iterator[Any]) -> Iterator[Any]:
-    """``mapInArrow`` function body: all instances of the partition, one output row."""
+def arrow_partition(workflow: Workflow, batches: Iterator[Any], compress: bool = True) -> Iterator[Any]:
+    """``mapInArrow`` function body: all instances of the partition, one output row.
+
+    ``compress``: whether to compress the answer (as the driver did the input).
+    """
     with frozen_heap():
         inputs = inputs_from_arrow(batches)
         if not inputs:
             return
         outputs = run_instances(workflow, inputs)
-        batch = outputs_to_arrow(outputs)
+        batch = outputs_to_arrow(outputs, compress)
         del inputs, outputs
     yield batch
