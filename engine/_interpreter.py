@@ -79,7 +79,7 @@ class State(enum.Enum):
 _DONE_OK = {State.EXITED, State.COMPLETED}
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Instance:
     """Running state of one workflow instance (or one ``forEach`` iteration of it)."""
 
