@@ -321,7 +321,10 @@ def _parse_foreach(ctx: _Context, el: etree._Element) -> Activity:
     ignored = {"startCounterValue", "finalCounterValue", "completionCondition"}
     for c in _elements(el):
         if _local(c) in ignored:
-            log.info("%s:%s: <forEach> runs over the instance's records; <%s> is ignored", ctx.path, c.sourceline, _local(c))
+            # Running the body for other iterations than the author wrote would be
+            # worse than refusing the file.
+            ctx.error(c.sourceline, f"<forEach> runs its body once per record of the instance; <{_local(c)}> "
+                      "is not supported: remove it (select records with an <if> inside the body instead)")
     ctx.loop_depth += 1
     ctx.loop_stack.append(aid)
     try:
