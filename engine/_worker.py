@@ -52,15 +52,17 @@ class Packed:
     """Records as they travel: one JSON document per record, their envelopes, blobs.
 
     ``docs[i]`` is record *i*'s document as compact JSON bytes (encoded once,
-    straight from the blackboard's document: no copy); ``env`` is one JSON
-    array with an envelope per record (``id``, ``parent``, ``mode``,
-    ``version``, ``deleted``, ``notes``, and ``attachments`` naming blobs by
-    index); ``blobs`` the attachment bytes.  Documents stay bytes until a
-    pipelet reads them (the blackboard parses lazily when it can).
+    straight from the blackboard's document: no copy); ``env`` an envelope per
+    record (``id``, ``parent``, ``mode``, ``version``, ``deleted``, ``notes``,
+    and ``attachments`` naming blobs by index), small JSON-ready dicts that
+    travel in the chunk row's ``meta`` (one encode per chunk, not per
+    instance); ``blobs`` the attachment bytes.  Documents stay bytes until a
+    pipelet reads them (the blackboard parses lazily when it can).  Treat a
+    Packed as read-only: a rerun unpacks it again.
     """
 
     docs: list[bytes]
-    env: bytes
+    env: list[dict[str, Any]]
     blobs: list[bytes]
 
 
@@ -111,7 +113,7 @@ def _encoded() -> bool:
     return _ENCODED
 
 
-EMPTY = Packed([], b"[]", [])
+EMPTY = Packed([], [], [])
 
 
 def export_items(blackboard: Any, ids: list[str], attachments: str) -> list[dict[str, Any]]:
@@ -150,12 +152,12 @@ def pack_items(items: list[dict[str, Any]], keep: Any = None) -> Packed:
             env["attachments"] = refs
         docs.append(raw)
         envs.append(env)
-    return Packed(docs, _dumps(envs), blobs)
+    return Packed(docs, envs, blobs)
 
 
 def unpack_items(packed: Packed) -> list[dict[str, Any]]:
     """Inverse of :func:`pack_items`: transport items (documents as bytes when the blackboard takes them)."""
-    envs = orjson.loads(packed.env)
+    envs = [dict(env) for env in packed.env]  # the Packed stays pristine for a rerun
     raw = _encoded()
     blobs = packed.blobs
     for env, doc in zip(envs, packed.docs, strict=True):
@@ -298,14 +300,16 @@ def run_instances(workflow: Workflow, inputs: list[InstanceInput]) -> list[Insta
 # then to the driver), and its cost is per row and per byte.  A chunk row
 # holds
 #
-#   meta  JSON: per instance [index, ids, [env length, doc lengths...], blob count]
-#         (outputs: [index, ok, error, result_ids, record_ids, [lengths], blob count])
-#   data  every instance's envelope JSON followed by its documents' JSON, back
-#         to back, compressed as one block (zstd, level 1: ~6x on text, ~3 ms/MB)
+#   meta  JSON: per instance [index, ids, envelopes, doc lengths, blob count]
+#         (outputs: [index, ok, error, result_ids, record_ids, envelopes or null,
+#         doc lengths or null, blob count]); one encode for the whole chunk
+#   data  every instance's documents' JSON, back to back, as one block;
+#         compressed (zstd, level 1: ~6x on text, ~3 ms/MB) when the master is
+#         not local (see ``inputs_to_arrow``)
 #   blobs attachment bytes, in instance order (never compressed, never copied)
 #
-# so the JVM moves a handful of large byte arrays.  The records are still JSON
-# (compressed on the wire); nothing is pickled.
+# so the JVM moves a handful of large byte arrays.  The records are still JSON;
+# nothing is pickled.
 
 _CHUNK_BYTES = 64 << 20  # keep a row well under the JVM's 2 GB array limit
 
@@ -349,7 +353,7 @@ CHUNK_DDL = "meta binary, codec string, size long, data binary, blobs array<bina
 def _chunk_row(heads: list[list[Any]], parts: list[bytes], blobs: list[bytes],
                compress: bool = True) -> dict[str, Any]:
     codec, size, data = _pack_block(b"".join(parts), compress)
-    return {"meta": orjson.dumps(heads), "codec": codec, "size": size, "data": data, "blobs": blobs}
+    return {"meta": _dumps(heads), "codec": codec, "size": size, "data": data, "blobs": blobs}
 
 
 def _table(rows: list[dict[str, Any]]) -> Any:
@@ -377,7 +381,7 @@ def _split(items: list[Any], size: Any, parts: int) -> list[list[Any]]:
 def _packed_size(p: Packed | None) -> int:
     if p is None:
         return 64
-    return 64 + len(p.env) + sum(map(len, p.docs)) + sum(map(len, p.blobs))
+    return 64 + 96 * len(p.env) + sum(map(len, p.docs)) + sum(map(len, p.blobs))
 
 
 def inputs_to_arrow(inputs: list[InstanceInput], parts: int, compress: bool = True) -> Any:
@@ -395,8 +399,7 @@ def inputs_to_arrow(inputs: list[InstanceInput], parts: int, compress: bool = Tr
         blobs: list[bytes] = []
         for inp in chunk:
             p = inp.packed
-            heads.append([inp.index, inp.ids, [len(p.env), *map(len, p.docs)], len(p.blobs)])
-            data.append(p.env)
+            heads.append([inp.index, inp.ids, p.env, list(map(len, p.docs)), len(p.blobs)])
             data.extend(p.docs)
             blobs.extend(p.blobs)
         rows.append(_chunk_row(heads, data, blobs, compress))
@@ -424,9 +427,9 @@ def inputs_from_arrow(batches: Iterator[Any]) -> list[InstanceInput]:
     inputs: list[InstanceInput] = []
     for heads, data, blobs in _read_chunks(batches):
         at = nb = 0
-        for idx, ids, lengths, nblobs in heads:
-            parts, at = _slices(data, lengths, at)
-            inputs.append(InstanceInput(idx, ids, Packed(parts[1:], parts[0], blobs[nb:nb + nblobs])))
+        for idx, ids, env, lengths, nblobs in heads:
+            docs, at = _slices(data, lengths, at)
+            inputs.append(InstanceInput(idx, ids, Packed(docs, env, blobs[nb:nb + nblobs])))
             nb += nblobs
     return inputs
 
@@ -438,11 +441,10 @@ def outputs_to_arrow(outputs: list[InstanceOutput], compress: bool = True) -> An
     blobs: list[bytes] = []
     for out in outputs:
         p = out.packed
-        lengths = [] if p is None else [len(p.env), *map(len, p.docs)]
-        heads.append([out.index, out.ok, out.error, out.result_ids, out.record_ids, lengths,
+        heads.append([out.index, out.ok, out.error, out.result_ids, out.record_ids,
+                      None if p is None else p.env, None if p is None else list(map(len, p.docs)),
                       0 if p is None else len(p.blobs)])
         if p is not None:
-            data.append(p.env)
             data.extend(p.docs)
             blobs.extend(p.blobs)
     return _table([_chunk_row(heads, data, blobs, compress)]).to_batches()[0]
@@ -453,11 +455,11 @@ def outputs_from_arrow(table: Any) -> list[InstanceOutput]:
     outputs = []
     for heads, data, blobs in _read_chunks(table.to_batches()):
         at = nb = 0
-        for idx, ok, error, result_ids, record_ids, lengths, nblobs in heads:
+        for idx, ok, error, result_ids, record_ids, env, lengths, nblobs in heads:
             packed = None
-            if lengths:
-                parts, at = _slices(data, lengths, at)
-                packed = Packed(parts[1:], parts[0], blobs[nb:nb + nblobs])
+            if env is not None:
+                docs, at = _slices(data, lengths, at)
+                packed = Packed(docs, env, blobs[nb:nb + nblobs])
                 nb += nblobs
             outputs.append(InstanceOutput(idx, bool(ok), error, result_ids or [], record_ids or [], packed))
     return outputs
