@@ -72,6 +72,7 @@ class Settings:
     runner: str = "spark"              # or "local"
     batch_timeout: float = 300.0
     isolation_budget: float = 900.0    # seconds a batch may spend isolating a failing instance
+    concurrent_batches: int = 1        # batches whose workflows run at once (Spark: try 2 on >2 cores)
     listeners: tuple[ListenerRule, ...] = (ListenerRule(name="default"),)
     routers: tuple[RouterRule, ...] = (RouterRule(queue="chalk.out"),)
     node: str | None = None            # lease owner / cluster member name
@@ -158,7 +159,8 @@ def load_settings(path: str | os.PathLike[str] | None = None,
     _check_keys(broker, {"url", "queue_type", "delivery_limit"}, f"{where} [broker]")
     _check_keys(spark, {"master", "conf"}, f"{where} [spark]")
     _check_keys(wf, {"dir", "aliases"}, f"{where} [workflows]")
-    _check_keys(engine, {"runner", "batch_timeout", "isolation_budget"}, f"{where} [engine]")
+    _check_keys(engine, {"runner", "batch_timeout", "isolation_budget", "concurrent_batches"},
+                f"{where} [engine]")
     _check_keys(node, {"name", "retention_days"}, f"{where} [node]")
     defaults = Settings()
     listeners = tuple(_listener(t, f"{where} [[listener]] #{i + 1}", i + 1)
@@ -168,6 +170,11 @@ def load_settings(path: str | os.PathLike[str] | None = None,
     queue_type = _take(broker, "queue_type", str, f"{where} [broker]", defaults.queue_type)
     if queue_type not in ("quorum", "classic"):
         raise ConfigError(f"{where} [broker]: queue_type must be 'quorum' or 'classic'")
+    concurrent = _take(engine, "concurrent_batches", int, f"{where} [engine]",
+                       defaults.concurrent_batches)
+    if concurrent < 1:
+        raise ConfigError(f"{where} [engine]: concurrent_batches must be 1 or more, "
+                          f"got {concurrent}")
     runner = _take(engine, "runner", str, f"{where} [engine]", defaults.runner)
     if runner not in ("spark", "local"):
         raise ConfigError(f"{where} [engine]: runner must be 'spark' or 'local'")
@@ -193,6 +200,7 @@ def load_settings(path: str | os.PathLike[str] | None = None,
                                   defaults.batch_timeout)),
         isolation_budget=float(_take(engine, "isolation_budget", (int, float),
                                      f"{where} [engine]", defaults.isolation_budget)),
+        concurrent_batches=concurrent,
         listeners=listeners or defaults.listeners,
         routers=routers or defaults.routers,
         node=env.get("CHALK_NODE") or _take(node, "name", str, f"{where} [node]", None),

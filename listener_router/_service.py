@@ -21,7 +21,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -168,6 +168,13 @@ class Service(Steps):
                 self._runner = engine.SparkRunner(spark, batch_timeout=s.batch_timeout,
                                                   isolation_budget=s.isolation_budget)
         self.runner = self._runner
+        # More than one batch may run at once (Spark jobs from several threads;
+        # the in-flight registry keeps their records and messages apart).  On
+        # two cores a second Spark job only competes with the first (measured:
+        # same throughput, later results), so the default is one.
+        self.concurrent_batches = max(1, s.concurrent_batches)
+        self._runners = ThreadPoolExecutor(max_workers=self.concurrent_batches,
+                                           thread_name_prefix="chalk-run")
         if hasattr(self.runner, "warm_up"):
             log.info("Spark workers warmed up in %.1f s", self.runner.warm_up())
         node, lease = self.node, s.lease_seconds
@@ -190,6 +197,9 @@ class Service(Steps):
         try:
             self.drain()
         finally:
+            runners = getattr(self, "_runners", None)
+            if runners is not None:
+                runners.shutdown(wait=True)
             self._committer.shutdown(wait=True)
             self._finisher.shutdown(wait=True)
             if self.inflight is not None:
@@ -236,17 +246,25 @@ class Service(Steps):
         """
         assert self.link is not None
         self._start_stage()
+        running: list[Future[None]] = []
         try:
             while not self._stopping.is_set():
-                waited = time.perf_counter()
-                batch = self.gathering.take(0.2)
-                if batch is not None:
-                    self.stats.add("wait_ms", int((time.perf_counter() - waited) * 1000))
-                    self._execute(batch)
+                for future in [f for f in running if f.done()]:
+                    running.remove(future)
+                    future.result()  # a runner that cannot go on (RunnerUnusable) stops us
+                if len(running) < self.concurrent_batches:
+                    waited = time.perf_counter()
+                    batch = self.gathering.take(0.2)
+                    if batch is not None:
+                        self.stats.add("wait_ms", int((time.perf_counter() - waited) * 1000))
+                        running.append(self._runners.submit(self._execute, batch))
+                        self.stats.last_activity = time.monotonic()
+                else:
+                    wait(running, timeout=0.2, return_when=FIRST_COMPLETED)
                     self.stats.last_activity = time.monotonic()
                 if until is not None and until(self.stats):
                     break
-                if idle_exit is not None and \
+                if idle_exit is not None and not running and \
                         time.monotonic() - self.stats.last_activity > idle_exit:
                     break
                 if time.monotonic() - self._last_refresh > REFRESH_EVERY:
@@ -258,8 +276,12 @@ class Service(Steps):
                     if self.membership.is_leader:
                         self.maintain()
         finally:
-            self._stop_stage()
-            self.drain()
+            try:
+                for future in running:  # the batches being run are finished
+                    future.result()
+            finally:
+                self._stop_stage()
+                self.drain()
         return self.stats
 
     def maintain(self) -> dict[str, int]:
