@@ -177,8 +177,14 @@ class Service(Steps):
                                            thread_name_prefix="chalk-run")
         if hasattr(self.runner, "warm_up"):
             log.info("Spark workers warmed up in %.1f s", self.runner.warm_up())
-        node, lease = self.node, s.lease_seconds
-        self.inflight = InFlight(lambda ids: store.renew(ids, node, lease), lease / 3).start()
+        if store.dialect == "sqlite":
+            self.db_writes = threading.Lock()
+        node, lease, writes = self.node, s.lease_seconds, self.db_writes
+
+        def renew(ids: list[str]) -> None:
+            with writes:
+                store.renew(ids, node, lease)
+        self.inflight = InFlight(renew, lease / 3).start()
         self.gathering = Gathering(max(rule.batch_size for rule in s.listeners),
                                    max(rule.max_wait_ms for rule in s.listeners) / 1000.0)
         prefetch = max(rule.prefetch for rule in s.listeners)
@@ -306,7 +312,8 @@ class Service(Steps):
         try:
             self._declare_targets(orphans)
             self.link.publish(orphans).result(timeout=CONFIRM_TIMEOUT)
-            self.outbox.mark_sent([m.message_id for m in orphans])
+            with self.db_writes:
+                self.outbox.mark_sent([m.message_id for m in orphans])
         except Exception as e:  # the next maintenance round tries again
             log.warning("publishing orphaned outbox rows failed: %s", e)
 
@@ -635,7 +642,8 @@ class Service(Steps):
                     self._backoff = min(max(self._backoff * 2, 0.5), 30.0)
                     return
                 try:
-                    self.outbox.mark_sent([m.message_id for m in routed])
+                    with self.db_writes:
+                        self.outbox.mark_sent([m.message_id for m in routed])
                 except (StorageError, SQLAlchemyError) as e:
                     log.warning("could not mark %d outbox row(s) sent: %s", len(routed), e)
             for w in done:

@@ -10,6 +10,7 @@ at a time.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -91,6 +92,12 @@ class Steps:
     registry: Any
     runner: Any
     outbox: Outbox
+    # Held around every write transaction of this process.  SQLite has one
+    # writer; threads that find its lock taken poll for it with sleeps of up to
+    # 100 ms (the busy handler), so this process's writers (stage, committer,
+    # finisher) queue here instead and each starts the moment the one before
+    # ends.  PostgreSQL gets a no-op.
+    db_writes: Any = contextlib.nullcontext()
 
     # -- receiving -------------------------------------------------------------------
     def _receive(self, d: Delivery) -> Work:
@@ -152,7 +159,8 @@ class Steps:
             while group:
                 ids = record_ids(group)
                 try:
-                    bb.load_many(ids)
+                    with self.db_writes:
+                        bb.load_many(ids)
                     return group
                 except RecordLockedError as e:
                     locked = set(e.holders)
@@ -283,7 +291,9 @@ class Steps:
         outgoing = [(w.message.message_id, m) for w, _ in committing for m in w.outgoing]  # type: ignore[union-attr]
         started = time.perf_counter()
         try:
-            bb.commit_many(commit_ids, hook=lambda conn: Outbox.write(conn, processed, outgoing))
+            with self.db_writes:
+                bb.commit_many(commit_ids,
+                               hook=lambda conn: Outbox.write(conn, processed, outgoing))
         except Exception as e:
             self.stats.add("commit_ms", int((time.perf_counter() - started) * 1000))
             works = [w for w, _ in committing]
@@ -323,6 +333,7 @@ class Steps:
         blackboard either way, and leases left behind are this node's, so its
         next load takes them over (or they lapse)."""
         try:
-            bb.invalidate_many(ids)
+            with self.db_writes:
+                bb.invalidate_many(ids)
         except (StorageError, SQLAlchemyError) as e:
             log.warning("could not release %d lease(s), they will lapse: %s", len(ids), e)
