@@ -139,8 +139,9 @@ class SparkRunner:
         # seconds the instances not yet run fail (to be retried) so that a batch
         # never holds its messages longer than the broker's consumer timeout.
         self.isolation_budget = float(isolation_budget)
-        # Compress what travels only when it may cross a network (not local[...]).
-        self._compress = not str(spark.sparkContext.master).startswith("local")
+        # Compressed, the JVM copies a sixth of the bytes: measured 0.2-0.3 CPU-s
+        # less per 10,000 records of ~1 KB in local mode, for ~0.1 more in Python.
+        self._compress = True
 
     def run(self, workflow: Workflow, blackboard: Any, instances: list[list[str]]) -> list[InstanceResult]:
         """Run ``workflow`` for each instance; see the module docstring."""
