@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -144,13 +145,26 @@ def gc_paused() -> Iterator[None]:
     # and the cyclic collector then walks the whole heap again and again
     # (measured: 3-7x the parse time itself for 10,000 1 KB records).  JSON
     # makes no reference cycles, so nothing is lost by collecting afterwards.
-    enabled = gc.isenabled()
-    gc.disable()
+    # Threads share the switch: the first one in turns it off, the last one
+    # out turns it back on (if it was on), so none re-enables it under another.
+    global _gc_pause_depth, _gc_was_enabled
+    with _gc_pause_lock:
+        if _gc_pause_depth == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_pause_depth += 1
     try:
         yield
     finally:
-        if enabled:
-            gc.enable()
+        with _gc_pause_lock:
+            _gc_pause_depth -= 1
+            if _gc_pause_depth == 0 and _gc_was_enabled:
+                gc.enable()
+
+
+_gc_pause_lock = threading.Lock()
+_gc_pause_depth = 0
+_gc_was_enabled = True
 
 
 def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
