@@ -173,20 +173,23 @@ _freeze_depth = 0
 
 @contextmanager
 def frozen_heap() -> Iterator[None]:
-    """Keep the cyclic garbage collector off the objects alive before a batch.
+    """Keep the cyclic garbage collector out of a batch.
 
-    A batch allocates hundreds of thousands of containers (documents, items);
-    every full collection would walk everything on the heap -- the driver's
-    blackboard, Spark's and pyarrow's modules -- again and again.  Objects
-    that existed before the batch are moved to the permanent generation for
-    its duration (``gc.freeze``) and given back afterwards (``gc.unfreeze``),
-    so collections during the batch only look at what the batch made.
-    Nests (the outermost use freezes and unfreezes).
+    A batch allocates hundreds of thousands of containers (documents, items,
+    parsed JSON: no reference cycles) and drops them at its end; collections
+    meanwhile would walk them -- and the driver's blackboard, Spark's and
+    pyarrow's modules -- again and again.  Objects that existed before the
+    batch are moved to the permanent generation (``gc.freeze``) and the
+    collector is paused; afterwards both are undone, and whatever cycles the
+    batch left are collected by the next automatic collection.  Nests and is
+    shared between threads (the outermost use freezes and restores).
     """
-    global _freeze_depth
+    global _freeze_depth, _gc_was_enabled
     with _freeze_lock:
         _freeze_depth += 1
         if _freeze_depth == 1:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
             gc.freeze()
     try:
         yield
@@ -195,6 +198,11 @@ def frozen_heap() -> Iterator[None]:
             _freeze_depth -= 1
             if _freeze_depth == 0:
                 gc.unfreeze()
+                if _gc_was_enabled:
+                    gc.enable()
+
+
+_gc_was_enabled = True
 
 
 def _notes_key(notes: Any) -> bytes | None:
