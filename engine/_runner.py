@@ -165,12 +165,16 @@ class SparkRunner:
         only touched on the calling thread.
         """
         pending: deque[tuple[list[InstanceInput], _Pending, set[str]]] = deque()
+
+        def finish_until(left: int) -> Iterator[list[InstanceResult]]:
+            while len(pending) > left:
+                rows_k, job_k, _ = pending.popleft()
+                yield self._finish(workflow, blackboard, rows_k, job_k)
+
         try:
             for instances in batches:
                 if not instances:
-                    while pending:  # keep the order of the results
-                        rows_k, job_k, _ = pending.popleft()
-                        yield self._finish(workflow, blackboard, rows_k, job_k)
+                    yield from finish_until(0)  # keep the order of the results
                     yield []
                     continue
                 with frozen_heap():
@@ -182,12 +186,8 @@ class SparkRunner:
                         raise ValueError(f"record {sorted(shared)[0]!r} is in two batches in flight; "
                                          "run_stream needs batches with disjoint records")
                 pending.append((rows, self._submit(workflow, rows), ids))
-                if len(pending) > 1:
-                    rows_k, job_k, _ = pending.popleft()
-                    yield self._finish(workflow, blackboard, rows_k, job_k)
-            while pending:
-                rows_k, job_k, _ = pending.popleft()
-                yield self._finish(workflow, blackboard, rows_k, job_k)
+                yield from finish_until(1)
+            yield from finish_until(0)
         finally:
             for _, job, _ in pending:  # abandoned (the caller stopped early): do not leave jobs running
                 job.cancel(self.spark.sparkContext)
