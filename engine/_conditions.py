@@ -39,7 +39,9 @@ from engine._specs import Condition
 __all__ = [
     "RECORD_NS",
     "CompiledCondition",
+    "Comparison",
     "check",
+    "comparison",
     "compile_condition",
     "compiled",
     "render_records",
@@ -141,7 +143,22 @@ _FAST = re.compile(
     r"""(?:\s*(!=|=)\s*""" + _STR + r""")?\s*""")
 
 
-def _fast_test(expression: str, ns: Mapping[str, str]) -> Callable[[Sequence[Mapping[str, Any]]], bool] | None:
+@dataclass(frozen=True)
+class Comparison:
+    """A condition of the common shape: attribute ``key`` compared with ``literal``.
+
+    ``op`` is ``"="``, ``"!="`` or None (presence); ``every`` is True for
+    ``$records`` (any record), False for the first record.
+    """
+
+    every: bool
+    key: str
+    op: str | None
+    literal: str | None
+
+
+def comparison(expression: str, ns: Mapping[str, str]) -> Comparison | None:
+    """The condition as a :class:`Comparison`, or None when it has another shape."""
     m = _FAST.fullmatch(expression)
     if m is None:
         return None
@@ -154,9 +171,14 @@ def _fast_test(expression: str, ns: Mapping[str, str]) -> Callable[[Sequence[Map
             return None
     elif _namespaced(expression, ns):
         return None
-    key = k1 if k1 is not None else k2
-    literal = l1 if l1 is not None else l2
-    every = start == "records"
+    return Comparison(start == "records", k1 if k1 is not None else k2, op, l1 if l1 is not None else l2)
+
+
+def _fast_test(expression: str, ns: Mapping[str, str]) -> Callable[[Sequence[Mapping[str, Any]]], bool] | None:
+    c = comparison(expression, ns)
+    if c is None:
+        return None
+    key, op, literal, every = c.key, c.op, c.literal, c.every
 
     def texts(documents: Sequence[Mapping[str, Any]]) -> Iterator[str]:
         for doc in documents if every else documents[:1]:

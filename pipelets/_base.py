@@ -74,6 +74,28 @@ class Pipelet:
         """Work on the records ``ids`` and return the IDs that go on."""
         raise NotImplementedError(f"{type(self).__name__} must implement process()")
 
+    # -- the DataFrame form (optional; see pipelets._frames) ------------------------
+    def frame_io(self) -> Any:
+        """What the DataFrame form of this configuration touches (a ``FrameIO``), or None.
+
+        None (the default) means no DataFrame form: the engine calls
+        ``process``.  A form must compute exactly what ``process`` does for
+        records whose touched attributes are absent or hold one plain,
+        portable string (``pipelets._frames``); the engine sends only such
+        records to it.
+        """
+        return None
+
+    def transform(self, frame: Any) -> Any:
+        """The DataFrame form: ``frame`` with the ``frame_io().writes`` columns computed.
+
+        ``frame`` is a Spark DataFrame with one row per record, an ``id``
+        column and one column per attribute the form touches (a string, or
+        null when the record lacks the attribute).  Return it with the
+        written columns replaced or added (``withColumn``); keep the rows.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no DataFrame form")
+
     @contextmanager
     def record(self, record_id: str) -> Iterator[None]:
         """Work on one record: any exception becomes a :class:`PipeletError` naming it.

@@ -7,18 +7,47 @@ from typing import Any
 
 from pipelets._base import Pipelet
 from pipelets._config import Settings
+from pipelets._frames import (
+    INT,
+    STRING,
+    STRINGS,
+    FrameIO,
+    column,
+    frame_name,
+    java_regex,
+    java_replacement,
+    top_group,
+)
 from pipelets._literals import rewrite_strings, string_values
 
 __all__ = ["Lowercase", "NormalizeWhitespace", "RegexExtract", "Replace", "WordCount", "count_words"]
 
 _SPACE = re.compile(r"\s+")
+_JAVA_SPACE = java_regex(_SPACE)
 # A word is a run of letters/digits; apostrophes and hyphens inside keep it one word.
 _WORD = re.compile(r"[^\W_]+(?:['\u2019\-][^\W_]+)*")
+
+
+_JAVA_WORD = java_regex(_WORD)
 
 
 def count_words(text: str) -> int:
     """Words in ``text``: runs of letters or digits ("don't", "e-mail" are one word)."""
     return sum(1 for _ in _WORD.finditer(text))
+
+
+def _rewrite_io(attribute: str, output: str) -> FrameIO | None:
+    """The ``FrameIO`` of a pipelet that rewrites ``attribute``'s string into ``output``."""
+    if not (frame_name(attribute) and frame_name(output)):
+        return None
+    return FrameIO(reads=(attribute,), writes=((output, STRING),))
+
+
+def _rewrite_frame(frame: Any, attribute: str, output: str, value: Any) -> Any:
+    """``frame`` with ``output`` set to ``value`` where ``attribute`` is present (as ``rewrite_strings``)."""
+    from pyspark.sql import functions as F
+
+    return frame.withColumn(output, F.when(column(attribute).isNull(), column(output)).otherwise(value))
 
 
 class NormalizeWhitespace(Pipelet):
@@ -52,6 +81,15 @@ class NormalizeWhitespace(Pipelet):
                 rewrite_strings(blackboard, rid, self.attribute, self.output, self.clean)
         return ids
 
+    def frame_io(self) -> FrameIO | None:
+        return _rewrite_io(self.attribute, self.output)
+
+    def transform(self, frame: Any) -> Any:
+        from pyspark.sql import functions as F
+
+        value = F.trim(F.regexp_replace(column(self.attribute), F.lit(_JAVA_SPACE), F.lit(" ")))
+        return _rewrite_frame(frame, self.attribute, self.output, F.lower(value) if self.lowercase else value)
+
 
 class Lowercase(Pipelet):
     """Lowercase every string value of an attribute.
@@ -74,6 +112,14 @@ class Lowercase(Pipelet):
             with self.record(rid):
                 rewrite_strings(blackboard, rid, self.attribute, self.output, str.lower)
         return ids
+
+    def frame_io(self) -> FrameIO | None:
+        return _rewrite_io(self.attribute, self.output)
+
+    def transform(self, frame: Any) -> Any:
+        from pyspark.sql import functions as F
+
+        return _rewrite_frame(frame, self.attribute, self.output, F.lower(column(self.attribute)))
 
 
 class WordCount(Pipelet):
@@ -101,6 +147,18 @@ class WordCount(Pipelet):
                 total = sum(count_words(v) for v in string_values(blackboard, rid, self.attribute))
                 blackboard.set_literal(rid, self.output, total)
         return ids
+
+    def frame_io(self) -> FrameIO | None:
+        if not (frame_name(self.attribute) and frame_name(self.output)):
+            return None
+        return FrameIO(reads=(self.attribute,), writes=((self.output, INT),))
+
+    def transform(self, frame: Any) -> Any:
+        from pyspark.sql import functions as F
+
+        source = column(self.attribute)
+        return frame.withColumn(self.output, F.when(source.isNull(), F.lit(0))
+                                .otherwise(F.regexp_count(source, F.lit(_JAVA_WORD))))
 
 
 def _template_problem(pattern: re.Pattern[str], template: str) -> str | None:
@@ -178,6 +236,21 @@ class RegexExtract(Pipelet):
                 blackboard.set_literals(rid, self.output, found)
         return ids
 
+    def frame_io(self) -> FrameIO | None:
+        if not (frame_name(self.attribute) and frame_name(self.output)) or not isinstance(self.group, int) \
+                or java_regex(self.pattern) is None or not top_group(self.pattern, self.group):
+            return None
+        return FrameIO(reads=(self.attribute,), writes=((self.output, STRINGS),))
+
+    def transform(self, frame: Any) -> Any:
+        from pyspark.sql import functions as F
+
+        source = column(self.attribute)
+        found = F.regexp_extract_all(source, F.lit(java_regex(self.pattern)), F.lit(self.group))
+        if not self.all:
+            found = F.slice(found, 1, 1)
+        return frame.withColumn(self.output, F.when(source.isNull(), F.array().cast(STRINGS)).otherwise(found))
+
 
 class Replace(Pipelet):
     """Replace text in every string value of an attribute.
@@ -225,3 +298,15 @@ class Replace(Pipelet):
             with self.record(rid):
                 rewrite_strings(blackboard, rid, self.attribute, self.output, self.replace)
         return ids
+
+    def frame_io(self) -> FrameIO | None:
+        if self.count or java_regex(self.pattern) is None or java_replacement(self.replacement) is None:
+            return None
+        return _rewrite_io(self.attribute, self.output)
+
+    def transform(self, frame: Any) -> Any:
+        from pyspark.sql import functions as F
+
+        value = F.regexp_replace(column(self.attribute), F.lit(java_regex(self.pattern)),
+                                 F.lit(java_replacement(self.replacement)))
+        return _rewrite_frame(frame, self.attribute, self.output, value)

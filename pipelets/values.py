@@ -8,6 +8,7 @@ from typing import Any
 from blackboard import Literal
 from pipelets._base import Pipelet
 from pipelets._config import Settings
+from pipelets._frames import STRING, STRINGS, FrameIO, frame_name
 from pipelets._literals import copy_attribute
 
 __all__ = ["AddValues", "Copy", "RemoveAttribute", "Rename", "SetValue", "SubAttributeExtract"]
@@ -76,6 +77,18 @@ class SetValue(_ValuesPipelet):
             with self.record(rid):
                 blackboard.set_literals(rid, self.attribute, self.values)
         return ids
+
+    def frame_io(self) -> FrameIO | None:
+        plain = all(type(v.value) is str and v.semantic_type is None and not v.annotations for v in self.values)
+        if not (plain and self.values and frame_name(self.attribute)):
+            return None
+        return FrameIO(reads=(), writes=((self.attribute, STRING if len(self.values) == 1 else STRINGS),))
+
+    def transform(self, frame: Any) -> Any:
+        from pyspark.sql import functions as F
+
+        texts = [F.lit(v.value) for v in self.values]
+        return frame.withColumn(self.attribute, texts[0] if len(texts) == 1 else F.array(*texts))
 
 
 class AddValues(_ValuesPipelet):

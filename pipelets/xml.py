@@ -133,7 +133,7 @@ class XsltTransform(Pipelet):
             except (OSError, etree.XMLSyntaxError) as e:
                 raise s.error(used, f"cannot read stylesheet {path!r}: {e}") from e
         try:
-            self.transform = etree.XSLT(doc, access_control=etree.XSLTAccessControl.DENY_ALL)
+            self.stylesheet = etree.XSLT(doc, access_control=etree.XSLTAccessControl.DENY_ALL)
         except etree.XSLTParseError as e:
             raise s.error(used, f"not a usable XSLT stylesheet: {e}") from e
         params = s.mapping("parameters", default={})
@@ -153,9 +153,9 @@ class XsltTransform(Pipelet):
         for source in self.input.read_bytes(bb, rid):
             doc = parse_xml(source, f"{self.input}")
             try:
-                results.append(self.transform(doc, **self.params))
+                results.append(self.stylesheet(doc, **self.params))
             except etree.XSLTApplyError as e:
-                log = "; ".join(str(entry.message) for entry in self.transform.error_log)
+                log = "; ".join(str(entry.message) for entry in self.stylesheet.error_log)
                 raise ValueError(f"XSLT failed on {self.input}: {log or e}") from e
         if not results:
             return

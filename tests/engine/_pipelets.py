@@ -154,3 +154,22 @@ class RecordIndex(Pipelet):
         for rid in ids:
             blackboard.set_literal(rid, "indexed", f"{self.index}:{self.mode}")
         return ids
+
+
+class BrokenFrame(Pipelet):
+    """Sets ``x`` to ``y``; its DataFrame form names a column that does not exist."""
+
+    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
+        for rid in ids:
+            blackboard.set_literal(rid, "x", "y")
+        return ids
+
+    def frame_io(self) -> Any:
+        from pipelets._frames import STRING, FrameIO
+
+        return FrameIO(reads=(), writes=(("x", STRING),))
+
+    def transform(self, frame: Any) -> Any:
+        from pyspark.sql import functions as F
+
+        return frame.withColumn("x", F.col("no_such_column"))

@@ -1,0 +1,248 @@
+"""The DataFrame form of pipelets: what it touches, and Python regexes in Java.
+
+A pipelet may offer, next to ``process``, a DataFrame form that Spark runs in
+the JVM over a whole batch (``frame_io`` + ``transform``, see
+:class:`pipelets.Pipelet`).  The engine gives the form a frame with one row
+per record and one column per attribute it touches; the form must compute
+exactly what ``process`` would, because the in-process runner and records
+the frame cannot carry still go through ``process``.
+
+Exactness is kept by construction:
+
+* A frame column holds an attribute with one plain string value (no
+  semantic type, no annotations) or null when the attribute is absent; a
+  record whose touched attributes are anything else takes ``process``.
+* Strings go to the JVM only when they are *portable*: ASCII.  On ASCII
+  Python's ``re`` and ``str.lower`` agree with Java's regex and ``lower``,
+  once ``\\s`` is widened to the separator controls ``\\x1c``-``\\x1f``
+  (Python counts those as whitespace, Java does not).
+* Python regular expressions are translated to Java from their parse tree
+  (:func:`java_regex`), construct by construct, never as text; a construct
+  the two engines treat differently makes the translation refuse, and the
+  pipelet then has no DataFrame form for that configuration.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass
+from typing import Any
+
+
+def _private(name: str, before_311: str) -> Any:
+    """A module of the parser behind ``re.compile`` (private; Python 3.11 moved it)."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+        return importlib.import_module(before_311)
+
+
+_sre = _private("re._constants", "sre_constants")
+_sre_parse = _private("re._parser", "sre_parse")
+
+__all__ = ["STRING", "INT", "STRINGS", "FrameIO", "column", "frame_name", "java_regex",
+           "java_replacement", "portable", "top_group"]
+
+#: Column types a DataFrame form may write (Spark DDL names).
+STRING, INT, STRINGS = "string", "int", "array<string>"
+
+_NAME = re.compile(r"[^\[\]/]+")
+
+
+@dataclass(frozen=True)
+class FrameIO:
+    """The attributes a pipelet's DataFrame form reads and writes.
+
+    ``reads`` are string columns; ``writes`` pairs each written attribute
+    with its column type (:data:`STRING`, :data:`INT` or :data:`STRINGS`).
+    """
+
+    reads: tuple[str, ...]
+    writes: tuple[tuple[str, str], ...]
+
+
+def frame_name(path: str) -> bool:
+    """True when ``path`` is a plain top-level attribute name (a frame column can hold it)."""
+    return bool(_NAME.fullmatch(path)) and path == path.strip()
+
+
+def portable(text: str) -> bool:
+    """True when Python's and Java's text functions agree on ``text`` (see the module doc)."""
+    return text.isascii()
+
+
+def column(name: str) -> Any:
+    """The Spark column of attribute ``name`` (quoted: names may hold dots or spaces)."""
+    from pyspark.sql import functions as F
+
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+# A character class is sent as the explicit set of ASCII characters it holds,
+# computed with Python's own definitions (\s, \w, \d): exact on ASCII text,
+# and a bit-set lookup in Java instead of Unicode property tests.
+_CATEGORY_TESTS = {
+    _sre.CATEGORY_DIGIT: r"\d", _sre.CATEGORY_NOT_DIGIT: r"\D", _sre.CATEGORY_SPACE: r"\s",
+    _sre.CATEGORY_NOT_SPACE: r"\S", _sre.CATEGORY_WORD: r"\w", _sre.CATEGORY_NOT_WORD: r"\W",
+}
+_CATEGORY_SETS = {cat: frozenset(c for c in range(128) if re.match(test, chr(c)))
+                  for cat, test in _CATEGORY_TESTS.items()}
+_ATOMS = (_sre.LITERAL, _sre.NOT_LITERAL, _sre.ANY, _sre.IN)
+
+
+def _ascii_class(members: set[int]) -> str:
+    if not members:
+        return r"[^\x{0}-\x{10ffff}]"  # matches nothing
+    # single characters, no ranges: Java then tests membership in one bit set
+    return "[" + "".join(_char(c, False) for c in sorted(members)) + "]"
+
+
+_ANCHORS = {
+    _sre.AT_BEGINNING: "^", _sre.AT_BEGINNING_STRING: r"\A", _sre.AT_END: "$",
+    _sre.AT_END_STRING: r"\z", _sre.AT_BOUNDARY: r"\b", _sre.AT_NON_BOUNDARY: r"\B",
+}
+_REPEATS = {_sre.MAX_REPEAT: "", _sre.MIN_REPEAT: "?"}
+if hasattr(_sre, "POSSESSIVE_REPEAT"):
+    _REPEATS[_sre.POSSESSIVE_REPEAT] = "+"
+
+
+class _Untranslatable(Exception):
+    pass
+
+
+def _char(code: int, ascii_only: bool) -> str:
+    if ascii_only and code > 127:
+        raise _Untranslatable("non-ASCII literal with ignoreCase")
+    c = chr(code)
+    return c if c.isascii() and c.isalnum() else f"\\x{{{code:x}}}"
+
+
+class _Java:
+    def __init__(self, flags: int) -> None:
+        self.ascii_only = bool(flags & re.IGNORECASE)
+        self.multiline = bool(flags & re.MULTILINE)
+
+    def seq(self, items: Any) -> str:
+        return "".join(self.item(op, av) for op, av in items)
+
+    def item(self, op: Any, av: Any) -> str:
+        if op is _sre.LITERAL:
+            return _char(av, self.ascii_only)
+        if op is _sre.NOT_LITERAL:
+            return self.klass([(_sre.NEGATE, None), (_sre.LITERAL, av)])
+        if op is _sre.ANY:
+            return "."
+        if op is _sre.IN:
+            return self.klass(av)
+        if op is _sre.BRANCH:
+            return "(?:" + "|".join(self.seq(alt) for alt in av[1]) + ")"
+        if op is _sre.SUBPATTERN:
+            group, add, remove, body = av
+            if add or remove:
+                raise _Untranslatable("flags inside a group")
+            return ("(?:" if group is None else "(") + self.seq(body) + ")"
+        if op in _REPEATS:
+            low, high, body = av
+            bound = {(0, _sre.MAXREPEAT): "*", (1, _sre.MAXREPEAT): "+", (0, 1): "?"}.get(
+                (low, high), f"{{{low},}}" if high == _sre.MAXREPEAT else f"{{{low},{high}}}")
+            # a quantified single atom stays bare: Java loops over a group far slower
+            inner = self.seq(body) if len(body) == 1 and body[0][0] in _ATOMS else "(?:" + self.seq(body) + ")"
+            return inner + bound + _REPEATS[op]
+        if op is _sre.AT:
+            if av is _sre.AT_BEGINNING and self.multiline:
+                # Python's multiline ^ also matches after a final newline; Java's does not
+                raise _Untranslatable("^ with multiline")
+            if av not in _ANCHORS:
+                raise _Untranslatable(f"anchor {av}")
+            return _ANCHORS[av]
+        if op is _sre.GROUPREF:
+            return f"\\{av}"
+        if op in (_sre.ASSERT, _sre.ASSERT_NOT):
+            direction, body = av
+            kind = ("=" if op is _sre.ASSERT else "!")
+            return "(?" + ("<" if direction < 0 else "") + kind + self.seq(body) + ")"
+        raise _Untranslatable(str(op))
+
+    def klass(self, items: Any) -> str:
+        members: set[int] = set()
+        negate = False
+        for op, av in items:
+            if op is _sre.NEGATE:
+                negate = True
+            elif op is _sre.LITERAL:
+                members |= self.ascii({av})
+            elif op is _sre.RANGE:
+                members |= self.ascii(set(range(av[0], av[1] + 1)) if av[1] < 128 or self.ascii_only
+                                      else set(range(av[0], 128)))
+            elif op is _sre.CATEGORY and av in _CATEGORY_SETS:
+                members |= _CATEGORY_SETS[av]
+            else:
+                raise _Untranslatable(f"{op} in a class")
+        if self.ascii_only:
+            members |= {ord(chr(c).swapcase()) for c in members if chr(c).isalpha()}
+        return _ascii_class(set(range(128)) - members if negate else members)
+
+    def ascii(self, codes: set[int]) -> set[int]:
+        """The ASCII ones of ``codes`` (the text is ASCII); with ignoreCase all must be."""
+        if self.ascii_only and any(c > 127 for c in codes):
+            raise _Untranslatable("non-ASCII letters with ignoreCase")
+        return {c for c in codes if c < 128}
+
+
+def java_regex(pattern: re.Pattern[str]) -> str | None:
+    """``pattern`` as a Java regex matching exactly the same on portable text, or None.
+
+    None when the pattern uses a construct the engines treat differently
+    (named groups, conditionals, atomic groups, inline flags in a group,
+    multiline ``^``, non-ASCII letters with ``ignoreCase``).
+    """
+    if not isinstance(pattern.pattern, str) or pattern.groupindex:
+        return None
+    flags = pattern.flags
+    try:
+        tree = _sre_parse.parse(pattern.pattern, flags & ~re.UNICODE)
+        body = _Java(flags).seq(tree)
+    except (_Untranslatable, re.error, RecursionError):
+        return None
+    # (?d): only \n ends a line, as in Python
+    prefix = "(?d" + ("i" if flags & re.IGNORECASE else "") + ("m" if flags & re.MULTILINE else "") \
+        + ("s" if flags & re.DOTALL else "") + ")"
+    return prefix + body
+
+
+_TEMPLATE_GROUP = re.compile(r"\\([1-9])(?![0-9])")
+
+
+def java_replacement(template: str) -> str | None:
+    """A ``re.sub`` template as a Java replacement string, or None.
+
+    Literal text and group references ``\\1``..``\\9`` (not followed by a
+    digit) translate; any other backslash escape refuses.
+    """
+    out = []
+    at = 0
+    for m in _TEMPLATE_GROUP.finditer(template):
+        out.append(template[at:m.start()])
+        out.append(m.group(1))
+        at = m.end()
+    out.append(template[at:])
+    literals = out[::2]
+    if any("\\" in text for text in literals):
+        return None
+    return "".join(_java_literal(text) if i % 2 == 0 else "$" + text for i, text in enumerate(out))
+
+
+def _java_literal(text: str) -> str:
+    return text.replace("$", "\\$")
+
+
+def top_group(pattern: re.Pattern[str], group: int) -> bool:
+    """True when ``group`` takes part in every match (0, or a group at the pattern's top level)."""
+    if group == 0:
+        return True
+    try:
+        tree = _sre_parse.parse(pattern.pattern, pattern.flags & ~re.UNICODE)
+    except re.error:
+        return False
+    return any(op is _sre.SUBPATTERN and av[0] == group for op, av in tree)
