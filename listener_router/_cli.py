@@ -39,7 +39,8 @@ def _runner(settings: Settings) -> Any:
         return engine.LocalRunner()
     return engine.SparkRunner(engine.spark_session(settings.spark_master, settings.spark_conf),
                               batch_timeout=settings.batch_timeout,
-                              isolation_budget=settings.isolation_budget)
+                              isolation_budget=settings.isolation_budget,
+                              frames=settings.dataframe_forms)
 
 
 # -- chalk run ------------------------------------------------------------------------

@@ -73,6 +73,7 @@ class Settings:
     batch_timeout: float = 300.0
     isolation_budget: float = 900.0    # seconds a batch may spend isolating a failing instance
     concurrent_batches: int = 1        # batches whose workflows run at once (Spark: try 2 on >2 cores)
+    dataframe_forms: bool = True       # Spark runs pipelets' DataFrame forms where a workflow allows
     listeners: tuple[ListenerRule, ...] = (ListenerRule(name="default"),)
     routers: tuple[RouterRule, ...] = (RouterRule(queue="chalk.out"),)
     node: str | None = None            # lease owner / cluster member name
@@ -159,7 +160,8 @@ def load_settings(path: str | os.PathLike[str] | None = None,
     _check_keys(broker, {"url", "queue_type", "delivery_limit"}, f"{where} [broker]")
     _check_keys(spark, {"master", "conf"}, f"{where} [spark]")
     _check_keys(wf, {"dir", "aliases"}, f"{where} [workflows]")
-    _check_keys(engine, {"runner", "batch_timeout", "isolation_budget", "concurrent_batches"},
+    _check_keys(engine, {"runner", "batch_timeout", "isolation_budget", "concurrent_batches",
+                         "dataframe_forms"},
                 f"{where} [engine]")
     _check_keys(node, {"name", "retention_days"}, f"{where} [node]")
     defaults = Settings()
@@ -201,6 +203,8 @@ def load_settings(path: str | os.PathLike[str] | None = None,
         isolation_budget=float(_take(engine, "isolation_budget", (int, float),
                                      f"{where} [engine]", defaults.isolation_budget)),
         concurrent_batches=concurrent,
+        dataframe_forms=_take(engine, "dataframe_forms", bool, f"{where} [engine]",
+                              defaults.dataframe_forms),
         listeners=listeners or defaults.listeners,
         routers=routers or defaults.routers,
         node=env.get("CHALK_NODE") or _take(node, "name", str, f"{where} [node]", None),

@@ -166,7 +166,8 @@ class Service(Steps):
             else:
                 spark = self._spark or engine.spark_session(s.spark_master, s.spark_conf)
                 self._runner = engine.SparkRunner(spark, batch_timeout=s.batch_timeout,
-                                                  isolation_budget=s.isolation_budget)
+                                                  isolation_budget=s.isolation_budget,
+                                                  frames=s.dataframe_forms)
         self.runner = self._runner
         # More than one batch may run at once (Spark jobs from several threads;
         # the in-flight registry keeps their records and messages apart).  On

@@ -18,6 +18,7 @@ def test_defaults_work_with_no_file(tmp_path, monkeypatch):
     assert [r.queue for r in settings.listeners] == ["chalk.in"]
     assert [r.queue for r in settings.routers] == ["chalk.out"]
     assert settings.source is None
+    assert settings.dataframe_forms is True
 
 
 def test_file_and_environment_are_read(tmp_path):
@@ -29,6 +30,8 @@ url = "sqlite:///x.db"
 master = "local[2]"
 [spark.conf]
 "spark.sql.shuffle.partitions" = 2
+[engine]
+dataframe_forms = false
 [[listener]]
 name = "add"
 queue = "in"
@@ -46,6 +49,7 @@ attributes = ["a"]
     (rule,) = settings.listeners
     assert (rule.name, rule.queue, rule.workflow, rule.backoff_ms) == ("add", "in", "W", (10, 20))
     assert settings.routers[0].attributes == ("a",)
+    assert settings.dataframe_forms is False
 
 
 @pytest.mark.parametrize("text, message", [
@@ -54,6 +58,7 @@ attributes = ["a"]
     ("[[listener]]\nbatch_size = 0\n", "'batch_size' must be positive"),
     ("[[router]]\nattributes = ['a']\n", "give 'queue'"),
     ("[broker]\nqueue_type = 'stream'\n", "queue_type must be"),
+    ("[engine]\ndataframe_forms = 'yes'\n", "'dataframe_forms' must be bool"),
     ("not = toml = at all\n", "not valid TOML"),
 ])
 def test_bad_configuration_names_file_and_key(tmp_path, text, message):
