@@ -9,12 +9,19 @@ from typing import Any
 
 from pipelets._base import Pipelet
 from pipelets._config import Settings
+from pipelets._frames import STRING, FrameIO, column, frame_name, java_regex
 
 __all__ = ["ALGORITHMS", "Fingerprint"]
 
 ALGORITHMS = tuple(sorted(a for a in hashlib.algorithms_guaranteed if not a.startswith("shake")))
 _SPACE = re.compile(r"\s+")
 _CHUNK = 1 << 20
+# hashlib name -> (Spark function, bits) for the DataFrame form
+_SPARK_HASHES = {"md5": ("md5", 0), "sha1": ("sha1", 0), "sha224": ("sha2", 224), "sha256": ("sha2", 256),
+                 "sha384": ("sha2", 384), "sha512": ("sha2", 512)}
+# what json.dumps writes for the characters it escapes in ASCII text, backslash first
+_JSON_ESCAPES = [("\\", "\\\\"), ('"', '\\"')] + [
+    (chr(c), json.dumps(chr(c))[1:-1]) for c in range(32)]
 
 
 def _normalized(value: Any) -> Any:
@@ -100,3 +107,33 @@ class Fingerprint(Pipelet):
             with self.record(rid):
                 blackboard.set_literal(rid, self.output, self.fingerprint(blackboard, rid))
         return ids
+
+    def frame_io(self) -> FrameIO | None:
+        names = [*(self.attributes or []), self.output]
+        if self.everything or self.attachments or self.algorithm not in _SPARK_HASHES \
+                or not all(frame_name(n) for n in names):
+            return None
+        return FrameIO(reads=tuple(self.attributes or ()), writes=((self.output, STRING),))
+
+    def transform(self, frame: Any) -> Any:
+        from pyspark.sql import functions as F
+
+        def framed(tag: bytes, *parts: bytes) -> bytes:
+            return tag + b"".join(len(p).to_bytes(8, "big") + p for p in parts)
+
+        pieces = []
+        for name in self.attributes or []:
+            key = name.encode("utf-8")
+            value = column(name)
+            if self.normalize:
+                value = F.lower(F.trim(F.regexp_replace(value, F.lit(java_regex(_SPACE)), F.lit(" "))))
+            for char, escaped in _JSON_ESCAPES:  # json.dumps of a str, on ASCII text
+                value = F.replace(value, F.lit(char), F.lit(escaped))
+            encoded = F.encode(F.concat(F.lit('"'), value, F.lit('"')), "UTF-8")
+            size = F.unhex(F.lpad(F.hex(F.octet_length(encoded)), 16, "0"))
+            present = F.concat(F.lit(framed(b"A", key)), size, encoded)
+            pieces.append(F.when(column(name).isNull(), F.lit(framed(b"a", key))).otherwise(present))
+        data = F.concat(*pieces) if pieces else F.lit(b"")
+        function, bits = _SPARK_HASHES[self.algorithm]
+        digest = F.sha2(data, bits) if function == "sha2" else getattr(F, function)(data)
+        return frame.withColumn(self.output, digest)

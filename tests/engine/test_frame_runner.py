@@ -94,8 +94,9 @@ def test_frame_plan_covers_a_text_workflow_with_if(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("body", "reason"), [
-    ("<sequence>" + _invoke("fp", "fingerprint.Fingerprint", attributes="text") + "</sequence>",
+    ("<sequence>" + _invoke("lang", "language.LanguageIdentify", attribute="text") + "</sequence>",
      "has no DataFrame form"),
+    ("<sequence>" + _invoke("fp", "fingerprint.Fingerprint") + "</sequence>", "has no DataFrame form"),
     ("<sequence>" + _invoke("x", "text.Replace", attribute="text", pattern="(?P&lt;w&gt;a)", replacement="b")
      + "</sequence>", "has no DataFrame form"),
     ("<if><condition>string-length($record/Val[@key='a']) &gt; 2</condition>"
@@ -160,3 +161,17 @@ def test_run_stream_mixes_frame_and_interpreter_batches(tmp_path: Path, spark: A
     seen = [r for results in runner.run_stream(wf, bb, batches) for r in results]
     assert len(seen) == 120 and all(r.ok for r in seen)
     assert {rid: bb.document(rid)["meta"] for rid in ids} == _run(LocalRunner(), wf, spec, typed=False)[1]
+
+
+@pytest.mark.parametrize("params", [
+    {"attributes": "text,title,missing"},
+    {"attributes": "text", "normalize": "true", "algorithm": "md5", "output": "h"},
+    {"attributes": "title", "algorithm": "sha512"},
+])
+def test_fingerprint_in_the_frame_matches_python(tmp_path: Path, spark: Any, params: dict[str, str]) -> None:
+    wf = _workflow(tmp_path, "<sequence>" + _invoke("fp", "fingerprint.Fingerprint", **params) + "</sequence>")
+    assert frame_plan(wf)[0] is not None
+    spec = _records(150, seed=8)
+    runner = SparkRunner(spark, batch_timeout=120)
+    assert _run(runner, wf, spec)[1] == _run(LocalRunner(), wf, spec)[1]
+    assert runner.frame_records > 50
