@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import importlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +42,7 @@ def _private(name: str, before_311: str) -> Any:
 _sre = _private("re._constants", "sre_constants")
 _sre_parse = _private("re._parser", "sre_parse")
 
-__all__ = ["STRING", "INT", "STRINGS", "FrameIO", "column", "frame_name", "java_regex",
+__all__ = ["STRING", "INT", "STRINGS", "FrameIO", "cached_column", "column", "frame_name", "java_regex",
            "java_replacement", "portable", "top_group"]
 
 #: Column types a DataFrame form may write (Spark DDL names).
@@ -70,6 +71,24 @@ def frame_name(path: str) -> bool:
 def portable(text: str) -> bool:
     """True when Python's and Java's text functions agree on ``text`` (see the module doc)."""
     return text.isascii()
+
+
+def cached_column(owner: Any, build: Callable[[], Any]) -> Any:
+    """``build()``, made once per pipelet object and Spark JVM, then reused.
+
+    Building a Column costs a py4j call per function; a pipelet's expression
+    does not change between batches, so a ``transform`` asks for it here.
+    A Column belongs to its JVM: a new SparkContext builds it again.
+    """
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    key = id(sc._jvm) if sc is not None else None
+    cached = owner.__dict__.get("_frame_column")
+    if cached is None or cached[0] != key:
+        cached = (key, build())
+        owner.__dict__["_frame_column"] = cached
+    return cached[1]
 
 
 def column(name: str) -> Any:

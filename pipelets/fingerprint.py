@@ -9,7 +9,7 @@ from typing import Any
 
 from pipelets._base import Pipelet
 from pipelets._config import Settings
-from pipelets._frames import STRING, FrameIO, column, frame_name, java_regex
+from pipelets._frames import STRING, FrameIO, cached_column, column, frame_name, java_regex
 
 __all__ = ["ALGORITHMS", "Fingerprint"]
 
@@ -116,6 +116,9 @@ class Fingerprint(Pipelet):
         return FrameIO(reads=tuple(self.attributes or ()), writes=((self.output, STRING),))
 
     def transform(self, frame: Any) -> Any:
+        return frame.withColumn(self.output, cached_column(self, self._digest))
+
+    def _digest(self) -> Any:
         from pyspark.sql import functions as F
 
         def framed(tag: bytes, *parts: bytes) -> bytes:
@@ -135,5 +138,4 @@ class Fingerprint(Pipelet):
             pieces.append(F.when(column(name).isNull(), F.lit(framed(b"a", key))).otherwise(present))
         data = F.concat(*pieces) if pieces else F.lit(b"")
         function, bits = _SPARK_HASHES[self.algorithm]
-        digest = F.sha2(data, bits) if function == "sha2" else getattr(F, function)(data)
-        return frame.withColumn(self.output, digest)
+        return F.sha2(data, bits) if function == "sha2" else getattr(F, function)(data)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from pipelets._base import Pipelet
@@ -12,6 +13,7 @@ from pipelets._frames import (
     STRING,
     STRINGS,
     FrameIO,
+    cached_column,
     column,
     frame_name,
     java_regex,
@@ -43,11 +45,16 @@ def _rewrite_io(attribute: str, output: str) -> FrameIO | None:
     return FrameIO(reads=(attribute,), writes=((output, STRING),))
 
 
-def _rewrite_frame(frame: Any, attribute: str, output: str, value: Any) -> Any:
-    """``frame`` with ``output`` set to ``value`` where ``attribute`` is present (as ``rewrite_strings``)."""
+def _rewrite_frame(owner: Any, frame: Any, value: Callable[[], Any]) -> Any:
+    """``frame`` with ``owner.output`` set to ``value()`` where ``owner.attribute`` is present.
+
+    (What ``rewrite_strings`` does, for one string value.)
+    """
     from pyspark.sql import functions as F
 
-    return frame.withColumn(output, F.when(column(attribute).isNull(), column(output)).otherwise(value))
+    attribute, output = owner.attribute, owner.output
+    return frame.withColumn(output, cached_column(
+        owner, lambda: F.when(column(attribute).isNull(), column(output)).otherwise(value())))
 
 
 class NormalizeWhitespace(Pipelet):
@@ -87,8 +94,11 @@ class NormalizeWhitespace(Pipelet):
     def transform(self, frame: Any) -> Any:
         from pyspark.sql import functions as F
 
-        value = F.trim(F.regexp_replace(column(self.attribute), F.lit(_JAVA_SPACE), F.lit(" ")))
-        return _rewrite_frame(frame, self.attribute, self.output, F.lower(value) if self.lowercase else value)
+        def value() -> Any:
+            cleaned = F.trim(F.regexp_replace(column(self.attribute), F.lit(_JAVA_SPACE), F.lit(" ")))
+            return F.lower(cleaned) if self.lowercase else cleaned
+
+        return _rewrite_frame(self, frame, value)
 
 
 class Lowercase(Pipelet):
@@ -119,7 +129,7 @@ class Lowercase(Pipelet):
     def transform(self, frame: Any) -> Any:
         from pyspark.sql import functions as F
 
-        return _rewrite_frame(frame, self.attribute, self.output, F.lower(column(self.attribute)))
+        return _rewrite_frame(self, frame, lambda: F.lower(column(self.attribute)))
 
 
 class WordCount(Pipelet):
@@ -156,9 +166,11 @@ class WordCount(Pipelet):
     def transform(self, frame: Any) -> Any:
         from pyspark.sql import functions as F
 
-        source = column(self.attribute)
-        return frame.withColumn(self.output, F.when(source.isNull(), F.lit(0))
-                                .otherwise(F.regexp_count(source, F.lit(_JAVA_WORD))))
+        def count() -> Any:
+            source = column(self.attribute)
+            return F.when(source.isNull(), F.lit(0)).otherwise(F.regexp_count(source, F.lit(_JAVA_WORD)))
+
+        return frame.withColumn(self.output, cached_column(self, count))
 
 
 def _template_problem(pattern: re.Pattern[str], template: str) -> str | None:
@@ -245,11 +257,14 @@ class RegexExtract(Pipelet):
     def transform(self, frame: Any) -> Any:
         from pyspark.sql import functions as F
 
-        source = column(self.attribute)
-        found = F.regexp_extract_all(source, F.lit(java_regex(self.pattern)), F.lit(self.group))
-        if not self.all:
-            found = F.slice(found, 1, 1)
-        return frame.withColumn(self.output, F.when(source.isNull(), F.array().cast(STRINGS)).otherwise(found))
+        def matches() -> Any:
+            source = column(self.attribute)
+            found = F.regexp_extract_all(source, F.lit(java_regex(self.pattern)), F.lit(self.group))
+            if not self.all:
+                found = F.slice(found, 1, 1)
+            return F.when(source.isNull(), F.array().cast(STRINGS)).otherwise(found)
+
+        return frame.withColumn(self.output, cached_column(self, matches))
 
 
 class Replace(Pipelet):
@@ -307,6 +322,5 @@ class Replace(Pipelet):
     def transform(self, frame: Any) -> Any:
         from pyspark.sql import functions as F
 
-        value = F.regexp_replace(column(self.attribute), F.lit(java_regex(self.pattern)),
-                                 F.lit(java_replacement(self.replacement)))
-        return _rewrite_frame(frame, self.attribute, self.output, value)
+        return _rewrite_frame(self, frame, lambda: F.regexp_replace(
+            column(self.attribute), F.lit(java_regex(self.pattern)), F.lit(java_replacement(self.replacement))))

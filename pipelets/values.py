@@ -8,7 +8,7 @@ from typing import Any
 from blackboard import Literal
 from pipelets._base import Pipelet
 from pipelets._config import Settings
-from pipelets._frames import STRING, STRINGS, FrameIO, frame_name
+from pipelets._frames import STRING, STRINGS, FrameIO, cached_column, frame_name
 from pipelets._literals import copy_attribute
 
 __all__ = ["AddValues", "Copy", "RemoveAttribute", "Rename", "SetValue", "SubAttributeExtract"]
@@ -87,8 +87,11 @@ class SetValue(_ValuesPipelet):
     def transform(self, frame: Any) -> Any:
         from pyspark.sql import functions as F
 
-        texts = [F.lit(v.value) for v in self.values]
-        return frame.withColumn(self.attribute, texts[0] if len(texts) == 1 else F.array(*texts))
+        def value() -> Any:
+            texts = [F.lit(v.value) for v in self.values]
+            return texts[0] if len(texts) == 1 else F.array(*texts)
+
+        return frame.withColumn(self.attribute, cached_column(self, value))
 
 
 class AddValues(_ValuesPipelet):
