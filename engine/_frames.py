@@ -5,8 +5,8 @@ When every pipelet of a workflow has a DataFrame form for its configuration
 ``empty`` and ``if`` with a simple comparison (``$record/Val[@key='k'] =
 'v'``, ``!=``, presence), the Spark runner does not ship records to Python
 workers at all: the touched attributes become columns of a DataFrame, the
-pipelets' forms and the ``if`` (as ``when`` over the arms' results) are one
-projection that Spark runs with generated code on every core, and only the
+pipelets' forms and the ``if`` (each arm on its own rows, the arms unioned)
+are one plan that Spark runs with generated code on every core, and only the
 written columns come back.  :func:`frame_plan` decides once per workflow
 version; :meth:`FramePlan.split` decides per record, sending to the frame
 only single-record instances whose touched attributes are absent or hold
