@@ -143,7 +143,51 @@ class _Java:
         self.multiline = bool(flags & re.MULTILINE)
 
     def seq(self, items: Any) -> str:
-        return "".join(self.item(op, av) for op, av in items)
+        items = list(items)
+        out = []
+        for n, (op, av) in enumerate(items):
+            if op is _sre.AT and av in (_sre.AT_BOUNDARY, _sre.AT_NON_BOUNDARY):
+                out.append(self.boundary(av is _sre.AT_BOUNDARY, items[n - 1] if n else None,
+                                         items[n + 1] if n + 1 < len(items) else None))
+            else:
+                out.append(self.item(op, av))
+        return "".join(out)
+
+    def boundary(self, at: bool, before: Any, after: Any) -> str:
+        """``\\b`` (``at``) or ``\\B`` as a one-sided lookaround when a neighbour settles a side.
+
+        Java tests ``\\b`` with Unicode property calls at every position
+        tried; when the next item surely starts with a word character, the
+        boundary is only "no word character before" -- a bit-set lookup.
+        """
+        word = _CATEGORY_SETS[_sre.CATEGORY_WORD]
+        cls = _ascii_class(set(word))
+        for item, look in ((after, "<"), (before, "")):
+            chars = self.edge(item, first=look == "<") if item is not None else None
+            if chars and chars <= word:
+                return f"(?{look}{'!' if at else '='}{cls})"
+            if chars and not chars & word:
+                return f"(?{look}{'=' if at else '!'}{cls})"
+        return _ANCHORS[_sre.AT_BOUNDARY if at else _sre.AT_NON_BOUNDARY]
+
+    def edge(self, item: Any, first: bool) -> set[int] | None:
+        """The characters ``item``'s first (last) consumed character is among, when it surely consumes one."""
+        op, av = item
+        if op is _sre.LITERAL:
+            return self.klass_members([(op, av)])
+        if op is _sre.NOT_LITERAL:
+            return self.klass_members([(_sre.NEGATE, None), (_sre.LITERAL, av)])
+        if op is _sre.IN:
+            return self.klass_members(av)
+        if op in _REPEATS and av[0] >= 1:
+            return self.edge_of(av[2], first)
+        if op is _sre.SUBPATTERN and not av[1] and not av[2]:
+            return self.edge_of(av[3], first)
+        return None
+
+    def edge_of(self, items: Any, first: bool) -> set[int] | None:
+        items = list(items)
+        return self.edge(items[0 if first else -1], first) if items else None
 
     def item(self, op: Any, av: Any) -> str:
         if op is _sre.LITERAL:
@@ -184,6 +228,10 @@ class _Java:
         raise _Untranslatable(str(op))
 
     def klass(self, items: Any) -> str:
+        return _ascii_class(self.klass_members(items))
+
+    def klass_members(self, items: Any) -> set[int]:
+        """The ASCII characters a class (``[...]`` items) matches."""
         members: set[int] = set()
         negate = False
         for op, av in items:
@@ -200,7 +248,7 @@ class _Java:
                 raise _Untranslatable(f"{op} in a class")
         if self.ascii_only:
             members |= {ord(chr(c).swapcase()) for c in members if chr(c).isalpha()}
-        return _ascii_class(set(range(128)) - members if negate else members)
+        return set(range(128)) - members if negate else members
 
     def ascii(self, codes: set[int]) -> set[int]:
         """The ASCII ones of ``codes`` (the text is ASCII); with ignoreCase all must be."""

@@ -14,7 +14,8 @@ PATTERNS = [
     r"\s+", r"\S+", r"\b(\w{3,})\b", r"[^\W_]+(?:['\u2019\-][^\W_]+)*", r"\d+(?:\.\d+)?", r"[aeiou]",
     r"[^a-z ]", r"^\w+", r"\w+$", r"\bund\b", r"x*", r"(?i)[a-c]+", r"(?i)Und", r"(?s)a.b", r"a.b",
     r"(\w)\1", r"(?=a)\w", r"(?<!\s)b", r"\Ba", r"a{2,3}?", r"(a|bc)+", r"[\s\d]", r"\W\D", r"$",
-    r"(?m)\w$", r"\A\w", r"\w\Z",
+    r"(?m)\w$", r"\A\w", r"\w\Z", r"-\b", r"\b-", r"a\B", r"\B-", r"(?i)\bund\b", r"\b\d+\b",
+    r"\b(?:ab|c)\b", r"\b(\w)+\b", r"\b\w*\b",
 ]
 ALPHABET = "abcxAB und UND 1234567890_-'.\t\n\r\x0b\x0c\x1c\x1d\x1f\"\\$"
 
@@ -46,6 +47,13 @@ def test_replacement_templates() -> None:
     assert java_replacement(r"\g<1>") is None
     assert java_replacement(r"\12") is None
     assert java_replacement("a\\\\b") is None
+
+
+def test_word_boundaries_next_to_a_known_character_become_lookarounds() -> None:
+    word = java_regex(re.compile(r"\w"))[len("(?d)"):]
+    assert java_regex(re.compile(r"\bund\b")) == f"(?d)(?<!{word})und(?!{word})"
+    assert java_regex(re.compile(r"-\b")) == f"(?d)\\x{{2d}}(?={word})"
+    assert java_regex(re.compile(r"\b\w*\b")) == f"(?d)\\b{word}*\\b"  # may match nothing: stays
 
 
 def test_top_group_and_portable_text() -> None:
