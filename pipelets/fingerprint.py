@@ -23,6 +23,8 @@ _SPARK_HASHES = {"md5": ("md5", 0), "sha1": ("sha1", 0), "sha224": ("sha2", 224)
 _JSON_ESCAPES = [("\\", "\\\\"), ('"', '\\"')] + [
     (chr(c), json.dumps(chr(c))[1:-1]) for c in range(32)]
 
+_JAVA_NEEDS_ESCAPE = "[" + "".join(f"\\x{{{ord(c):x}}}" for c, _ in _JSON_ESCAPES) + "]"
+
 
 def _normalized(value: Any) -> Any:
     if isinstance(value, str):
@@ -130,8 +132,11 @@ class Fingerprint(Pipelet):
             value = column(name)
             if self.normalize:
                 value = F.lower(F.trim(F.regexp_replace(value, F.lit(java_regex(_SPACE)), F.lit(" "))))
-            for char, escaped in _JSON_ESCAPES:  # json.dumps of a str, on ASCII text
-                value = F.replace(value, F.lit(char), F.lit(escaped))
+            escaped = value
+            for char, replacement in _JSON_ESCAPES:  # json.dumps of a str, on ASCII text
+                escaped = F.replace(escaped, F.lit(char), F.lit(replacement))
+            # one scan finds the rare value that needs escaping; the rest skip the 34 replaces
+            value = F.when(value.rlike(_JAVA_NEEDS_ESCAPE), escaped).otherwise(value)
             encoded = F.encode(F.concat(F.lit('"'), value, F.lit('"')), "UTF-8")
             size = F.unhex(F.lpad(F.hex(F.octet_length(encoded)), 16, "0"))
             present = F.concat(F.lit(framed(b"A", key)), size, encoded)
