@@ -124,6 +124,9 @@ def _short(e: BaseException) -> str:
     return (text.splitlines() or [type(e).__name__])[0][:500]
 
 
+_UNPLANNED = object()
+
+
 class SparkRunner:
     """Runs each batch as one Spark job (``mapInArrow`` over instances).
 
@@ -204,19 +207,26 @@ class SparkRunner:
                 batch.cancel(self.spark.sparkContext)
 
     def _plan(self, workflow: Workflow) -> FramePlan | None:
+        """The workflow's frame plan (made once per version; a newer version replaces older ones)."""
         key = (workflow.name, workflow.version)
-        if key not in self._plans:
-            with self._plans_lock:
-                if key not in self._plans:
-                    plan, why = frame_plan(workflow) if self.frames else (None, "frames are off")
-                    if plan is None:
-                        log.debug("workflow %s runs in the interpreter: %s", workflow.name, why,
-                                  extra={"workflow": workflow.name})
-                    else:
-                        log.info("workflow %s runs as DataFrame transformations over %s", workflow.name,
-                                 ", ".join(plan.columns), extra={"workflow": workflow.name})
-                    self._plans[key] = plan
-        return self._plans[key]
+        found = self._plans.get(key, _UNPLANNED)
+        if found is not _UNPLANNED:
+            return found  # type: ignore[return-value]
+        with self._plans_lock:
+            found = self._plans.get(key, _UNPLANNED)
+            if found is not _UNPLANNED:
+                return found  # type: ignore[return-value]
+            plan, why = frame_plan(workflow) if self.frames else (None, "frames are off")
+            if plan is None:
+                log.debug("workflow %s runs in the interpreter: %s", workflow.name, why,
+                          extra={"workflow": workflow.name})
+            else:
+                log.info("workflow %s runs as DataFrame transformations over %s", workflow.name,
+                         ", ".join(plan.columns), extra={"workflow": workflow.name})
+            # a reload replaces the workflow: the plans of its other versions go
+            self._plans = {k: v for k, v in self._plans.items() if k[0] != workflow.name}
+            self._plans[key] = plan
+            return plan
 
     def _start(self, workflow: Workflow, blackboard: Any, instances: list[list[str]]) -> _Batch:
         """Export the batch and submit its job(s); the blackboard is read, not changed."""

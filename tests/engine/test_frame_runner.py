@@ -137,6 +137,20 @@ def test_frames_off_runs_everything_in_the_interpreter(tmp_path: Path, spark: An
     assert docs == _run(LocalRunner(), wf, spec)[1]
 
 
+def test_a_reloaded_workflow_replaces_its_plan(tmp_path: Path, spark: Any) -> None:
+    runner = SparkRunner(spark, batch_timeout=120)
+    first = _workflow(tmp_path, "<sequence>" + _invoke("a", "text.Lowercase", attribute="t") + "</sequence>")
+    other = _workflow(tmp_path, "<sequence>" + _invoke("a", "text.Lowercase", attribute="u") + "</sequence>",
+                      name="Other")
+    plans = [runner._plan(first), runner._plan(other)]
+    second = _workflow(tmp_path, "<sequence>" + _invoke("b", "text.Lowercase", attribute="v") + "</sequence>")
+    assert second.version != first.version
+    assert runner._plan(second).columns == ("v",)
+    assert runner._plan(second) is runner._plan(second)
+    assert sorted(runner._plans) == sorted([(second.name, second.version), (other.name, other.version)])
+    assert runner._plan(other) is plans[1]
+
+
 def test_a_failing_frame_job_falls_back_to_the_interpreter(tmp_path: Path, spark: Any) -> None:
     body = "<sequence>" + pipelet("broken", "BrokenFrame") + "</sequence>"
     wf = _workflow(tmp_path, body, name="Broken")
