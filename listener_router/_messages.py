@@ -11,6 +11,7 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import orjson
@@ -57,8 +58,9 @@ class Incoming:
     body: bytes = b""
     properties: dict[str, Any] = field(default_factory=dict)
 
-    @property
+    @cached_property
     def record_ids(self) -> list[str]:
+        """The IDs of the message's records (computed once and shared: read, never change it)."""
         return [r["id"] for r in self.records]
 
 
