@@ -16,7 +16,6 @@ same records.  Everything else runs through the interpreter as before.
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections import Counter
 from dataclasses import dataclass
@@ -48,7 +47,6 @@ class _Arm:
 @dataclass(frozen=True)
 class _IfStep:
     arms: tuple[_Arm, ...]
-    writes: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -93,8 +91,7 @@ class FramePlan:
 
     def apply(self, frame: Any) -> Any:
         """``frame`` (from :meth:`to_arrow`) with the workflow's written columns computed."""
-        names = itertools.count()
-        frame = _run(self.workflow, self.steps, frame, names)
+        frame = _run(self.workflow, self.steps, frame)
         return frame.select(column(ID_COLUMN), *(column(name) for name, _ in self.types))
 
     def write_back(self, blackboard: Any, table: Any, rows: list[tuple[int, str, list[str | None]]]) -> None:
@@ -238,15 +235,15 @@ class _Compiler:
                 raise _Declined(f"the arms of {act.label()} at line {act.line} leave {name!r} "
                                 f"as different types ({', '.join(sorted(kinds))})")
             types[name] = kinds.pop()
-        return [_IfStep(tuple(arms), tuple(sorted(writes)))], writes
+        return [_IfStep(tuple(arms))], writes
 
 
-def _run(workflow: Workflow, steps: tuple[Any, ...], frame: Any, names: Any) -> Any:
+def _run(workflow: Workflow, steps: tuple[Any, ...], frame: Any) -> Any:
     for step in steps:
         if isinstance(step, InvokePipelet):
             frame = configured_pipelet(workflow, step).transform(frame)
         else:
-            frame = _run_if(workflow, step, frame, names)
+            frame = _run_if(workflow, step, frame)
     return frame
 
 
@@ -266,7 +263,7 @@ def _test_column(arm: _Arm) -> Any:
     return F.coalesce(test, F.lit(False))  # an absent attribute: no node, so false (XPath 1.0)
 
 
-def _run_if(workflow: Workflow, step: _IfStep, frame: Any, names: Any) -> Any:
+def _run_if(workflow: Workflow, step: _IfStep, frame: Any) -> Any:
     """Each arm runs on the rows whose first true condition is its own; the arms are unioned.
 
     Spark pushes the filters below the earlier projections, so every row is
@@ -285,5 +282,5 @@ def _run_if(workflow: Workflow, step: _IfStep, frame: Any, names: Any) -> Any:
             test = _test_column(arm)
             mine = test & ~earlier
             earlier = earlier | test
-        arms.append(_run(workflow, arm.steps, frame.filter(mine), names))
+        arms.append(_run(workflow, arm.steps, frame.filter(mine)))
     return reduce(lambda a, b: a.unionByName(b), arms)

@@ -166,7 +166,7 @@ class SparkRunner:
         """Run ``workflow`` for each instance; see the module docstring."""
         if not instances:
             return []
-        return self._finish(workflow, blackboard, self._start(workflow, blackboard, instances))
+        return self._finish(workflow, blackboard, self._start(workflow, blackboard, instances, set()))
 
     def run_stream(self, workflow: Workflow, blackboard: Any,
                    batches: Iterable[list[list[str]]]) -> Iterator[list[InstanceResult]]:
@@ -199,7 +199,7 @@ class SparkRunner:
                     if shared:
                         raise ValueError(f"record {sorted(shared)[0]!r} is in two batches in flight; "
                                          "run_stream needs batches with disjoint records")
-                pending.append(self._start(workflow, blackboard, instances))
+                pending.append(self._start(workflow, blackboard, instances, ids))
                 yield from finish_until(1)
             yield from finish_until(0)
         finally:
@@ -228,14 +228,17 @@ class SparkRunner:
             self._plans[key] = plan
             return plan
 
-    def _start(self, workflow: Workflow, blackboard: Any, instances: list[list[str]]) -> _Batch:
-        """Export the batch and submit its job(s); the blackboard is read, not changed."""
+    def _start(self, workflow: Workflow, blackboard: Any, instances: list[list[str]], ids: set[str]) -> _Batch:
+        """Export the batch and submit its job(s); the blackboard is read, not changed.
+
+        ``ids`` are the batch's record IDs where the caller needs them (``run_stream``).
+        """
         plan = self._plan(workflow)
         pairs = list(enumerate(instances))
         with frozen_heap():
             frame_rows, rest = plan.split(blackboard, pairs) if plan is not None else ([], pairs)
             rows = _inputs(blackboard, rest) if rest else []
-        batch = _Batch(rows, None, plan, frame_rows, None, {rid for one in instances for rid in one})
+        batch = _Batch(rows, None, plan, frame_rows, None, ids)
         if rows:
             batch.job = self._submit(workflow, rows)
         if frame_rows:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from listener_router._config import ConfigError, Settings, load_settings
+from listener_router._config import ConfigError, Settings, load_settings, make_runner
 
 __all__ = ["main"]
 
@@ -31,16 +31,6 @@ def _settings(args: argparse.Namespace) -> Settings:
     if getattr(args, "blackboard", None):
         overrides["blackboard_url"] = args.blackboard
     return settings.with_overrides(**overrides)
-
-
-def _runner(settings: Settings) -> Any:
-    import engine
-    if settings.runner == "local":
-        return engine.LocalRunner()
-    return engine.SparkRunner(engine.spark_session(settings.spark_master, settings.spark_conf),
-                              batch_timeout=settings.batch_timeout,
-                              isolation_budget=settings.isolation_budget,
-                              frames=settings.dataframe_forms)
 
 
 # -- chalk run ------------------------------------------------------------------------
@@ -98,7 +88,7 @@ def cmd_process(args: argparse.Namespace) -> int:
         print(problem, file=sys.stderr)
     workflow = registry.get(args.workflow)
     records = list(read_records(args.input))
-    runner = _runner(settings)
+    runner = make_runner(settings)
     ok = failed = 0
     out = open(args.output, "w", encoding="utf-8") if args.output else None  # noqa: SIM115
     started = time.monotonic()

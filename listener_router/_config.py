@@ -18,7 +18,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Settings", "ListenerRule", "RouterRule", "ConfigError", "load_settings"]
+__all__ = ["Settings", "ListenerRule", "RouterRule", "ConfigError", "load_settings", "make_runner"]
 
 DEFAULT_BROKER = "amqp://guest:guest@localhost:5672/%2F"
 
@@ -213,3 +213,18 @@ def load_settings(path: str | os.PathLike[str] | None = None,
         source=source,
     )
     return settings
+
+
+def make_runner(settings: Settings, spark: Any = None) -> Any:
+    """The workflow runner ``settings`` ask for: ``LocalRunner``, or ``SparkRunner`` on
+    ``spark`` (a session made from the settings when None)."""
+    import engine
+
+    if settings.runner == "local":
+        return engine.LocalRunner()
+    if spark is None:
+        spark = engine.spark_session(settings.spark_master, settings.spark_conf)
+    return engine.SparkRunner(spark,
+                              batch_timeout=settings.batch_timeout,
+                              isolation_budget=settings.isolation_budget,
+                              frames=settings.dataframe_forms)

@@ -39,7 +39,7 @@ from listener_router._amqp import (
     connection_parameters,
 )
 from listener_router._cluster import Membership
-from listener_router._config import Settings
+from listener_router._config import Settings, make_runner
 from listener_router._messages import (
     ATTEMPTS_HEADER,
     ERROR_HEADER,
@@ -161,13 +161,7 @@ class Service(Steps):
         for problem in self.registry.errors:
             log.error("%s", problem)
         if self._runner is None:
-            if s.runner == "local":
-                self._runner = engine.LocalRunner()
-            else:
-                spark = self._spark or engine.spark_session(s.spark_master, s.spark_conf)
-                self._runner = engine.SparkRunner(spark, batch_timeout=s.batch_timeout,
-                                                  isolation_budget=s.isolation_budget,
-                                                  frames=s.dataframe_forms)
+            self._runner = make_runner(s, self._spark)
         self.runner = self._runner
         # More than one batch may run at once (Spark jobs from several threads;
         # the in-flight registry keeps their records and messages apart).  On

@@ -89,8 +89,8 @@ class Pipelet:
     def transform(self, frame: Any) -> Any:
         """The DataFrame form: ``frame`` with the ``frame_io().writes`` columns computed.
 
-        ``frame`` is a Spark DataFrame with one row per record, an ``id``
-        column and one column per attribute the form touches (a string, or
+        ``frame`` is a Spark DataFrame with one row per record, a
+        ``_record_id`` column and one column per attribute the form touches (a string, or
         null when the record lacks the attribute).  Return it with the
         written columns replaced or added (``withColumn``); keep the rows.
         """

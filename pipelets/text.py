@@ -38,11 +38,11 @@ def count_words(text: str) -> int:
     return sum(1 for _ in _WORD.finditer(text))
 
 
-def _rewrite_io(attribute: str, output: str) -> FrameIO | None:
-    """The ``FrameIO`` of a pipelet that rewrites ``attribute``'s string into ``output``."""
+def _rewrite_io(attribute: str, output: str, kind: str = STRING) -> FrameIO | None:
+    """The ``FrameIO`` of a pipelet that reads ``attribute``'s string and writes ``output`` (a ``kind``)."""
     if not (frame_name(attribute) and frame_name(output)):
         return None
-    return FrameIO(reads=(attribute,), writes=((output, STRING),))
+    return FrameIO(reads=(attribute,), writes=((output, kind),))
 
 
 def _rewrite_frame(owner: Any, frame: Any, value: Callable[[], Any]) -> Any:
@@ -159,9 +159,7 @@ class WordCount(Pipelet):
         return ids
 
     def frame_io(self) -> FrameIO | None:
-        if not (frame_name(self.attribute) and frame_name(self.output)):
-            return None
-        return FrameIO(reads=(self.attribute,), writes=((self.output, INT),))
+        return _rewrite_io(self.attribute, self.output, INT)
 
     def transform(self, frame: Any) -> Any:
         from pyspark.sql import functions as F
@@ -249,10 +247,10 @@ class RegexExtract(Pipelet):
         return ids
 
     def frame_io(self) -> FrameIO | None:
-        if not (frame_name(self.attribute) and frame_name(self.output)) or not isinstance(self.group, int) \
-                or java_regex(self.pattern) is None or not top_group(self.pattern, self.group):
+        if not isinstance(self.group, int) or java_regex(self.pattern) is None \
+                or not top_group(self.pattern, self.group):
             return None
-        return FrameIO(reads=(self.attribute,), writes=((self.output, STRINGS),))
+        return _rewrite_io(self.attribute, self.output, STRINGS)
 
     def transform(self, frame: Any) -> Any:
         from pyspark.sql import functions as F
