@@ -26,6 +26,8 @@ __all__ = ["TransportMixin", "json_to_values", "values_to_json"]
 
 def json_to_values(value: Any) -> list[Any]:
     """Message JSON for one attribute → document VALUEs (list → many; dict → sub-object)."""
+    if type(value) is str:  # the common case, ahead of the general one
+        return [value]
     items = value if isinstance(value, list) else [value]
     out: list[Any] = []
     for item in items:
@@ -44,12 +46,26 @@ def json_to_values(value: Any) -> list[Any]:
 
 def values_to_json(values: list[Any]) -> Any:
     """Document VALUEs → plain JSON (a single value unwrapped)."""
+    if len(values) == 1 and type(values[0]) is str:  # the common case, ahead of the general one
+        return values[0]
     out = [
         {k: values_to_json(v) for k, v in (value["obj"].get("attrs") or {}).items()}
         if is_object(value) else (value["lit"] if isinstance(value, dict) else value)
         for value in values
     ]
     return out[0] if len(out) == 1 else out
+
+
+_GOOD_NAMES: set[str] = set()  # attribute names found good (a few hundred in practice)
+
+
+def _good_name(name: Any) -> bool:
+    """True for a usable attribute name (non-empty, unpadded, no ``[]/``); remembered."""
+    good = (isinstance(name, str) and bool(name) and name == name.strip()
+            and not any(c in name for c in "[]/"))
+    if good and len(_GOOD_NAMES) < 10_000:
+        _GOOD_NAMES.add(name)
+    return good
 
 
 class TransportMixin:
@@ -97,8 +113,7 @@ class TransportMixin:
         """
         converted = {}
         for name, value in attributes.items():
-            if (not isinstance(name, str) or not name or name != name.strip()
-                    or any(c in name for c in "[]/")):
+            if name not in _GOOD_NAMES and not _good_name(name):
                 raise PathError(f"{where(record_id)}: bad attribute name {name!r}",
                                 record_id=record_id)
             try:

@@ -314,10 +314,17 @@ class AmqpLink:
     def _on_confirm(self, frame: Any) -> None:
         method = frame.method
         ok = isinstance(method, Basic.Ack)
-        tags = ([t for t in self._pending if t <= method.delivery_tag] if method.multiple
-                else [method.delivery_tag])
+        pending = self._pending
+        if method.multiple:  # sequence numbers enter in order: the confirmed ones lead
+            tags = []
+            for t in pending:
+                if t > method.delivery_tag:
+                    break
+                tags.append(t)
+        else:
+            tags = [method.delivery_tag]
         for tag in tags:
-            batch = self._pending.pop(tag, None)
+            batch = pending.pop(tag, None)
             if batch is None or batch.future.done():
                 continue
             if not ok:

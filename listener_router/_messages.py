@@ -63,6 +63,11 @@ class Incoming:
         """The IDs of the message's records (computed once and shared: read, never change it)."""
         return [r["id"] for r in self.records]
 
+    @cached_property
+    def key(self) -> tuple[str, str, str]:
+        """The message's in-flight key (the inbox's key: queue and message ID)."""
+        return ("message", self.queue, self.message_id)
+
 
 def derive_message_id(body: bytes) -> str:
     """A message ID from the body, for publishers that send none."""
@@ -130,7 +135,8 @@ def parse_message(body: bytes, *, queue: str, message_id: str | None,
         attributes = record.get("attributes", {})
         if not isinstance(attributes, dict):
             raise BadMessage(f"message {mid}: record {rid!r}: 'attributes' must be an object")
-        if _depth(attributes) > MAX_DEPTH:
+        if any(isinstance(v, (dict, list)) for v in attributes.values()) \
+                and _depth(attributes) > MAX_DEPTH:
             raise BadMessage(f"message {mid}: record {rid!r}: attributes nested deeper than "
                              f"{MAX_DEPTH} levels")
         parsed.append({"id": rid, "attributes": attributes})

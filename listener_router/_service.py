@@ -112,10 +112,12 @@ def claim_node_name(blackboard_url: str) -> str:
 def _keys(works: Iterable[Work]) -> list[Any]:
     """In-flight keys of messages that were taken up (the message and its records)."""
     keys: list[Any] = []
+    append, extend = keys.append, keys.extend
     for w in works:
-        if w.message is not None:
-            keys.append(message_key(w.message))
-            keys.extend(w.message.record_ids)
+        message = w.message
+        if message is not None:
+            append(message.key)
+            extend(message.record_ids)
     return keys
 
 

@@ -75,7 +75,7 @@ def is_outage(error: BaseException) -> bool:
 
 def message_key(message: Incoming) -> tuple[str, str, str]:
     """The in-flight key of a message (the inbox's key: queue and message ID)."""
-    return ("message", message.queue, message.message_id)
+    return message.key
 
 
 def record_ids(works: list[Work]) -> list[str]:
