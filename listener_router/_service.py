@@ -48,7 +48,7 @@ from listener_router._messages import (
     derive_message_id,
 )
 from listener_router._outbox import Outbox
-from listener_router._pipeline import Batch, Gathering, Group, InFlight
+from listener_router._pipeline import Batch, Gathering, Group, InFlight, tune_gc
 from listener_router._rules import ListenerRules, Router
 from listener_router._states import State
 from listener_router._steps import RunnerUnusable, Steps, Work, message_key
@@ -248,6 +248,7 @@ class Service(Steps):
         be delivered again.
         """
         assert self.link is not None
+        tune_gc()
         self._start_stage()
         running: list[Future[None]] = []
         try:
@@ -521,7 +522,9 @@ class Service(Steps):
                  ", ".join(f"{n} {state}" for state, n in sorted(outcome.items())))
         self.stats.add("batches")
         self.stats.add("batch_ms", int(elapsed * 1000))
-
+        # Groups point back at their batch: drop that cycle so the batch's messages
+        # are freed now, by reference counting, not by a garbage-collector pass.
+        batch.groups.clear()
 
     # -- publishing and acking -------------------------------------------------------
     def _copy_headers(self, w: Work, **extra: Any) -> dict[str, Any]:
