@@ -78,6 +78,13 @@ def properties_of(message: OutMessage) -> pika.BasicProperties:
 class Deliveries(queue.Queue):  # type: ignore[type-arg]
     """The queue deliveries arrive on; :meth:`get_batch` takes many under one lock."""
 
+    def put_many(self, items: Sequence[Delivery]) -> None:
+        with self.not_empty:
+            for item in items:
+                self._put(item)
+            self.unfinished_tasks += len(items)
+            self.not_empty.notify()
+
     def get_batch(self, limit: int, timeout: float, linger: float = 0.0) -> list[Delivery]:
         """Up to ``limit`` deliveries: wait ``timeout`` for the first, then take what
         is there, waiting up to ``linger`` seconds more for the rest."""
@@ -121,7 +128,7 @@ class AmqpLink:
 
     def __init__(self, url: str, *, prefetch: int = 1000, consume: Sequence[str] = (),
                  prepare: Callable[[pika.BlockingConnection], None] | None = None,
-                 reconnect_max_delay: float = 10.0):
+                 reconnect_max_delay: float = 10.0, first_generation: int = 0):
         self.url = url
         self.prefetch = prefetch
         self.queues = list(consume)
@@ -130,7 +137,7 @@ class AmqpLink:
         self.deliveries = Deliveries()
         self.ready = threading.Event()
         self._wake = threading.Event()
-        self.generation = 0
+        self.generation = first_generation
         self.last_error: str | None = None
         self.returned = 0
         self._stopping = False
@@ -190,12 +197,17 @@ class AmqpLink:
         return future
 
     def ack(self, deliveries: Iterable[Delivery]) -> None:
-        tags = [(d.generation, d.tag) for d in deliveries]
+        self.ack_tags([(d.generation, d.tag) for d in deliveries])
+
+    def ack_tags(self, tags: list[tuple[int, int]]) -> None:
+        """Ack by ``(generation, delivery tag)``; tags of an earlier connection are dropped."""
         if tags:
             self._call(lambda: self._ack(tags))
 
     def reject(self, deliveries: Iterable[Delivery], *, requeue: bool) -> None:
-        tags = [(d.generation, d.tag) for d in deliveries]
+        self.reject_tags([(d.generation, d.tag) for d in deliveries], requeue=requeue)
+
+    def reject_tags(self, tags: list[tuple[int, int]], *, requeue: bool) -> None:
         if tags:
             self._call(lambda: self._reject(tags, requeue))
 
@@ -230,6 +242,7 @@ class AmqpLink:
                 log.warning("broker %s unavailable: %s", self._safe_url(), self.last_error)
             self.ready.clear()
             self._fail_pending(BrokerUnavailable(f"connection to the broker lost: {self.last_error}"))
+            self._state_changed(False)
             if self._stopping:
                 break
             self._wake.wait(delay)
@@ -272,19 +285,27 @@ class AmqpLink:
         self._unacked.clear()
         self._consumer_tags = []
         generation = self.generation
+        deliver = self._deliver
         for name in self.queues:
             def on_message(ch: Any, method: Any, props: Any, body: bytes, name: str = name) -> None:
                 self._unacked.add(method.delivery_tag)
-                self.deliveries.put(Delivery(
-                    generation, method.delivery_tag, name, body, props.message_id,
-                    dict(props.headers or {}), bool(method.redelivered),
-                    {"content_type": props.content_type, "timestamp": props.timestamp,
-                     "routing_key": method.routing_key, "exchange": method.exchange}))
+                deliver(generation, method.delivery_tag, name, body, props.message_id,
+                        dict(props.headers or {}), bool(method.redelivered),
+                        {"content_type": props.content_type, "timestamp": props.timestamp,
+                         "routing_key": method.routing_key, "exchange": method.exchange})
             self._consumer_tags.append(self._consume_ch.basic_consume(name, on_message))
         self.last_error = None
         self.ready.set()
+        self._state_changed(True)
         log.info("connected to broker %s, consuming %s", self._safe_url(),
                  ", ".join(self.queues) or "nothing")
+
+    def _deliver(self, *fields: Any) -> None:
+        """A delivery arrived (I/O thread): the fields of a :class:`Delivery`."""
+        self.deliveries.put(Delivery(*fields))
+
+    def _state_changed(self, up: bool) -> None:
+        """The link became ready (consuming) or lost its connection (I/O thread)."""
 
     def _on_channel_closed(self, channel: Any, reason: Exception) -> None:
         if self._stopping or getattr(reason, "reply_code", None) == 200:

@@ -65,6 +65,7 @@ class Settings:
     broker_url: str = DEFAULT_BROKER
     queue_type: str = "quorum"
     delivery_limit: int = 20
+    broker_process: bool = True        # the broker connection in a child process of its own
     spark_master: str = "local[*]"
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     workflows_dir: str = "workflows"
@@ -157,7 +158,7 @@ def load_settings(path: str | os.PathLike[str] | None = None,
     engine = data.get("engine", {})
     node = data.get("node", {})
     _check_keys(bb, {"url", "lease_seconds"}, f"{where} [blackboard]")
-    _check_keys(broker, {"url", "queue_type", "delivery_limit"}, f"{where} [broker]")
+    _check_keys(broker, {"url", "queue_type", "delivery_limit", "process"}, f"{where} [broker]")
     _check_keys(spark, {"master", "conf"}, f"{where} [spark]")
     _check_keys(wf, {"dir", "aliases"}, f"{where} [workflows]")
     _check_keys(engine, {"runner", "batch_timeout", "isolation_budget", "concurrent_batches",
@@ -190,6 +191,8 @@ def load_settings(path: str | os.PathLike[str] | None = None,
         queue_type=queue_type,
         delivery_limit=_take(broker, "delivery_limit", int, f"{where} [broker]",
                              defaults.delivery_limit),
+        broker_process=_take(broker, "process", bool, f"{where} [broker]",
+                             defaults.broker_process),
         spark_master=env.get("CHALK_SPARK_MASTER")
         or _take(spark, "master", str, f"{where} [spark]", defaults.spark_master),
         spark_conf={str(k): str(v) for k, v in

@@ -11,6 +11,7 @@ connection's heartbeats.
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import logging
 import os
@@ -38,6 +39,7 @@ from listener_router._amqp import (
     OutMessage,
     connection_parameters,
 )
+from listener_router._amqp_process import ProcessLink
 from listener_router._cluster import Membership
 from listener_router._config import Settings, make_runner
 from listener_router._messages import (
@@ -133,7 +135,7 @@ class Service(Steps):
         self._registry = registry
         self._stopping = threading.Event()
         self._signals = 0
-        self.link: AmqpLink | None = None
+        self.link: AmqpLink | ProcessLink | None = None
         self.bb: Blackboard | None = None
         self._held: list[Delivery] = []
         self._held_lock = threading.Lock()
@@ -185,8 +187,9 @@ class Service(Steps):
         self.gathering = Gathering(max(rule.batch_size for rule in s.listeners),
                                    max(rule.max_wait_ms for rule in s.listeners) / 1000.0)
         prefetch = max(rule.prefetch for rule in s.listeners)
-        self.link = AmqpLink(s.broker_url, prefetch=prefetch, consume=self.listeners.consumers(),
-                             prepare=lambda conn: declare_all(conn, s)).start()
+        link_class = ProcessLink if s.broker_process else AmqpLink
+        self.link = link_class(s.broker_url, prefetch=prefetch, consume=self.listeners.consumers(),
+                               prepare=functools.partial(declare_all, settings=s)).start()
         self.membership = Membership(store.engine, self.node).start()
         self._last_maintenance = time.monotonic()
         self._declared: set[str] = set(self.listeners.queues)
