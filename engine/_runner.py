@@ -14,6 +14,7 @@ reason, all others complete.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import re
@@ -125,6 +126,7 @@ def _short(e: BaseException) -> str:
 
 
 _UNPLANNED = object()
+SWEEP_EVERY = 5.0  # seconds between collections of the py4j proxies finished jobs leave (_sweep)
 
 
 class SparkRunner:
@@ -161,6 +163,7 @@ class SparkRunner:
         # Compressed, the JVM copies a sixth of the bytes: measured 0.2-0.3 CPU-s
         # less per 10,000 records of ~1 KB in local mode, for ~0.1 more in Python.
         self._compress = True
+        self._swept = time.monotonic()
 
     def run(self, workflow: Workflow, blackboard: Any, instances: list[list[str]]) -> list[InstanceResult]:
         """Run ``workflow`` for each instance; see the module docstring."""
@@ -276,7 +279,25 @@ class SparkRunner:
         log.debug("batch of %d instance(s) of %s on Spark (%d as DataFrame), finished in %.3fs",
                   len(results), workflow.name, len(framed), time.perf_counter() - started,
                   extra={"workflow": workflow.name})
+        self._sweep()
         return results
+
+    def _sweep(self) -> None:
+        """Free the JVM objects of finished jobs (at most every ``SWEEP_EVERY`` seconds).
+
+        py4j's proxy of a Java object and the proxies of its methods refer to
+        each other, so every Java object a job touched (its Datasets, their
+        plans and query executions) is released in the JVM only when Python's
+        cyclic collector frees the proxies.  The proxies live through a job,
+        so they reach the oldest generation, which the collector rarely
+        visits: measured, the JVM kept ~450 KB per job until its 1 GB heap
+        was full (after ~2,300 jobs) and then spent its time collecting.
+        """
+        now = time.monotonic()
+        if now - self._swept < SWEEP_EVERY:
+            return
+        self._swept = now
+        gc.collect()
 
     def healthy(self) -> bool:
         """False once the SparkContext is gone (stopped, or its JVM died)."""

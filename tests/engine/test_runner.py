@@ -125,3 +125,30 @@ def test_run_stream_refuses_a_record_in_two_batches_in_flight(spark: Any) -> Non
     stream = SparkRunner(spark, batch_timeout=120).run_stream(wf, bb, [[["r0"], ["r1"]], [["r1"]]])
     with pytest.raises(ValueError, match="'r1' is in two batches in flight"):
         list(stream)
+
+
+def test_finished_jobs_leave_no_py4j_proxies_to_the_rare_full_collection(spark: Any, monkeypatch: Any) -> None:
+    """Each proxy keeps its Java object (a Dataset, its plans) alive in the JVM until freed."""
+    import gc
+
+    from py4j.java_gateway import JavaObject
+
+    import engine._runner
+
+    monkeypatch.setattr(engine._runner, "SWEEP_EVERY", 0.0)
+    wf = load_workflow(VALID_DIR / "mixed.xml")
+    runner = SparkRunner(spark, batch_timeout=120)
+    gc.collect()
+    gc.disable()  # what a long-lived process sees: the oldest generation is rarely collected
+    try:
+        bb = Blackboard.local()
+        records(bb, BATCH)
+        runner.run(wf, bb, INSTANCES)
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        left = [o for o in gc.garbage if isinstance(o, JavaObject)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert left == []
