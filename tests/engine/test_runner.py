@@ -135,7 +135,7 @@ def test_finished_jobs_leave_no_py4j_proxies_to_the_rare_full_collection(spark: 
 
     import engine._runner
 
-    monkeypatch.setattr(engine._runner, "SWEEP_EVERY", 0.0)
+    monkeypatch.setattr(engine._runner, "SWEEP_EVERY", 1)
     wf = load_workflow(VALID_DIR / "mixed.xml")
     runner = SparkRunner(spark, batch_timeout=120)
     gc.collect()
