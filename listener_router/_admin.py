@@ -19,7 +19,7 @@ from listener_router._amqp import connection_parameters
 from listener_router._cluster import Membership
 from listener_router._config import Settings
 from listener_router._messages import ATTEMPTS_HEADER, ERROR_HEADER, QUEUE_HEADER
-from listener_router._outbox import Outbox, inbox, outbox
+from listener_router._outbox import Outbox, inbox
 from listener_router._topology import dlq_name
 
 __all__ = ["status", "jobs", "dlq_list", "dlq_show", "dlq_replay", "dlq_purge", "peek"]
@@ -64,13 +64,11 @@ def status(settings: Settings) -> None:
     with store.engine.connect() as conn:
         count = conn.execute(select(func.count()).select_from(records)).scalar()
         held = conn.execute(select(leases.c.owner, func.count()).group_by(leases.c.owner)).all()
-    Outbox(store.engine)
+    box = Outbox(store.engine)
     with store.engine.connect() as conn:
         done = conn.execute(select(func.count()).select_from(inbox)).scalar()
-        unsent = conn.execute(select(func.count()).select_from(outbox)
-                              .where(outbox.c.sent_at.is_(None))).scalar()
     console.print(f"store {settings.blackboard_url}: {count} record(s), {done} processed "
-                  f"message(s), {unsent} unsent outbox row(s)")
+                  f"message(s), {box.unsent_count()} unsent outbox message(s)")
     for owner, n in held:
         console.print(f"  leases held by {owner}: {n}")
     membership = Membership(store.engine, "chalk-status")
@@ -84,19 +82,19 @@ def status(settings: Settings) -> None:
 
 
 def jobs(settings: Settings, limit: int = 20) -> None:
+    import datetime as dt
+
     store = SqlStore(settings.blackboard_url)
-    Outbox(store.engine)
+    box = Outbox(store.engine)
     table = Table(title=f"last {limit} processed messages")
     for column in ("message", "queue", "status", "processed", "outgoing"):
         table.add_column(column)
     with store.engine.connect() as conn:
         rows = conn.execute(select(inbox).order_by(inbox.c.processed_at.desc()).limit(limit)).all()
-        for row in rows:
-            n = conn.execute(select(func.count()).select_from(outbox)
-                             .where(outbox.c.message_id == row.message_id)).scalar()
-            import datetime as dt
-            when = dt.datetime.fromtimestamp(row.processed_at).isoformat(timespec="seconds")
-            table.add_row(row.message_id, row.queue, row.status, when, str(n))
+    counts = box.outgoing_counts([(row.message_id, row.batch) for row in rows])
+    for row, n in zip(rows, counts, strict=True):
+        when = dt.datetime.fromtimestamp(row.processed_at).isoformat(timespec="seconds")
+        table.add_row(row.message_id, row.queue, row.status, when, str(n))
     console.print(table)
     store.dispose()
 

@@ -7,7 +7,7 @@ while its heartbeat is younger than ``ttl``.  The leader is the live member
 that started first: it stays leader for as long as it lives, and a new member
 never takes over from a live one.  Each member logs the topology when the set
 of live members changes.  The leader alone does maintenance: dropping expired
-record leases, publishing orphaned outbox rows (committed, never confirmed
+record leases, publishing orphaned outbox batches (committed, never confirmed
 sent), and retention of old inbox/outbox rows.
 """
 

@@ -1,15 +1,27 @@
 """Inbox and outbox: the offsets stored with the data.
 
 In the transaction that commits a batch's records the service also writes
-the IDs of the messages it processed (inbox) and the messages it is going to
-send (outbox).  A redelivered message found in the inbox is not processed
-again: its unsent outbox rows are published and it is acked.  Outbox rows
-are marked sent after the broker confirmed them.
+the IDs of the messages it processed (inbox, a row per message) and the
+messages it is going to send (outbox).  A redelivered message found in the
+inbox is not processed again: if its outgoing messages were never confirmed
+sent they are published again, and it is acked.
+
+The outbox keeps one row per committed batch, holding all of that batch's
+outgoing messages, and each inbox row names the batch its outgoing messages
+are in.  Publishing is all-or-nothing per batch (one confirm wait), so "sent"
+is a property of the batch: marking it is one row update, not one per
+message.  Measured on SQLite, a row per outgoing message cost 15-20 µs of
+CPU per message to insert and mark, more than the records' own writes: its
+key is a hash, so every insert landed on a random page of a growing index.
+A batch published again (its input redelivered, or found orphaned by the
+leader) is published whole; its messages keep their deterministic IDs, so
+receivers drop the copies they already have.
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -19,12 +31,17 @@ from sqlalchemy import (
     Connection,
     Float,
     Index,
+    Integer,
     MetaData,
     String,
     Table,
     Text,
     delete,
+    func,
+    inspect,
     select,
+    text,
+    update,
 )
 from sqlalchemy.engine import Engine
 
@@ -38,21 +55,20 @@ inbox = Table(
     "chalk_inbox", metadata,
     Column("queue", String(255), primary_key=True),
     Column("message_id", String(255), primary_key=True),
-    Column("status", String(16), nullable=False),  # committed | dead
+    Column("status", String(16), nullable=False),  # committed
     Column("processed_at", Float, nullable=False),
+    Column("batch", String(64), nullable=True),    # the outbox batch of its outgoing messages
 )
 outbox = Table(
-    "chalk_outbox", metadata,
-    Column("id", String(255), primary_key=True),
-    Column("message_id", String(255), nullable=False),
-    Column("exchange", String(255), nullable=False),
-    Column("routing_key", String(255), nullable=False),
-    Column("body", Text, nullable=False),
-    Column("headers", Text, nullable=False),
+    "chalk_outbox_batches", metadata,
+    Column("id", String(64), primary_key=True),
     Column("created_at", Float, nullable=False),
     Column("sent_at", Float, nullable=True),
-    Index("ix_chalk_outbox_message", "message_id"),
-    Index("ix_chalk_outbox_unsent", "sent_at"),
+    Column("size", Integer, nullable=False),       # messages in it
+    # JSON: [[message_id, source message_id, exchange, routing_key, body, headers,
+    #         content_type], ...]
+    Column("messages", Text, nullable=False),
+    Index("ix_chalk_outbox_batches_unsent", "sent_at"),
 )
 
 _CHUNK = 2000
@@ -61,19 +77,15 @@ _CHUNK = 2000
 # rows: SQLAlchemy's per-row parameter processing costs more than SQLite's
 # work for a batch of a thousand.  ID sets go in as one JSON array (SQLite)
 # or one text array (PostgreSQL): one statement whatever the batch size.
-_INBOX_INSERT = ("INSERT INTO chalk_inbox (queue, message_id, status, processed_at) "
-                 "VALUES (?, ?, 'committed', ?)")
-_OUTBOX_INSERT = ("INSERT INTO chalk_outbox (id, message_id, exchange, routing_key, body, "
-                  "headers, created_at, sent_at) VALUES (?, ?, ?, ?, ?, ?, ?, NULL)")
+_INBOX_INSERT = ("INSERT INTO chalk_inbox (queue, message_id, status, processed_at, batch) "
+                 "VALUES (?, ?, 'committed', ?, ?)")
+_OUTBOX_INSERT = ("INSERT INTO chalk_outbox_batches (id, created_at, sent_at, size, messages) "
+                  "VALUES (?, ?, NULL, ?, ?)")
 _SEEN = {
-    "sqlite": "SELECT message_id FROM chalk_inbox WHERE queue = ? AND message_id IN "
+    "sqlite": "SELECT message_id, batch FROM chalk_inbox WHERE queue = ? AND message_id IN "
               "(SELECT value FROM json_each(?))",
-    "postgresql": "SELECT message_id FROM chalk_inbox WHERE queue = %s AND "
+    "postgresql": "SELECT message_id, batch FROM chalk_inbox WHERE queue = %s AND "
                   "message_id = ANY(%s::text[])",
-}
-_MARK_SENT = {
-    "sqlite": "UPDATE chalk_outbox SET sent_at = ? WHERE id IN (SELECT value FROM json_each(?))",
-    "postgresql": "UPDATE chalk_outbox SET sent_at = %s WHERE id = ANY(%s::text[])",
 }
 
 
@@ -86,13 +98,23 @@ def _driver_sql(conn: Connection, sql: str) -> str:
     return sql.replace("?", "%s") if conn.dialect.name == "postgresql" else sql
 
 
+def _decode(messages: str) -> list[OutMessage]:
+    return [OutMessage(routing_key=key, body=body.encode("utf-8"), message_id=mid,
+                       headers=headers, exchange=exchange, content_type=content_type)
+            for mid, _source, exchange, key, body, headers, content_type in orjson.loads(messages)]
+
+
 class Outbox:
     """Inbox/outbox tables in the blackboard's database."""
 
     def __init__(self, engine: Engine):
         self.engine = engine
-        metadata.create_all(engine)
         self._pg = engine.dialect.name == "postgresql"
+        with engine.begin() as conn:
+            if self._pg:  # several processes may open a fresh database at once
+                conn.execute(text("SELECT pg_advisory_xact_lock(7011932)"))
+            metadata.create_all(conn)
+            _upgrade(conn)
 
     def _ids(self, ids: Sequence[str]) -> Any:
         return list(ids) if self._pg else orjson.dumps(list(ids)).decode()
@@ -102,62 +124,111 @@ class Outbox:
         # IMMEDIATE, so an inbox check never waits for a commit.
         return self.engine.connect().execution_options(chalk_readonly=True)
 
-    def seen(self, queue: str, message_ids: Sequence[str]) -> set[str]:
-        """Which of these messages from ``queue`` were already committed.
+    def seen(self, queue: str, message_ids: Sequence[str]) -> dict[str, str | None]:
+        """Which of these messages from ``queue`` were already committed, and the
+        outbox batch of each one's outgoing messages (None: it had none).
 
         Keyed by queue too: one message fanned out to two queues is two units of work.
         """
-        found: set[str] = set()
+        found: dict[str, str | None] = {}
         sql = _SEEN[self.engine.dialect.name]
         with self._reading() as conn:
             for part in _chunks(list(message_ids)):
-                found.update(mid for (mid,) in conn.exec_driver_sql(sql, (queue, self._ids(part))))
+                found.update(conn.exec_driver_sql(sql, (queue, self._ids(part))).all())
         return found
 
     @staticmethod
     def write(conn: Connection, processed: Sequence[tuple[str, str]],
-              messages: Sequence[tuple[str, OutMessage]]) -> None:
-        """Inside the commit transaction: record ``(message_id, queue)`` and outgoing messages."""
+              messages: Sequence[tuple[str, OutMessage]]) -> str | None:
+        """Inside the commit transaction: record ``(message_id, queue)`` and the outgoing
+        ``(source message_id, message)``; returns the outbox batch (None: no messages)."""
         now = time.time()
-        if processed:
-            conn.exec_driver_sql(_driver_sql(conn, _INBOX_INSERT),
-                                 [(q, mid, now) for mid, q in processed])
+        batch = uuid.uuid4().hex if messages else None
         if messages:
-            dumps = orjson.dumps
-            conn.exec_driver_sql(_driver_sql(conn, _OUTBOX_INSERT), [
-                (m.message_id, mid, m.exchange, m.routing_key, m.body.decode("utf-8"),
-                 dumps(m.headers).decode(), now) for mid, m in messages])
+            conn.exec_driver_sql(_driver_sql(conn, _OUTBOX_INSERT), (
+                batch, now, len(messages), orjson.dumps([
+                    (m.message_id, source, m.exchange, m.routing_key, m.body.decode("utf-8"),
+                     m.headers, m.content_type) for source, m in messages]).decode()))
+        if processed:
+            sources = {source for source, _m in messages}
+            conn.exec_driver_sql(_driver_sql(conn, _INBOX_INSERT), [
+                (q, mid, now, batch if mid in sources else None) for mid, q in processed])
+        return batch
 
-    def unsent(self, message_ids: Sequence[str] | None = None,
-               older_than: float | None = None) -> list[OutMessage]:
-        """Outbox rows not yet confirmed sent (for some inputs, or all older than a time)."""
-        query = select(outbox).where(outbox.c.sent_at.is_(None))
+    def unsent(self, batches: Iterable[str] | None = None,
+               older_than: float | None = None) -> dict[str, list[OutMessage]]:
+        """The messages of batches not yet confirmed sent, by batch (of those given,
+        or all created before ``older_than``)."""
+        query = select(outbox.c.id, outbox.c.messages).where(outbox.c.sent_at.is_(None))
         if older_than is not None:
             query = query.where(outbox.c.created_at < older_than)
         rows: list[Any] = []
         with self._reading() as conn:
-            if message_ids is None:
+            if batches is None:
                 rows = list(conn.execute(query.order_by(outbox.c.created_at)))
             else:
-                for part in _chunks(list(message_ids)):
-                    rows.extend(conn.execute(query.where(outbox.c.message_id.in_(part))))
-        return [OutMessage(routing_key=r.routing_key, body=r.body.encode("utf-8"),
-                           message_id=r.id, headers=orjson.loads(r.headers), exchange=r.exchange)
-                for r in rows]
+                for part in _chunks(sorted(set(batches))):
+                    rows.extend(conn.execute(query.where(outbox.c.id.in_(part))))
+        return {r.id: _decode(r.messages) for r in rows}
 
-    def mark_sent(self, outgoing_ids: Sequence[str]) -> None:
-        if not outgoing_ids:
+    def mark_sent(self, batches: Sequence[str]) -> None:
+        if not batches:
             return
-        now = time.time()
-        sql = _MARK_SENT[self.engine.dialect.name]
         with self.engine.begin() as conn:
-            for part in _chunks(list(outgoing_ids)):
-                conn.exec_driver_sql(sql, (now, self._ids(part)))
+            for part in _chunks(list(batches)):
+                conn.execute(update(outbox).where(outbox.c.id.in_(part))
+                             .values(sent_at=time.time()))
+
+    def unsent_count(self) -> int:
+        """Outgoing messages not yet confirmed sent."""
+        with self._reading() as conn:
+            return int(conn.execute(select(func.coalesce(func.sum(outbox.c.size), 0))
+                                    .where(outbox.c.sent_at.is_(None))).scalar_one())
+
+    def outgoing_counts(self, processed: Sequence[tuple[str, str | None]]) -> list[int]:
+        """For ``(message_id, batch)`` pairs from the inbox: how many messages each sent."""
+        batches = sorted({b for _mid, b in processed if b})
+        sources: dict[str, list[str]] = {}
+        with self._reading() as conn:
+            for part in _chunks(batches):
+                for row in conn.execute(select(outbox.c.id, outbox.c.messages)
+                                        .where(outbox.c.id.in_(part))):
+                    sources[row.id] = [m[1] for m in orjson.loads(row.messages)]
+        return [sources.get(b, []).count(mid) if b else 0 for mid, b in processed]
 
     def purge(self, older_than_seconds: float) -> int:
-        """Retention: drop sent outbox rows and inbox rows older than the limit."""
+        """Retention: drop sent outbox batches and inbox rows older than the limit."""
         limit = time.time() - older_than_seconds
         with self.engine.begin() as conn:
             count = conn.execute(delete(outbox).where(outbox.c.sent_at < limit)).rowcount or 0
             count += conn.execute(delete(inbox).where(inbox.c.processed_at < limit)).rowcount or 0
         return count
+
+
+def _upgrade(conn: Connection) -> None:
+    """Bring a database written by an earlier Chalk to this layout (idempotent).
+
+    Earlier versions kept a row per outgoing message in ``chalk_outbox`` and
+    no batch in the inbox.  Their unsent rows move into one outbox batch (so
+    nothing committed goes unpublished), and the old table is dropped.
+    """
+    found = inspect(conn)
+    if "batch" not in {c["name"] for c in found.get_columns("chalk_inbox")}:
+        conn.execute(text("ALTER TABLE chalk_inbox ADD COLUMN batch VARCHAR(64)"))
+    if "chalk_outbox" not in found.get_table_names():
+        return
+    old = conn.execute(text(
+        "SELECT id, message_id, exchange, routing_key, body, headers FROM chalk_outbox "
+        "WHERE sent_at IS NULL ORDER BY created_at")).all()
+    if old:
+        batch = uuid.uuid4().hex
+        conn.execute(outbox.insert().values(
+            id=batch, created_at=time.time(), sent_at=None, size=len(old),
+            messages=orjson.dumps([(r.id, r.message_id, r.exchange, r.routing_key, r.body,
+                                    orjson.loads(r.headers), "application/json")
+                                   for r in old]).decode()))
+        sources = sorted({r.message_id for r in old})
+        for start in range(0, len(sources), _CHUNK):
+            conn.execute(update(inbox).where(inbox.c.message_id.in_(sources[start:start + _CHUNK]))
+                         .values(batch=batch))
+    conn.execute(text("DROP TABLE chalk_outbox"))

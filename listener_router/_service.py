@@ -63,7 +63,7 @@ log = logging.getLogger(__name__)
 CONFIRM_TIMEOUT = 60.0
 REFRESH_EVERY = 2.0
 MAINTAIN_EVERY = 30.0     # leader maintenance period, seconds
-ORPHAN_AGE = 120.0        # an unsent outbox row this old has lost its input's redelivery
+ORPHAN_AGE = 120.0        # an unsent outbox batch this old has lost its inputs' redelivery
 CHUNK_LINGER = 0.02       # seconds the stage waits to gather more than one delivery
 BACKLOG = 3               # batches that may wait for the committer, and for the finisher
 
@@ -298,9 +298,10 @@ class Service(Steps):
         try:
             done["expired_leases"] = self.bb.store.purge_expired_leases()
             orphans = self.outbox.unsent(older_than=time.time() - ORPHAN_AGE)
-            done["orphans"] = len(orphans)
+            done["orphans"] = sum(len(messages) for messages in orphans.values())
             if orphans:
-                log.warning("publishing %d orphaned outbox message(s)", len(orphans))
+                log.warning("publishing %d orphaned outbox message(s) of %d batch(es)",
+                            done["orphans"], len(orphans))
                 self._submit(lambda: self._publish_orphans(orphans))
             done["retention"] = self.outbox.purge(self.settings.retention_days * 86400.0)
             done["forgotten_members"] = self.membership.forget_dead()
@@ -308,13 +309,14 @@ class Service(Steps):
             log.warning("maintenance failed, trying again later: %s", e)
         return done
 
-    def _publish_orphans(self, orphans: list[OutMessage]) -> None:
+    def _publish_orphans(self, orphans: dict[str, list[OutMessage]]) -> None:
         assert self.link is not None
+        messages = [m for batch in orphans.values() for m in batch]
         try:
-            self._declare_targets(orphans)
-            self.link.publish(orphans).result(timeout=CONFIRM_TIMEOUT)
+            self._declare_targets(messages)
+            self.link.publish(messages).result(timeout=CONFIRM_TIMEOUT)
             with self.db_writes:
-                self.outbox.mark_sent([m.message_id for m in orphans])
+                self.outbox.mark_sent(list(orphans))
         except Exception as e:  # the next maintenance round tries again
             log.warning("publishing orphaned outbox rows failed: %s", e)
 
@@ -644,11 +646,12 @@ class Service(Steps):
                     self._hold(w.delivery for w in done)
                     self._backoff = min(max(self._backoff * 2, 0.5), 30.0)
                     return
+                batches = sorted({w.batch for w in done if w.batch})
                 try:
                     with self.db_writes:
-                        self.outbox.mark_sent([m.message_id for m in routed])
+                        self.outbox.mark_sent(batches)
                 except (StorageError, SQLAlchemyError) as e:
-                    log.warning("could not mark %d outbox row(s) sent: %s", len(routed), e)
+                    log.warning("could not mark %d outbox batch(es) sent: %s", len(batches), e)
             for w in done:
                 self.stats.add(w.state.value)
                 w.to(State.ACKED)

@@ -3,10 +3,11 @@
 Theory of operation: a consumed message is *received*; once parsed and
 matched it is *processing*.  It leaves processing in exactly one way:
 
-- *committed*: its records, its inbox row and its outbox rows were written in
-  one transaction; after the broker confirmed the outbox it is *acked*.
-- *duplicate*: its ID is already in the inbox; unsent outbox rows are
-  published again, then it is acked.
+- *committed*: its records, its inbox row and its outgoing messages (in its
+  batch's outbox row) were written in one transaction; after the broker
+  confirmed them it is *acked*.
+- *duplicate*: its ID is already in the inbox; an outbox batch of its that was
+  never confirmed sent is published again, then it is acked.
 - *retrying*: its instance failed with attempts left; a copy with the attempt
   count raised waits in a delay queue; after the broker confirmed the copy the
   original is acked.

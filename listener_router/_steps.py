@@ -50,6 +50,7 @@ class Work:
     error: str | None = None
     workflow: str | None = None
     outgoing: list[OutMessage] = field(default_factory=list)
+    batch: str | None = None           # the outbox batch ``outgoing`` is in, once committed
 
     def to(self, state: State, error: str | None = None) -> None:
         self.state = check_transition(self.state, state)
@@ -124,7 +125,8 @@ class Steps:
         return w
 
     def _check_inbox(self, live: list[Work]) -> None:
-        """Messages already committed become duplicates (their unsent outbox rows go again)."""
+        """Messages already committed become duplicates; an outbox batch of theirs
+        never confirmed sent goes with the first of them, to be published again."""
         by_queue: dict[str, list[str]] = {}
         for w in live:
             if w.message is not None:
@@ -132,8 +134,9 @@ class Steps:
         if not by_queue:
             return
         try:
-            seen = {(q, mid) for q, ids in by_queue.items() for mid in self.outbox.seen(q, ids)}
-            unsent = self.outbox.unsent(sorted({mid for _q, mid in seen})) if seen else []
+            seen = {(q, mid): batch for q, ids in by_queue.items()
+                    for mid, batch in self.outbox.seen(q, ids).items()}
+            unsent = self.outbox.unsent({b for b in seen.values() if b}) if seen else {}
         except (StorageError, SQLAlchemyError) as e:
             log.warning("inbox check failed, holding %d message(s): %s", len(live), e)
             for w in live:
@@ -141,14 +144,14 @@ class Steps:
             return
         if not seen:
             return
-        by_source: dict[str, list[OutMessage]] = {}
-        for m in unsent:
-            by_source.setdefault(str(m.headers.get("x-chalk-source")), []).append(m)
         for w in live:
             assert w.message is not None
-            if (w.message.queue, w.message.message_id) in seen:
+            key = (w.message.queue, w.message.message_id)
+            if key in seen:
                 w.to(State.DUPLICATE)
-                w.outgoing = by_source.pop(w.message.message_id, [])
+                batch = seen[key]
+                if batch in unsent:
+                    w.outgoing, w.batch = unsent.pop(batch), batch
 
     # -- loading ---------------------------------------------------------------------
     def _load(self, bb: Blackboard, group: list[Work]) -> list[Work]:
@@ -290,10 +293,11 @@ class Steps:
         processed = [(w.message.message_id, w.message.queue) for w, _ in committing]  # type: ignore[union-attr]
         outgoing = [(w.message.message_id, m) for w, _ in committing for m in w.outgoing]  # type: ignore[union-attr]
         started = time.perf_counter()
+        batches: list[str | None] = []
         try:
             with self.db_writes:
-                bb.commit_many(commit_ids,
-                               hook=lambda conn: Outbox.write(conn, processed, outgoing))
+                bb.commit_many(commit_ids, hook=lambda conn: batches.append(
+                    Outbox.write(conn, processed, outgoing)))
         except Exception as e:
             self.stats.add("commit_ms", int((time.perf_counter() - started) * 1000))
             works = [w for w, _ in committing]
@@ -318,6 +322,8 @@ class Steps:
         self.stats.add("commit_ms", int((time.perf_counter() - started) * 1000))
         for w, _ in committing:
             w.to(State.COMMITTED)
+            if w.outgoing:
+                w.batch = batches[-1]
         self.stats.add("records_committed", len(commit_ids))
 
     # -- failing ---------------------------------------------------------------------
