@@ -15,18 +15,26 @@ what each job runs (a new JVM spends most of a core compiling for the first
 few hundred jobs).  The bare loop runs first and again just before the warm
 pass; the warm ratio is to the higher of the two bare rates.
 
+The output queue is emptied before each pass, as a downstream consumer
+would keep it.  For the warm pass the CPU each process spent is printed per
+message: the service, its broker I/O process, Spark's JVM and RabbitMQ (on
+two cores these share the machine with the broker, so their sum bounds the
+rate).
+
 Then latency: messages offered at a fixed rate (default 1,000/s) for a while,
 the time from publish to arrival in the output queue, p50 and p99 (warm).
 
-Run: ``.venv/bin/python bench/bench_listener.py`` (``--messages 5000`` for a
-quicker look; ``--runner local`` to leave Spark out).
+Run: ``.venv/bin/python bench/bench_listener.py`` (``--messages 20000 --batch-size
+1000`` for a quicker look; ``--runner local`` to leave Spark out).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -123,16 +131,64 @@ def bare_round_trip(url: str, settings: Settings, n: int) -> float:
 _FIRST = [0]  # each run takes new record IDs: every run creates its records
 
 
-def chalk_run(settings: Settings, n: int, spark: Any) -> tuple[float, dict[str, int]]:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _descendants(pid: int) -> list[int]:
+    out: list[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(c) for c in f.read().split()]
+    except OSError:
+        return out
+    return out + [d for c in out for d in _descendants(c)]
+
+
+def _named(pids: list[int], comm: str) -> int | None:
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip() == comm:
+                    return pid
+        except OSError:
+            continue
+    return None
+
+
+def purge(url: str, queue: str) -> None:
+    conn = pika.BlockingConnection(connection_parameters(url))
+    conn.channel().queue_purge(queue)
+    conn.close()
+
+
+def chalk_run(settings: Settings, n: int, spark: Any) -> tuple[float, dict[str, int], dict[str, float]]:
+    """Records/s through the service, its counters, and CPU-s by process."""
     queue = settings.listeners[0].queue
     first = _FIRST[0]
     _FIRST[0] += n
+    purge(settings.broker_url, settings.routers[0].queue)
     publish(settings.broker_url, queue, [body_for(first + i) for i in range(n)], uuid.uuid4().hex[:6])
     with Service(settings, spark=spark) as service:
+        proc = getattr(service.link, "_proc", None)
+        beam = subprocess.run(["pgrep", "-x", "beam.smp"], capture_output=True, text=True).stdout.split()
+        found = {"service": os.getpid(), "broker I/O": proc.pid if proc else None,
+                 "JVM": _named(_descendants(os.getpid()), "java"),
+                 "RabbitMQ": int(beam[0]) if beam else None}
+        processes = {name: pid for name, pid in found.items() if pid is not None}
+        before = {name: cpu_seconds(pid) for name, pid in processes.items()}
         started = time.perf_counter()
         stats = service.run(until=lambda s: s["committed"] >= n, idle_exit=60)
         elapsed = time.perf_counter() - started
-    return stats["committed"] / elapsed, dict(stats.counts)
+        cpu = {name: cpu_seconds(pid) - before[name] for name, pid in processes.items()}
+    return stats["committed"] / elapsed, dict(stats.counts), cpu
 
 
 def latency(settings: Settings, rate: float, seconds: float, spark: Any) -> list[float]:
@@ -208,7 +264,7 @@ def main() -> int:
     print(f"{args.messages} messages, batch {args.batch_size}, runner {args.runner} {args.master}")
     bare = bare_round_trip(args.broker, settings, args.messages)
     print(f"bare broker round trip: {bare:,.0f} msg/s")
-    cold, _ = chalk_run(settings, args.messages, spark)
+    cold, _, _ = chalk_run(settings, args.messages, spark)
     print(f"chalk end to end, first {args.messages:,} after start: {cold:,.0f} records/s   "
           f"ratio {cold / bare:.2f}")
     if args.warmup_batches:
@@ -220,17 +276,18 @@ def main() -> int:
     # measured again next to the warm pass, the ratio takes the higher figure.
     bare_again = bare_round_trip(args.broker, settings, args.messages)
     print(f"bare broker round trip, again: {bare_again:,.0f} msg/s")
-    rate, counts = chalk_run(settings, args.messages, spark)
+    rate, counts, cpu = chalk_run(settings, args.messages, spark)
     print(f"chalk end to end, warm (after {args.warmup_batches} more batches): {rate:,.0f} records/s   "
           f"ratio {rate / max(bare, bare_again):.2f} (to the higher bare rate)")
+    print("  CPU per message (µs): " + ", ".join(
+        f"{name} {seconds / args.messages * 1e6:.0f}" for name, seconds in cpu.items())
+        + f"; sum {sum(cpu.values()) / args.messages * 1e6:.0f}")
     phases = {k[:-3]: counts.get(k, 0) for k in (
         "receive_ms", "inbox_ms", "load_ms", "stage_ms", "wait_ms", "run_ms", "route_ms",
         "commit_ms", "publish_ms", "batch_ms")}
     print(f"  phases (ms, summed over {counts.get('batches', 0)} batches; stage, commit and "
           f"publish overlap the run): {phases}")
-    conn = pika.BlockingConnection(connection_parameters(args.broker))
-    conn.channel().queue_purge(settings.routers[0].queue)
-    conn.close()
+    purge(args.broker, settings.routers[0].queue)
     lat = latency(settings, args.rate, args.seconds, spark)
     if lat:
         lat.sort()
