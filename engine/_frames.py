@@ -24,7 +24,7 @@ from typing import Any
 from engine._conditions import Comparison, comparison
 from engine._pipelets import configured_pipelet
 from engine._specs import Activity, Empty, If, InvokePipelet, Sequence, Workflow
-from pipelets._frames import INT, STRING, column, portable
+from pipelets._frames import DECLINED, INT, STRING, column, portable
 
 __all__ = ["ID_COLUMN", "FramePlan", "frame_plan"]
 
@@ -54,13 +54,15 @@ class FramePlan:
     """A workflow compiled to DataFrame steps.
 
     ``columns`` are the attributes the frame carries (every one touched);
-    ``types`` the column type of each attribute written, at the end.
+    ``types`` the column type of each attribute written, at the end;
+    ``declines``: some step may decline rows (they run in the interpreter).
     """
 
     workflow: Workflow
     steps: tuple[Any, ...]
     columns: tuple[str, ...]
     types: tuple[tuple[str, str], ...]
+    declines: bool = False
 
     def split(self, blackboard: Any, instances: list[tuple[int, list[str]]]) -> tuple[
             list[tuple[int, str, list[str | None]]], list[tuple[int, list[str]]]]:
@@ -87,15 +89,20 @@ class FramePlan:
         data = {ID_COLUMN: pa.array([r[1] for r in rows], pa.string())}
         for n, name in enumerate(self.columns):
             data[name] = pa.array([r[2][n] for r in rows], pa.string())
+        if self.declines:
+            data[DECLINED] = pa.repeat(pa.scalar(False), len(rows))
         return pa.table(data)
 
     def apply(self, frame: Any) -> Any:
         """``frame`` (from :meth:`to_arrow`) with the workflow's written columns computed."""
         frame = _run(self.workflow, self.steps, frame)
-        return frame.select(column(ID_COLUMN), *(column(name) for name, _ in self.types))
+        return frame.select(column(ID_COLUMN), *(column(name) for name, _ in self.types),
+                            *((column(DECLINED),) if self.declines else ()))
 
-    def write_back(self, blackboard: Any, table: Any, rows: list[tuple[int, str, list[str | None]]]) -> None:
-        """Put the written columns of the job's ``table`` on the records.
+    def write_back(self, blackboard: Any, table: Any, rows: list[tuple[int, str, list[str | None]]]
+                   ) -> set[str]:
+        """Put the written columns of the job's ``table`` on the records; return the IDs
+        of the records a step declined (left as they were, for the interpreter).
 
         What changed goes on with one ``set_attributes`` per record (the
         touched attributes hold no sub-objects, so replacing their values is
@@ -107,7 +114,13 @@ class FramePlan:
         where = [self.columns.index(name) for name, _ in self.types]
         columns = [table.column(name).to_pylist() for name, _ in self.types]
         names = [name for name, _ in self.types]
+        declined: set[str] = set()
+        if self.declines:
+            flags = table.column(DECLINED).to_pylist()
+            declined = {rid for rid, flag in zip(ids, flags, strict=True) if flag}
         for row, rid in enumerate(ids):
+            if rid in declined:
+                continue
             old = originals[rid]
             changes: dict[str, Any] = {}
             for name, at, values in zip(names, where, columns, strict=True):
@@ -122,6 +135,7 @@ class FramePlan:
                 changes[name] = new
             if changes:
                 blackboard.set_attributes(rid, changes)
+        return declined
 
 
 def _plain_values(blackboard: Any, ids: list[str], columns: tuple[str, ...]) -> list[str | None] | None:
@@ -152,12 +166,14 @@ def frame_plan(workflow: Workflow) -> tuple[FramePlan | None, str]:
         steps, _ = compiler.block(workflow.body, types)
         if not steps:
             raise _Declined("it calls no pipelet")
-        if ID_COLUMN in compiler.touched:
-            raise _Declined(f"it uses an attribute named {ID_COLUMN!r}")
+        for reserved in (ID_COLUMN, DECLINED):
+            if reserved in compiler.touched:
+                raise _Declined(f"it uses an attribute named {reserved!r}")
     except _Declined as e:
         return None, str(e)
     written = tuple((name, types[name]) for name in sorted(compiler.written))
-    return FramePlan(workflow, tuple(steps), tuple(sorted(compiler.touched)), written), ""
+    return FramePlan(workflow, tuple(steps), tuple(sorted(compiler.touched)), written,
+                     compiler.declines), ""
 
 
 class _Compiler:
@@ -165,6 +181,7 @@ class _Compiler:
         self.workflow = workflow
         self.touched: set[str] = set()
         self.written: set[str] = set()
+        self.declines = False
 
     def block(self, act: Activity, types: dict[str, str]) -> tuple[list[Any], set[str]]:
         """Steps for ``act`` and the attributes they write; ``types`` is updated."""
@@ -204,6 +221,7 @@ class _Compiler:
             writes.add(name)
         self.touched |= writes
         self.written |= writes
+        self.declines |= io.declines
         return [act], writes
 
     def branch(self, act: If, types: dict[str, str]) -> tuple[list[Any], set[str]]:

@@ -270,9 +270,15 @@ class SparkRunner:
                 outputs += self._run_rows(workflow, rows, _Budget(self.isolation_budget))
             else:
                 with frozen_heap():
-                    batch.plan.write_back(blackboard, table, batch.frame_rows)
-                framed = [InstanceResult(index, True, None, [rid], [rid]) for index, rid, _ in batch.frame_rows]
+                    declined = batch.plan.write_back(blackboard, table, batch.frame_rows)
+                framed = [InstanceResult(index, True, None, [rid], [rid])
+                          for index, rid, _ in batch.frame_rows if rid not in declined]
                 self.frame_records += len(framed)
+                if declined:  # values a form leaves to process(): those records run here
+                    with frozen_heap():
+                        rows = _inputs(blackboard, [(index, [rid]) for index, rid, _ in batch.frame_rows
+                                                    if rid in declined])
+                    outputs += self._run_rows(workflow, rows, _Budget(self.isolation_budget))
         with frozen_heap():
             results = _apply(blackboard, outputs) + framed
             results.sort(key=lambda r: r.index)

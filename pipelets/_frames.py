@@ -42,11 +42,14 @@ def _private(name: str, before_311: str) -> Any:
 _sre = _private("re._constants", "sre_constants")
 _sre_parse = _private("re._parser", "sre_parse")
 
-__all__ = ["STRING", "INT", "STRINGS", "FrameIO", "cached_column", "column", "frame_name", "java_regex",
-           "java_replacement", "portable", "top_group"]
+__all__ = ["STRING", "INT", "STRINGS", "DECLINED", "FrameIO", "cached_column", "column", "decline",
+           "frame_name", "java_regex", "java_replacement", "portable", "top_group"]
 
 #: Column types a DataFrame form may write (Spark DDL names).
 STRING, INT, STRINGS = "string", "int", "array<string>"
+
+#: The boolean frame column of rows a form declined (see :func:`decline`).
+DECLINED = "_declined"
 
 _NAME = re.compile(r"[^\[\]/]+")
 
@@ -57,10 +60,12 @@ class FrameIO:
 
     ``reads`` are string columns; ``writes`` pairs each written attribute
     with its column type (:data:`STRING`, :data:`INT` or :data:`STRINGS`).
+    ``declines``: the form may hand some rows back (:func:`decline`).
     """
 
     reads: tuple[str, ...]
     writes: tuple[tuple[str, str], ...]
+    declines: bool = False
 
 
 def frame_name(path: str) -> bool:
@@ -89,6 +94,19 @@ def cached_column(owner: Any, build: Callable[[], Any]) -> Any:
         cached = (key, build())
         owner.__dict__["_frame_column"] = cached
     return cached[1]
+
+
+def decline(frame: Any, condition: Any) -> Any:
+    """``frame`` with the rows where ``condition`` holds declined: for a value the form
+    cannot compute exactly but that is too rare to make the whole form refuse.
+
+    The engine runs a declined record through ``process`` instead (from the
+    record as it was loaded: the frame's results for it are dropped).  A form
+    that declines says so in its :class:`FrameIO`.
+    """
+    from pyspark.sql import functions as F
+
+    return frame.withColumn(DECLINED, F.col(DECLINED) | F.coalesce(condition, F.lit(False)))
 
 
 def column(name: str) -> Any:

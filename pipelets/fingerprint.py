@@ -9,7 +9,7 @@ from typing import Any
 
 from pipelets._base import Pipelet
 from pipelets._config import Settings
-from pipelets._frames import STRING, FrameIO, cached_column, column, frame_name, java_regex
+from pipelets._frames import STRING, FrameIO, cached_column, column, decline, frame_name, java_regex
 
 __all__ = ["ALGORITHMS", "Fingerprint"]
 
@@ -19,11 +19,11 @@ _CHUNK = 1 << 20
 # hashlib name -> (Spark function, bits) for the DataFrame form
 _SPARK_HASHES = {"md5": ("md5", 0), "sha1": ("sha1", 0), "sha224": ("sha2", 224), "sha256": ("sha2", 256),
                  "sha384": ("sha2", 384), "sha512": ("sha2", 512)}
-# what json.dumps writes for the characters it escapes in ASCII text, backslash first
-_JSON_ESCAPES = [("\\", "\\\\"), ('"', '\\"')] + [
-    (chr(c), json.dumps(chr(c))[1:-1]) for c in range(32)]
-
-_JAVA_NEEDS_ESCAPE = "[" + "".join(f"\\x{{{ord(c):x}}}" for c, _ in _JSON_ESCAPES) + "]"
+# What json.dumps writes for the characters it escapes in ASCII text, backslash
+# first.  The DataFrame form replaces these; a value holding any other control
+# character (rare in text) is declined, and process() computes its fingerprint.
+_JSON_ESCAPES = [(c, json.dumps(c)[1:-1]) for c in ("\\", '"', "\t", "\n", "\r")]
+_JAVA_RARE_CONTROL = r"[\x{0}-\x{8}\x{b}\x{c}\x{e}-\x{1f}]"  # the other 29 (Java regex)
 
 
 def _normalized(value: Any) -> Any:
@@ -115,32 +115,35 @@ class Fingerprint(Pipelet):
         if self.everything or self.attachments or self.algorithm not in _SPARK_HASHES \
                 or not all(frame_name(n) for n in names):
             return None
-        return FrameIO(reads=tuple(self.attributes or ()), writes=((self.output, STRING),))
+        return FrameIO(reads=tuple(self.attributes or ()), writes=((self.output, STRING),),
+                       declines=True)
 
     def transform(self, frame: Any) -> Any:
-        return frame.withColumn(self.output, cached_column(self, self._digest))
+        digest, rare = cached_column(self, self._digest)
+        return decline(frame, rare).withColumn(self.output, digest)
 
-    def _digest(self) -> Any:
+    def _digest(self) -> tuple[Any, Any]:
+        """The fingerprint column, and the test of values it leaves to ``process``."""
         from pyspark.sql import functions as F
 
         def framed(tag: bytes, *parts: bytes) -> bytes:
             return tag + b"".join(len(p).to_bytes(8, "big") + p for p in parts)
 
         pieces = []
+        rare = F.lit(False)
         for name in self.attributes or []:
             key = name.encode("utf-8")
             value = column(name)
             if self.normalize:
                 value = F.lower(F.trim(F.regexp_replace(value, F.lit(java_regex(_SPACE)), F.lit(" "))))
-            escaped = value
+            rare = rare | value.rlike(_JAVA_RARE_CONTROL)
             for char, replacement in _JSON_ESCAPES:  # json.dumps of a str, on ASCII text
-                escaped = F.replace(escaped, F.lit(char), F.lit(replacement))
-            # one scan finds the rare value that needs escaping; the rest skip the 34 replaces
-            value = F.when(value.rlike(_JAVA_NEEDS_ESCAPE), escaped).otherwise(value)
+                value = F.replace(value, F.lit(char), F.lit(replacement))
             encoded = F.encode(F.concat(F.lit('"'), value, F.lit('"')), "UTF-8")
             size = F.unhex(F.lpad(F.hex(F.octet_length(encoded)), 16, "0"))
             present = F.concat(F.lit(framed(b"A", key)), size, encoded)
             pieces.append(F.when(column(name).isNull(), F.lit(framed(b"a", key))).otherwise(present))
         data = F.concat(*pieces) if pieces else F.lit(b"")
         function, bits = _SPARK_HASHES[self.algorithm]
-        return F.sha2(data, bits) if function == "sha2" else getattr(F, function)(data)
+        digest = F.sha2(data, bits) if function == "sha2" else getattr(F, function)(data)
+        return digest, rare

@@ -188,4 +188,20 @@ def test_fingerprint_in_the_frame_matches_python(tmp_path: Path, spark: Any, par
     spec = _records(150, seed=8)
     runner = SparkRunner(spark, batch_timeout=120)
     assert _run(runner, wf, spec)[1] == _run(LocalRunner(), wf, spec)[1]
-    assert runner.frame_records > 50
+    assert runner.frame_records > 30  # values holding \x1c are declined (see the next test)
+
+
+def test_values_a_form_declines_run_in_the_interpreter(tmp_path: Path, spark: Any) -> None:
+    """Fingerprint's form escapes the common characters; a rarer control character is declined."""
+    body = ("<sequence>" + _invoke("fp", "fingerprint.Fingerprint", attributes="text")
+            + _invoke("low", "text.Lowercase", attribute="text", output="low") + "</sequence>")
+    wf = _workflow(tmp_path, body)
+    plan = frame_plan(wf)[0]
+    assert plan is not None and plan.declines
+    spec = {f"r{i:02d}": {"text": text} for i, text in enumerate(
+        ["plain", 'say "hi"\\', "tab\tline\nret\r", "bell\x07", "unit\x1fsep", "nul\x00", "Ok"] * 4)}
+    runner = SparkRunner(spark, batch_timeout=120)
+    results, spark_records = _run(runner, wf, spec, typed=False)
+    assert spark_records == _run(LocalRunner(), wf, spec, typed=False)[1]
+    assert all(r.ok for r in results) and len(results) == len(spec)
+    assert runner.frame_records == 4 * 4  # the bell, unit separator and NUL values were declined
