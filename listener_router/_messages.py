@@ -11,7 +11,6 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 import orjson
@@ -44,9 +43,13 @@ class BadMessage(ValueError):
     """The message cannot be processed as sent; the text says why."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Incoming:
-    """One consumed message, parsed: one workflow instance."""
+    """One consumed message, parsed: one workflow instance.
+
+    ``record_ids`` (the IDs of ``records``, in order) and ``key`` (the in-flight
+    and inbox key: queue and message ID) are made once; read them, never change them.
+    """
 
     message_id: str
     queue: str
@@ -57,16 +60,8 @@ class Incoming:
     tag: Any = None                        # the transport's delivery handle
     body: bytes = b""
     properties: dict[str, Any] = field(default_factory=dict)
-
-    @cached_property
-    def record_ids(self) -> list[str]:
-        """The IDs of the message's records (computed once and shared: read, never change it)."""
-        return [r["id"] for r in self.records]
-
-    @cached_property
-    def key(self) -> tuple[str, str, str]:
-        """The message's in-flight key (the inbox's key: queue and message ID)."""
-        return ("message", self.queue, self.message_id)
+    record_ids: list[str] = field(default_factory=list)
+    key: tuple[str, str, str] = ("message", "", "")
 
 
 def derive_message_id(body: bytes) -> str:
@@ -121,6 +116,7 @@ def parse_message(body: bytes, *, queue: str, message_id: str | None,
                          f"{max_records} per message")
     parsed: list[dict[str, Any]] = []
     seen: set[str] = set()
+    ids: list[str] = []
     for position, record in enumerate(records):
         if not isinstance(record, dict):
             raise BadMessage(f"message {mid}: record #{position} must be an object")
@@ -132,6 +128,7 @@ def parse_message(body: bytes, *, queue: str, message_id: str | None,
         if rid in seen:
             raise BadMessage(f"message {mid}: record {rid!r} appears twice")
         seen.add(rid)
+        ids.append(rid)
         attributes = record.get("attributes", {})
         if not isinstance(attributes, dict):
             raise BadMessage(f"message {mid}: record {rid!r}: 'attributes' must be an object")
@@ -148,6 +145,5 @@ def parse_message(body: bytes, *, queue: str, message_id: str | None,
         attempts = max(0, int(_header_str(headers, ATTEMPTS_HEADER) or 0))
     except ValueError:
         attempts = 0
-    return Incoming(message_id=mid, queue=queue, records=parsed, operation=operation,
-                    headers=headers, attempts=attempts, tag=tag, body=body,
-                    properties=dict(properties or {}))
+    return Incoming(mid, queue, parsed, operation, headers, attempts, tag, body,
+                    dict(properties or {}), ids, ("message", queue, mid))

@@ -538,6 +538,8 @@ class Service(Steps):
         return headers
 
     def _side_messages(self, w: Work) -> list[OutMessage]:
+        if w.state is not State.RETRYING and w.state is not State.DEAD:
+            return []
         d = w.delivery
         mid = w.message.message_id if w.message else (d.message_id or derive_message_id(d.body))
         attempts = (w.message.attempts if w.message else 0) + 1
