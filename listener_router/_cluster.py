@@ -13,18 +13,22 @@ sent), and retention of old inbox/outbox rows.
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import logging
 import os
 import socket
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Column, Float, Integer, MetaData, String, Table, delete, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-__all__ = ["Member", "Membership", "nodes"]
+__all__ = ["Member", "Membership", "nodes", "claim_node_name"]
 
 log = logging.getLogger(__name__)
 
@@ -129,3 +133,29 @@ class Membership:
         with self.engine.begin() as conn:
             return conn.execute(delete(nodes).where(
                 nodes.c.heartbeat_at < time.time() - older_than)).rowcount or 0
+
+
+_held_locks: list[Any] = []
+
+
+def claim_node_name(blackboard_url: str) -> str:
+    """A node name stable across restarts on this host and unique among live processes.
+
+    Slot N is claimed with an exclusive ``flock`` that the kernel drops when
+    the process dies, so a service restarted after ``kill -9`` takes the same
+    name again and can take over its own unexpired leases at once, while two
+    live services on one host never share a name.
+    """
+    digest = hashlib.sha256(blackboard_url.encode()).hexdigest()[:12]
+    folder = os.path.join(tempfile.gettempdir(), "chalk-nodes")
+    os.makedirs(folder, exist_ok=True)
+    for slot in range(1024):
+        handle = open(os.path.join(folder, f"{digest}-{slot}.lock"), "a+")  # noqa: SIM115
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            continue
+        _held_locks.append(handle)
+        return f"{socket.gethostname()}/{slot}"
+    raise RuntimeError("no free node slot (1024 services on this host?)")

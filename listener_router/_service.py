@@ -3,69 +3,54 @@
 See ``_states`` for the life of one message and ``_pipeline`` for the
 threads: the stage thread gathers and loads the next batch while the
 calling thread runs the workflows of this one, and the committer and the
-finisher commit, publish and ack the one before.  The broker connection
-lives on its own thread (``_amqp``), so a long Spark job never starves the
-connection's heartbeats.
+finisher commit, publish and ack the one before (``_steps`` has the steps,
+``_publishing`` the finisher's part).  The broker connection lives in a
+child process (``_amqp_process``; or on a thread of its own, ``_amqp``), so
+a long Spark job never starves the connection's heartbeats and pika's frame
+work does not compete with the pipeline for the interpreter lock.
 """
 
 from __future__ import annotations
 
-import fcntl
 import functools
-import hashlib
 import logging
 import os
 import signal
-import socket
-import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-import pika
-import pika.exceptions
 from sqlalchemy.exc import SQLAlchemyError
 
 import engine
 from blackboard import Blackboard, StorageError
 from listener_router._amqp import (
     AmqpLink,
-    BrokerUnavailable,
     Delivery,
-    OutMessage,
-    connection_parameters,
 )
 from listener_router._amqp_process import ProcessLink
-from listener_router._cluster import Membership
+from listener_router._cluster import Membership, claim_node_name
 from listener_router._config import Settings, make_runner
-from listener_router._messages import (
-    ATTEMPTS_HEADER,
-    ERROR_HEADER,
-    QUEUE_HEADER,
-    WORKFLOW_HEADER,
-    derive_message_id,
-)
 from listener_router._outbox import Outbox
 from listener_router._pipeline import Batch, Gathering, Group, InFlight, tune_gc
+from listener_router._publishing import Publishing
 from listener_router._rules import ListenerRules, Router
 from listener_router._states import State
 from listener_router._steps import RunnerUnusable, Steps, Work, message_key
-from listener_router._topology import declare_all, declare_outputs, dlq_name, retry_name
+from listener_router._topology import declare_all
 
-__all__ = ["Service", "Stats", "RunnerUnusable", "claim_node_name"]
+__all__ = ["Service", "Stats", "RunnerUnusable"]
 
 log = logging.getLogger(__name__)
 
-CONFIRM_TIMEOUT = 60.0
 REFRESH_EVERY = 2.0
 MAINTAIN_EVERY = 30.0     # leader maintenance period, seconds
 ORPHAN_AGE = 120.0        # an unsent outbox batch this old has lost its inputs' redelivery
 CHUNK_LINGER = 0.02       # seconds the stage waits to gather more than one delivery
-BACKLOG = 3               # batches that may wait for the committer, and for the finisher
 
 
 _STATS_LOCK = threading.Lock()
@@ -85,32 +70,6 @@ class Stats:
         return self.counts[key]
 
 
-_held_locks: list[Any] = []
-
-
-def claim_node_name(blackboard_url: str) -> str:
-    """A node name stable across restarts on this host and unique among live processes.
-
-    Slot N is claimed with an exclusive ``flock`` that the kernel drops when
-    the process dies, so a service restarted after ``kill -9`` takes the same
-    name again and can take over its own unexpired leases at once, while two
-    live services on one host never share a name.
-    """
-    digest = hashlib.sha256(blackboard_url.encode()).hexdigest()[:12]
-    folder = os.path.join(tempfile.gettempdir(), "chalk-nodes")
-    os.makedirs(folder, exist_ok=True)
-    for slot in range(1024):
-        handle = open(os.path.join(folder, f"{digest}-{slot}.lock"), "a+")  # noqa: SIM115
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            handle.close()
-            continue
-        _held_locks.append(handle)
-        return f"{socket.gethostname()}/{slot}"
-    raise RuntimeError("no free node slot (1024 services on this host?)")
-
-
 def _keys(works: Iterable[Work]) -> list[Any]:
     """In-flight keys of messages that were taken up (the message and its records)."""
     keys: list[Any] = []
@@ -123,7 +82,7 @@ def _keys(works: Iterable[Work]) -> list[Any]:
     return keys
 
 
-class Service(Steps):
+class Service(Publishing, Steps):
     """One Chalk service process (see module doc)."""
 
     def __init__(self, settings: Settings, *, spark: Any = None, runner: Any = None,
@@ -308,17 +267,6 @@ class Service(Steps):
         except (StorageError, SQLAlchemyError) as e:
             log.warning("maintenance failed, trying again later: %s", e)
         return done
-
-    def _publish_orphans(self, orphans: dict[str, list[OutMessage]]) -> None:
-        assert self.link is not None
-        messages = [m for batch in orphans.values() for m in batch]
-        try:
-            self._declare_targets(messages)
-            self.link.publish(messages).result(timeout=CONFIRM_TIMEOUT)
-            with self.db_writes:
-                self.outbox.mark_sent(list(orphans))
-        except Exception as e:  # the next maintenance round tries again
-            log.warning("publishing orphaned outbox rows failed: %s", e)
 
     # -- the stage thread: gather, parse, inbox, load ------------------------------------
     def _start_stage(self) -> None:
@@ -530,136 +478,3 @@ class Service(Steps):
         # Groups point back at their batch: drop that cycle so the batch's messages
         # are freed now, by reference counting, not by a garbage-collector pass.
         batch.groups.clear()
-
-    # -- publishing and acking -------------------------------------------------------
-    def _copy_headers(self, w: Work, **extra: Any) -> dict[str, Any]:
-        headers = {k: v for k, v in w.delivery.headers.items() if k != ERROR_HEADER}
-        headers.update(extra)
-        return headers
-
-    def _side_messages(self, w: Work) -> list[OutMessage]:
-        if w.state is not State.RETRYING and w.state is not State.DEAD:
-            return []
-        d = w.delivery
-        mid = w.message.message_id if w.message else (d.message_id or derive_message_id(d.body))
-        attempts = (w.message.attempts if w.message else 0) + 1
-        error = (w.error or "unknown error")[:4000]
-        if w.state is State.RETRYING:
-            assert w.rule is not None
-            steps = len(w.rule.backoff_ms)
-            key = retry_name(d.queue, min(attempts, steps)) if steps else d.queue
-            return [OutMessage(routing_key=key, body=d.body, message_id=mid,
-                               headers=self._copy_headers(w, **{ATTEMPTS_HEADER: attempts,
-                                                                "x-chalk-last-error": error}))]
-        if w.state is State.DEAD:
-            return [OutMessage(routing_key=dlq_name(d.queue), body=d.body, message_id=mid,
-                               headers=self._copy_headers(w, **{
-                                   ERROR_HEADER: error, WORKFLOW_HEADER: w.workflow or "",
-                                   ATTEMPTS_HEADER: attempts, QUEUE_HEADER: d.queue}))]
-        return []
-
-    def _finish(self, works: list[Work]) -> None:
-        """Decide what each message needs, hold the deferred, hand the rest to the finisher."""
-        done_states = (State.COMMITTED, State.DUPLICATE, State.RETRYING, State.DEAD)
-        done = [w for w in works if w.state in done_states]
-        for w in works:
-            if w.state is State.DEAD:
-                log.warning("dead-lettering %s: %s", w.delivery.message_id or "(no id)", w.error)
-            elif w.state is State.RETRYING:
-                log.info("retrying %s: %s", w.message.message_id if w.message else "?", w.error)
-        routed = [m for w in done for m in w.outgoing]
-        side = [m for w in done for m in self._side_messages(w)]
-        deferred = [w for w in works if w.state is State.DEFERRED]
-        if deferred:
-            # Held here, unacked, and tried again with the next batch: rejecting
-            # them would raise their delivery count towards the queue's limit.
-            self.stats.add("deferred", len(deferred))
-            self._hold(w.delivery for w in deferred)
-            self._backoff = min(max(self._backoff * 2, 0.2), 30.0)
-            log.info("holding %d message(s) for %.1f s: %s", len(deferred), self._backoff,
-                     deferred[0].error)
-        elif not self._held:
-            self._backoff = 0.0
-        if done:
-            self._submit(lambda: self._publish_and_ack(done, routed, side))
-
-    def _hold(self, deliveries: Iterable[Delivery]) -> None:
-        with self._held_lock:
-            self._held.extend(deliveries)
-
-    def _submit(self, job: Callable[[], None]) -> None:
-        """Run ``job`` on the finisher thread."""
-        self._push(self._finisher, self._finishing, job)
-
-    def _push(self, executor: ThreadPoolExecutor, futures: list[Future[None]],
-              job: Callable[[], None]) -> None:
-        """Run ``job`` on ``executor``; past ``BACKLOG`` jobs waiting there, wait for one."""
-        with self._futures_lock:
-            futures.append(executor.submit(job))
-            futures[:] = [f for f in futures if not f.done()]
-            oldest = futures[0] if len(futures) > BACKLOG else None
-        if oldest is not None:
-            oldest.result()
-
-    def _declare_targets(self, messages: Sequence[OutMessage]) -> None:
-        """Declare queues first named by a ``nextDestination`` annotation (finisher thread)."""
-        new = {m.routing_key for m in messages if not m.exchange} - self._declared
-        if not new:
-            return
-        connection = pika.BlockingConnection(connection_parameters(self.settings.broker_url))
-        try:
-            declare_outputs(connection, self.settings, sorted(new))
-        finally:
-            if connection.is_open:
-                connection.close()
-        self._declared |= new
-        log.info("declared routing target(s) %s", ", ".join(sorted(new)))
-
-    def drain(self) -> None:
-        """Wait until every batch handed on is committed, published and acked."""
-        for futures in (self._committing, self._finishing):
-            while True:
-                with self._futures_lock:
-                    if not futures:
-                        break
-                    oldest = futures.pop(0)
-                oldest.result()
-
-    def _publish_and_ack(self, done: list[Work], routed: list[OutMessage],
-                         side: list[OutMessage]) -> None:
-        """On the finisher thread: publish with confirms, mark the outbox sent, ack.
-
-        This overlaps with the next batch's workflow run.  A failed publish
-        hands the inputs back to the stage (held, unacked); committed ones
-        then take the inbox path and publish their outbox rows again.
-        """
-        assert self.link is not None
-        started = time.perf_counter()
-        try:
-            if routed or side:
-                try:
-                    self._declare_targets(routed)
-                    self.link.publish(routed + side).result(timeout=CONFIRM_TIMEOUT)
-                except (BrokerUnavailable, TimeoutError, pika.exceptions.AMQPError, OSError) as e:
-                    log.warning("publishing %d message(s) failed; their inputs are held and "
-                                "tried again: %s", len(routed) + len(side), e)
-                    for w in done:
-                        w.to(State.DEFERRED, str(e))
-                    self._hold(w.delivery for w in done)
-                    self._backoff = min(max(self._backoff * 2, 0.5), 30.0)
-                    return
-                batches = sorted({w.batch for w in done if w.batch})
-                try:
-                    with self.db_writes:
-                        self.outbox.mark_sent(batches)
-                except (StorageError, SQLAlchemyError) as e:
-                    log.warning("could not mark %d outbox batch(es) sent: %s", len(batches), e)
-            for w in done:
-                self.stats.add(w.state.value)
-                w.to(State.ACKED)
-            self.link.ack(w.delivery for w in done)
-        except Exception:  # never let the finisher die silently
-            log.exception("finishing a batch failed; its inputs are held and tried again")
-            self._hold(w.delivery for w in done)
-        finally:
-            self.stats.add("publish_ms", int((time.perf_counter() - started) * 1000))
