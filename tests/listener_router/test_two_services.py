@@ -1,0 +1,87 @@
+"""Two service processes on one PostgreSQL and one queue: one leader, each record once."""
+
+from __future__ import annotations
+
+import signal
+from collections import Counter
+
+import pytest
+from lr_helpers import kill_group, records_of, start_service, wait_for_log, write_test_workflows
+
+from blackboard import Blackboard
+from listener_router import ListenerRule, RouterRule, push_records
+
+pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.postgres]
+
+CONFIG = """
+[blackboard]
+url = "{db}"
+lease_seconds = 6
+[broker]
+url = "{broker}"
+[workflows]
+dir = "{workflows}"
+[engine]
+runner = "local"
+[node]
+name = "{name}"
+[[listener]]
+name = "count"
+queue = "{queue}"
+workflow = "Counting"
+batch_size = 100
+max_wait_ms = 50
+prefetch = 300
+[[router]]
+queue = "{out}"
+"""
+
+RECORDS = 3000
+
+
+def test_two_services_share_the_work_and_the_survivor_of_the_leader_takes_over(
+        tmp_path, broker_url, pg_url, qname, broker, make_settings):
+    queue, out = qname("in"), qname("out")
+    workflows = write_test_workflows(tmp_path / "workflows")
+    configs, logs = {}, {}
+    for name in ("svc-a", "svc-b"):
+        configs[name] = tmp_path / f"{name}.toml"
+        configs[name].write_text(CONFIG.format(db=pg_url, broker=broker_url, workflows=workflows,
+                                               name=name, queue=queue, out=out))
+        logs[name] = tmp_path / f"{name}.log"
+    settings = make_settings("Counting", rules=(ListenerRule(name="count", queue=queue,
+                                                             workflow="Counting"),),
+                             routers=(RouterRule(queue=out),)).with_overrides(blackboard_url=pg_url)
+    data = [{"id": f"t{i:05d}", "attributes": {}} for i in range(RECORDS)]
+
+    first = start_service(configs["svc-a"], logs["svc-a"])
+    wait_for_log(logs["svc-a"], " up: queues ")
+    second = start_service(configs["svc-b"], logs["svc-b"])
+    try:
+        wait_for_log(logs["svc-b"], " up: queues ")
+        wait_for_log(logs["svc-b"], "2 member(s) svc-a, svc-b, leader svc-a")
+        push_records(settings, queue, data)
+        wait_for_log(logs["svc-a"], "batch of ", 3)
+        wait_for_log(logs["svc-b"], "batch of ", 3)  # both take work from the queue
+        kill_group(first)  # the leader dies mid-run, its broker process with it
+        # its heartbeat ages out (30 s): the survivor leads; by then it has done the rest
+        wait_for_log(logs["svc-b"], "1 member(s) svc-b, leader svc-b", timeout=90)
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(timeout=60) == 0, logs["svc-b"].read_text()[-3000:]
+    finally:
+        kill_group(first)
+        kill_group(second)
+
+    assert broker.depth(queue) == 0  # everything acked, nothing left for a redelivery
+    routed: dict[str, set[str]] = {}
+    for props, body in broker.drain(out):
+        for record in records_of([(props, body)]):
+            routed.setdefault(record["id"], set()).add(props.message_id)
+    assert set(routed) == {r["id"] for r in data}
+    assert all(len(ids) == 1 for ids in routed.values())  # copies only under one message ID
+    with Blackboard.connect(pg_url) as bb:
+        ids = [r["id"] for r in data]
+        bb.load_many(ids)
+        counts = Counter(bb.get_attributes(rid, ["count"]).get("count") for rid in ids)
+        bb.invalidate_many(ids)
+    assert counts == {1: RECORDS}
