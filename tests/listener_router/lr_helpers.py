@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 import pika
 
+from blackboard import Blackboard
 from listener_router._amqp import connection_parameters
 
 
@@ -82,6 +84,24 @@ def bodies(messages: list[tuple[Any, bytes]]) -> list[dict[str, Any]]:
 
 def records_of(messages: list[tuple[Any, bytes]]) -> list[dict[str, Any]]:
     return [r for body in bodies(messages) for r in body["records"]]
+
+
+def message_ids_by_record(messages: list[tuple[Any, bytes]]) -> dict[str, set[str]]:
+    """Record ID -> the message IDs it came under (one ID per record means no true duplicate)."""
+    routed: dict[str, set[str]] = {}
+    for props, body in messages:
+        for record in records_of([(props, body)]):
+            routed.setdefault(record["id"], set()).add(props.message_id)
+    return routed
+
+
+def stored_counts(url: str, ids: list[str], attribute: str = "count") -> Counter:
+    """How many stored records hold each value of an attribute (read without keeping leases)."""
+    with Blackboard.connect(url) as bb:
+        bb.load_many(ids)
+        counts = Counter(bb.get_attributes(rid, [attribute]).get(attribute) for rid in ids)
+        bb.invalidate_many(ids)
+    return counts
 
 
 TEST_PIPELETS = '''

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import signal
 import time
-from collections import Counter
 
 import pytest
-from lr_helpers import records_of, start_service, wait_for_log, write_test_workflows
+from lr_helpers import (
+    message_ids_by_record,
+    start_service,
+    stored_counts,
+    wait_for_log,
+    write_test_workflows,
+)
 
-from blackboard import Blackboard
 from listener_router import ListenerRule, RouterRule, push_records
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.spark]
@@ -73,17 +77,9 @@ def test_sigterm_under_load_loses_and_doubles_nothing(tmp_path, broker_url, qnam
     proc = start_service(config, log, "--idle-exit", "6")
     assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
 
-    routed: dict[str, set[str]] = {}
-    for props, body in broker.drain(out):
-        for record in records_of([(props, body)]):
-            routed.setdefault(record["id"], set()).add(props.message_id)
+    routed = message_ids_by_record(broker.drain(out))
     assert 0 < after_first < RECORDS  # the first stop really came mid-run
     assert set(routed) == {r["id"] for r in data}
     # the hard second exit may publish a batch twice, but only under the same message IDs
     assert all(len(ids) == 1 for ids in routed.values())
-    with Blackboard.connect(db) as bb:
-        ids = [r["id"] for r in data]
-        bb.load_many(ids)
-        counts = Counter(bb.get_attributes(rid, ["count"]).get("count") for rid in ids)
-        bb.invalidate_many(ids)
-    assert counts == {1: RECORDS}
+    assert stored_counts(db, [r["id"] for r in data]) == {1: RECORDS}

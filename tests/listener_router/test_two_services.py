@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import signal
-from collections import Counter
 
 import pytest
-from lr_helpers import kill_group, records_of, start_service, wait_for_log, write_test_workflows
+from lr_helpers import (
+    kill_group,
+    message_ids_by_record,
+    start_service,
+    stored_counts,
+    wait_for_log,
+    write_test_workflows,
+)
 
-from blackboard import Blackboard
 from listener_router import ListenerRule, RouterRule, push_records
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.postgres]
@@ -73,15 +78,7 @@ def test_two_services_share_the_work_and_the_survivor_of_the_leader_takes_over(
         kill_group(second)
 
     assert broker.depth(queue) == 0  # everything acked, nothing left for a redelivery
-    routed: dict[str, set[str]] = {}
-    for props, body in broker.drain(out):
-        for record in records_of([(props, body)]):
-            routed.setdefault(record["id"], set()).add(props.message_id)
+    routed = message_ids_by_record(broker.drain(out))
     assert set(routed) == {r["id"] for r in data}
     assert all(len(ids) == 1 for ids in routed.values())  # copies only under one message ID
-    with Blackboard.connect(pg_url) as bb:
-        ids = [r["id"] for r in data]
-        bb.load_many(ids)
-        counts = Counter(bb.get_attributes(rid, ["count"]).get("count") for rid in ids)
-        bb.invalidate_many(ids)
-    assert counts == {1: RECORDS}
+    assert stored_counts(pg_url, [r["id"] for r in data]) == {1: RECORDS}
