@@ -21,8 +21,11 @@ message: the service, its broker I/O process, Spark's JVM and RabbitMQ (on
 two cores these share the machine with the broker, so their sum bounds the
 rate).
 
-Then latency: messages offered at a fixed rate (default 1,000/s) for a while,
-the time from publish to arrival in the output queue, p50 and p99 (warm).
+Then latency: messages offered at a fixed rate (default 1,000/s) for a while
+by a producer in a process of its own, the time from publish to arrival in
+the output queue, p50 and p99 (warm): with every batch on Spark, and with
+``[engine] local_below`` (``--local-below``, default 1,000) so that the small
+batches such a rate makes run in the service's process.
 
 Run: ``.venv/bin/python bench/bench_listener.py`` (``--messages 20000 --batch-size
 1000`` for a quicker look; ``--runner local`` to leave Spark out).
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import statistics
 import subprocess
@@ -191,42 +195,55 @@ def chalk_run(settings: Settings, n: int, spark: Any) -> tuple[float, dict[str, 
     return stats["committed"] / elapsed, dict(stats.counts), cpu
 
 
-def latency(settings: Settings, rate: float, seconds: float, spark: Any) -> list[float]:
-    queue, out = settings.listeners[0].queue, settings.routers[0].queue
+def offer_and_collect(url: str, queue: str, out: str, rate: float, total: int,
+                      result: Any) -> None:
+    """Publish ``total`` messages at ``rate`` and time their arrival in ``out`` (own process)."""
     arrivals: list[float] = []
+
+    def offer() -> None:
+        link = AmqpLink(url, consume=()).start()
+        start = time.perf_counter()
+        for i in range(total):
+            due = start + i / rate
+            pause = due - time.perf_counter()
+            if pause > 0:
+                time.sleep(pause)
+            link.publish([OutMessage(routing_key=queue, body=body_for(10_000_000 + i, time.time()),
+                                     message_id=f"lat-{uuid.uuid4().hex}")])
+        link.stop()
+
+    sender = threading.Thread(target=offer)
+    sender.start()
+    conn = pika.BlockingConnection(connection_parameters(url))
+    ch = conn.channel()
+    for _method, _props, body in ch.consume(out, auto_ack=True, inactivity_timeout=15):
+        if body is None:
+            break
+        now = time.time()
+        for record in json.loads(body)["records"]:
+            arrivals.append(now - record["attributes"]["sent"])
+        if len(arrivals) >= total:
+            break
+    conn.close()
+    sender.join(timeout=60)
+    result.send(arrivals)
+
+
+def latency(settings: Settings, rate: float, seconds: float, spark: Any) -> list[float]:
+    """Latency from publish to the output queue; the producer and the consumer run in a
+    process of their own, as they would in use (in the service's process they would take
+    turns with it for the interpreter)."""
     total = int(rate * seconds)
+    ctx = multiprocessing.get_context("spawn")
+    receive, send = ctx.Pipe(duplex=False)
+    client = ctx.Process(target=offer_and_collect, args=(
+        settings.broker_url, settings.listeners[0].queue, settings.routers[0].queue,
+        rate, total, send))
     with Service(settings, spark=spark) as service:
-        def offer() -> None:
-            link = AmqpLink(settings.broker_url, consume=()).start()
-            start = time.perf_counter()
-            for i in range(total):
-                due = start + i / rate
-                pause = due - time.perf_counter()
-                if pause > 0:
-                    time.sleep(pause)
-                link.publish([OutMessage(routing_key=queue, body=body_for(10_000_000 + i, time.time()),
-                                         message_id=f"lat-{uuid.uuid4().hex}")])
-            link.stop()
-
-        def collect() -> None:
-            conn = pika.BlockingConnection(connection_parameters(settings.broker_url))
-            ch = conn.channel()
-            for _method, _props, body in ch.consume(out, auto_ack=True, inactivity_timeout=15):
-                if body is None:
-                    break
-                now = time.time()
-                for record in json.loads(body)["records"]:
-                    arrivals.append(now - record["attributes"]["sent"])
-                if len(arrivals) >= total:
-                    break
-            conn.close()
-
-        threads = [threading.Thread(target=offer), threading.Thread(target=collect)]
-        for t in threads:
-            t.start()
+        client.start()
         service.run(until=lambda s: s["committed"] >= total, idle_exit=30)
-        for t in threads:
-            t.join(timeout=60)
+        arrivals = receive.recv() if receive.poll(60) else []
+        client.join(timeout=30)
     return arrivals
 
 
@@ -242,6 +259,8 @@ def main() -> int:
                              "whose fixed cost (~0.1 CPU-s in the JVM) smaller batches pay more often")
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--local-below", type=int, default=1000,
+                        help="local_below for the second latency pass (0: skip it)")
     parser.add_argument("--warmup-batches", type=int, default=600,
                         help="batches of 100 messages the service runs between the cold and the warm pass")
     args = parser.parse_args()
@@ -290,17 +309,23 @@ def main() -> int:
         "commit_ms", "publish_ms", "batch_ms")}
     print(f"  phases (ms, summed over {counts.get('batches', 0)} batches; stage, commit and "
           f"publish overlap the run): {phases}")
-    purge(args.broker, settings.routers[0].queue)
-    lat = latency(settings, args.rate, args.seconds, spark)
-    if lat:
-        lat.sort()
-        p50 = statistics.median(lat)
-        p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
-        print(f"latency at {args.rate:.0f} msg/s offered for {args.seconds:.0f} s: "
-              f"p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms ({len(lat)} messages)")
+    passes = [("every batch on Spark", settings)]
+    if args.local_below and args.runner == "spark":
+        passes.append((f"local_below {args.local_below}",
+                       replace(settings, local_below=args.local_below)))
+    for name, pass_settings in passes:
+        purge(args.broker, settings.routers[0].queue)
+        lat = latency(pass_settings, args.rate, args.seconds, spark)
+        if lat:
+            lat.sort()
+            p50 = statistics.median(lat)
+            p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+            print(f"latency at {args.rate:.0f} msg/s offered for {args.seconds:.0f} s, {name}: "
+                  f"p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms ({len(lat)} messages)")
     conn = pika.BlockingConnection(connection_parameters(args.broker))
     ch = conn.channel()
-    for q in (rule.queue, dlq_name(rule.queue), settings.routers[0].queue,
+    out = settings.routers[0].queue
+    for q in (rule.queue, dlq_name(rule.queue), out, dlq_name(out),
               *(retry_name(rule.queue, i) for i in range(1, 4))):
         ch.queue_delete(q)
     conn.close()

@@ -75,6 +75,7 @@ class Settings:
     isolation_budget: float = 900.0    # seconds a batch may spend isolating a failing instance
     concurrent_batches: int = 1        # batches whose workflows run at once (Spark: try 2 on >2 cores)
     dataframe_forms: bool = True       # Spark runs pipelets' DataFrame forms where a workflow allows
+    local_below: int = 0               # batches of fewer records run in the service's process (0: none)
     listeners: tuple[ListenerRule, ...] = (ListenerRule(name="default"),)
     routers: tuple[RouterRule, ...] = (RouterRule(queue="chalk.out"),)
     node: str | None = None            # lease owner / cluster member name
@@ -162,7 +163,7 @@ def load_settings(path: str | os.PathLike[str] | None = None,
     _check_keys(spark, {"master", "conf"}, f"{where} [spark]")
     _check_keys(wf, {"dir", "aliases"}, f"{where} [workflows]")
     _check_keys(engine, {"runner", "batch_timeout", "isolation_budget", "concurrent_batches",
-                         "dataframe_forms"},
+                         "dataframe_forms", "local_below"},
                 f"{where} [engine]")
     _check_keys(node, {"name", "retention_days"}, f"{where} [node]")
     defaults = Settings()
@@ -178,6 +179,9 @@ def load_settings(path: str | os.PathLike[str] | None = None,
     if concurrent < 1:
         raise ConfigError(f"{where} [engine]: concurrent_batches must be 1 or more, "
                           f"got {concurrent}")
+    local_below = _take(engine, "local_below", int, f"{where} [engine]", defaults.local_below)
+    if local_below < 0:
+        raise ConfigError(f"{where} [engine]: local_below must be 0 or more, got {local_below}")
     runner = _take(engine, "runner", str, f"{where} [engine]", defaults.runner)
     if runner not in ("spark", "local"):
         raise ConfigError(f"{where} [engine]: runner must be 'spark' or 'local'")
@@ -208,6 +212,7 @@ def load_settings(path: str | os.PathLike[str] | None = None,
         concurrent_batches=concurrent,
         dataframe_forms=_take(engine, "dataframe_forms", bool, f"{where} [engine]",
                               defaults.dataframe_forms),
+        local_below=local_below,
         listeners=listeners or defaults.listeners,
         routers=routers or defaults.routers,
         node=env.get("CHALK_NODE") or _take(node, "name", str, f"{where} [node]", None),

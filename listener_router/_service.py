@@ -126,6 +126,8 @@ class Service(Publishing, Steps):
         if self._runner is None:
             self._runner = make_runner(s, self._spark)
         self.runner = self._runner
+        if s.local_below and not isinstance(self.runner, engine.LocalRunner):
+            self.local_runner = engine.LocalRunner()
         # More than one batch may run at once (Spark jobs from several threads;
         # the in-flight registry keeps their records and messages apart).  On
         # two cores a second Spark job only competes with the first (measured:

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +40,7 @@ __all__ = ["Work", "Steps", "RunnerUnusable", "is_outage", "message_key"]
 log = logging.getLogger(__name__)
 
 _NO_RULE = ListenerRule(name="none")
+HANG_EXIT = 75  # EX_TEMPFAIL: a batch run in this process hung (see _hang_watch)
 
 
 @dataclass(eq=False)
@@ -79,6 +83,33 @@ def message_key(message: Incoming) -> tuple[str, str, str]:
     return message.key
 
 
+@contextlib.contextmanager
+def _hang_watch(seconds: float, workflow: str, messages: int) -> Iterator[None]:
+    """Exit the process when a batch run here takes longer than ``seconds``.
+
+    A thread cannot be stopped, so a pipelet that hangs in this process would
+    hold the service for good.  Exiting (code 75, "try again") leaves its
+    messages unacked: the broker redelivers them, and redelivered messages run
+    on Spark, which cancels the hang and isolates the message.  Nothing that
+    was not committed has been acked.
+    """
+    def expire() -> None:
+        log.critical("workflow %s: a batch of %d message(s) ran in this process for over %.0f s "
+                     "(batch_timeout); a pipelet hangs. Exiting so that the broker redelivers "
+                     "the batch, to run on Spark, which isolates the hang", workflow, messages,
+                     seconds)
+        logging.shutdown()
+        os._exit(HANG_EXIT)
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
 def record_ids(works: list[Work]) -> list[str]:
     return [rid for w in works for rid in w.message.record_ids]  # type: ignore[union-attr]
 
@@ -92,6 +123,7 @@ class Steps:
     router: Any
     registry: Any
     runner: Any
+    local_runner: Any = None           # runs batches under ``local_below`` records (or None)
     outbox: Outbox
     # Held around every write transaction of this process.  SQLite has one
     # writer; threads that find its lock taken poll for it with sleeps of up to
@@ -203,10 +235,15 @@ class Steps:
     def _run_workflow(self, name: str, bb: Blackboard, works: list[Work]) -> list[Any] | None:
         """Run ``works`` on ``bb``; None when the runner failed (and the works were isolated)."""
         workflow = self.registry.get(name)
+        instances = [w.message.record_ids for w in works]  # type: ignore[union-attr]
         started = time.perf_counter()
         try:
-            results = self.runner.run(workflow, bb,
-                                      [w.message.record_ids for w in works])  # type: ignore[union-attr]
+            if self._runs_here(works, instances):
+                with _hang_watch(self.settings.batch_timeout, name, len(works)):
+                    results = self.local_runner.run(workflow, bb, instances)
+                self.stats.add("local_batches")
+            else:
+                results = self.runner.run(workflow, bb, instances)
         except Exception as e:  # the runner failed on the driver: nothing is known done
             self._check_runner(e)
             log.warning("workflow %s: the runner failed on %d message(s): %s", name,
@@ -216,6 +253,14 @@ class Steps:
         finally:
             self.stats.add("run_ms", int((time.perf_counter() - started) * 1000))
         return list(results)
+
+    def _runs_here(self, works: list[Work], instances: list[list[str]]) -> bool:
+        """A small batch runs in this process (``local_below``), saving a Spark job's fixed
+        cost; not if a message of it came again: it may be what crashed a process before,
+        and Spark isolates such a message where this process cannot."""
+        if self.local_runner is None or any(w.delivery.redelivered for w in works):
+            return False
+        return sum(len(ids) for ids in instances) < self.settings.local_below
 
     def _isolate(self, name: str, bb: Blackboard, works: list[Work], error: str) -> None:
         """Fail a lone message; split a larger group in halves and run each again.

@@ -132,6 +132,17 @@ class FailWhenFlagged(Pipelet):
         return ids
 
 
+class HangWhenFlagged(Pipelet):
+    """Sleeps for an hour on records whose "hang" attribute is true."""
+
+    def process(self, blackboard, ids):
+        import time
+        for rid in ids:
+            if blackboard.has_literals(rid, "hang") and blackboard.get_literal(rid, "hang").value:
+                time.sleep(3600)
+        return ids
+
+
 class RouteByDest(Pipelet):
     """Sets the record's nextDestination annotation from its "dest" attribute."""
 
@@ -167,7 +178,7 @@ def _steps(*steps: tuple[str, dict[str, str]]) -> str:
 
 
 def write_test_workflows(folder: Any) -> Any:
-    """Workflows Counting, Fragile and Routed plus their pipelets, in ``folder``."""
+    """Workflows Counting, Fragile, Hanging and Routed plus their pipelets, in ``folder``."""
     from pathlib import Path
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -177,6 +188,9 @@ def write_test_workflows(folder: Any) -> Any:
     (folder / "fragile.xml").write_text(_WORKFLOW.format(
         name="Fragile", steps=_steps(("Increment", {"attribute": "count"}),
                                      ("FailWhenFlagged", {}))))
+    (folder / "hanging.xml").write_text(_WORKFLOW.format(
+        name="Hanging", steps=_steps(("Increment", {"attribute": "count"}),
+                                     ("HangWhenFlagged", {}))))
     (folder / "routed.xml").write_text(_WORKFLOW.format(
         name="Routed", steps=_steps(("Increment", {"attribute": "count"}), ("RouteByDest", {}))))
     return folder

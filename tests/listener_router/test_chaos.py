@@ -169,6 +169,6 @@ def test_two_stage_chain_is_exactly_once_under_kills_and_a_broker_restart(tmp_pa
                  if bb.get_attributes(r["id"], ["stage1", "stage2"]) != {"stage1": 1, "stage2": 1}]
         bb.invalidate_many([r["id"] for r in data])
     assert not wrong, f"{len(wrong)} record(s) not processed exactly once, e.g. {wrong[:5]}"
-    names = [a, b, c, dlq_name(a), dlq_name(b)]
+    names = [a, b, c, dlq_name(a), dlq_name(b), dlq_name(c)]
     names += [f"{q}.retry.{i}" for q in (a, b) for i in (1, 2, 3)]
     broker.delete(*names)

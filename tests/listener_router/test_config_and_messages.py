@@ -19,6 +19,7 @@ def test_defaults_work_with_no_file(tmp_path, monkeypatch):
     assert [r.queue for r in settings.routers] == ["chalk.out"]
     assert settings.source is None
     assert settings.dataframe_forms is True
+    assert settings.local_below == 0
 
 
 def test_file_and_environment_are_read(tmp_path):
@@ -32,6 +33,7 @@ master = "local[2]"
 "spark.sql.shuffle.partitions" = 2
 [engine]
 dataframe_forms = false
+local_below = 200
 [[listener]]
 name = "add"
 queue = "in"
@@ -50,6 +52,7 @@ attributes = ["a"]
     assert (rule.name, rule.queue, rule.workflow, rule.backoff_ms) == ("add", "in", "W", (10, 20))
     assert settings.routers[0].attributes == ("a",)
     assert settings.dataframe_forms is False
+    assert settings.local_below == 200
 
 
 @pytest.mark.parametrize("text, message", [
@@ -59,6 +62,7 @@ attributes = ["a"]
     ("[[router]]\nattributes = ['a']\n", "give 'queue'"),
     ("[broker]\nqueue_type = 'stream'\n", "queue_type must be"),
     ("[engine]\ndataframe_forms = 'yes'\n", "'dataframe_forms' must be bool"),
+    ("[engine]\nlocal_below = -1\n", "local_below must be 0 or more"),
     ("not = toml = at all\n", "not valid TOML"),
 ])
 def test_bad_configuration_names_file_and_key(tmp_path, text, message):

@@ -21,13 +21,14 @@ RECORDS = 40
 ROUNDS = 12
 
 
-@pytest.mark.parametrize("concurrent", [1, 2])
+@pytest.mark.parametrize(("concurrent", "local_below"), [(1, 0), (2, 0), (2, 16)])
 def test_a_record_in_many_batches_is_counted_once_per_message(make_settings, run_service,
                                                                  broker, tmp_path, declare,
-                                                                 concurrent):
+                                                                 concurrent, local_below):
     workflows = write_test_workflows(tmp_path / "workflows")
     settings = make_settings("Counting", workflows_dir=workflows, batch_size=15, max_wait_ms=20)
-    settings = settings.with_overrides(concurrent_batches=concurrent)
+    # local_below 16: every batch runs in the service's process, two at once
+    settings = settings.with_overrides(concurrent_batches=concurrent, local_below=local_below)
     queue = settings.listeners[0].queue
     declare(settings)
     ids = [f"p{i:03d}" for i in range(RECORDS)]
@@ -45,6 +46,7 @@ def test_a_record_in_many_batches_is_counted_once_per_message(make_settings, run
     stats = run_service(settings, until=lambda s: s["committed"] >= len(messages), idle_exit=60)
 
     assert stats["committed"] == len(messages)
+    assert stats["local_batches"] == (stats["batches"] if local_below else 0)
     assert broker.depth(dlq_name(queue)) == 0
     with Blackboard.connect(settings.blackboard_url) as bb:
         bb.load_many(ids)

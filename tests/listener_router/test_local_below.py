@@ -1,0 +1,129 @@
+"""``[engine] local_below``: small batches run in the service's process, the rest on Spark.
+
+A redelivered message always goes to Spark (it may have crashed a process
+before), and a batch that hangs here makes the service exit so that Spark,
+which can cancel it, gets the batch.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pika
+import pytest
+from lr_helpers import (
+    message_ids_by_record,
+    start_service,
+    stored_counts,
+    write_test_workflows,
+)
+
+from listener_router import ListenerRule, RouterRule, push_records
+from listener_router._amqp import AmqpLink, OutMessage, connection_parameters
+from listener_router._steps import HANG_EXIT
+from listener_router._topology import dlq_name
+
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
+
+
+def _publish(settings, ids: list[str]) -> None:
+    queue = settings.listeners[0].queue
+    link = AmqpLink(settings.broker_url, consume=()).start()
+    try:
+        link.publish([OutMessage(routing_key=queue, message_id=f"lb-{uuid.uuid4().hex}",
+                                 body=json.dumps({"records": [{"id": rid}]}).encode())
+                      for rid in ids]).result(timeout=60)
+    finally:
+        link.stop()
+
+
+@pytest.fixture
+def counting(make_settings, tmp_path, declare):
+    workflows = write_test_workflows(tmp_path / "workflows")
+    settings = make_settings("Counting", workflows_dir=workflows, batch_size=500,
+                             max_wait_ms=300, prefetch=1000)
+    settings = settings.with_overrides(local_below=50)
+    declare(settings)
+    return settings
+
+
+def test_small_batches_run_here_and_large_ones_on_spark(counting, run_service):
+    large = [f"lg{i:03d}" for i in range(300)]
+    _publish(counting, large)
+    stats = run_service(counting, until=lambda s: s["committed"] >= len(large), idle_exit=60)
+    assert stats["committed"] == len(large)
+    assert stats["batches"] > stats["local_batches"]  # a batch of 50 or more took Spark
+
+    small = [f"sm{i}" for i in range(5)]
+    _publish(counting, small)
+    stats = run_service(counting, until=lambda s: s["committed"] >= len(small), idle_exit=60)
+    assert stats["committed"] == len(small)
+    assert stats["local_batches"] == stats["batches"] >= 1
+    assert stored_counts(counting.blackboard_url, large + small) == {1: len(large) + len(small)}
+
+
+def test_a_redelivered_message_runs_on_spark(counting, run_service):
+    ids = ["rd1", "rd2", "rd3"]
+    _publish(counting, ids)
+    conn = pika.BlockingConnection(connection_parameters(counting.broker_url))
+    ch = conn.channel()
+    taken = [ch.basic_get(counting.listeners[0].queue, auto_ack=False) for _ in ids]
+    assert all(method is not None for method, _props, _body in taken)
+    conn.close()  # unacked: the broker delivers them again, marked redelivered
+
+    stats = run_service(counting, until=lambda s: s["committed"] >= len(ids), idle_exit=60)
+    assert stats["committed"] == len(ids)
+    assert stats["local_batches"] == 0
+    assert stored_counts(counting.blackboard_url, ids) == {1: len(ids)}
+
+
+CONFIG = """
+[blackboard]
+url = "{db}"
+[broker]
+url = "{broker}"
+[workflows]
+dir = "{workflows}"
+[engine]
+local_below = 100
+batch_timeout = 4
+[[listener]]
+name = "hang"
+queue = "{queue}"
+workflow = "Hanging"
+batch_size = 50
+max_wait_ms = 300
+max_retries = 0
+[[router]]
+queue = "{out}"
+[spark]
+master = "local[2]"
+"""
+
+
+@pytest.mark.slow
+def test_a_batch_that_hangs_here_exits_the_service_and_spark_isolates_it(
+        tmp_path, broker_url, qname, broker, make_settings):
+    queue, out = qname("in"), qname("out")
+    db = f"sqlite:///{tmp_path / 'chalk.db'}"
+    config, log = tmp_path / "chalk.toml", tmp_path / "service.log"
+    config.write_text(CONFIG.format(db=db, broker=broker_url, queue=queue, out=out,
+                                    workflows=write_test_workflows(tmp_path / "workflows")))
+    settings = make_settings("Hanging", rules=(ListenerRule(name="hang", queue=queue,
+                                                            workflow="Hanging", max_retries=0),),
+                             routers=(RouterRule(queue=out),)).with_overrides(blackboard_url=db)
+    data = [{"id": f"h{i}", "attributes": {"hang": i == 2}} for i in range(5)]
+    push_records(settings, queue, data)
+
+    proc = start_service(config, log)
+    assert proc.wait(timeout=120) == HANG_EXIT, log.read_text()[-3000:]
+    assert "a pipelet hangs" in log.read_text()
+
+    proc = start_service(config, log, "--idle-exit", "8")
+    assert proc.wait(timeout=240) == 0, log.read_text()[-3000:]
+    dead = broker.drain(dlq_name(queue))
+    assert [json.loads(body)["records"] for _props, body in dead] == [[{"id": "h2"}]]
+    assert "batch timeout" in dead[0][0].headers["x-chalk-error"]
+    assert set(message_ids_by_record(broker.drain(out))) == {"h0", "h1", "h3", "h4"}
+    assert stored_counts(db, ["h0", "h1", "h3", "h4"]) == {1: 4}
