@@ -265,9 +265,7 @@ class SparkRunner:
             except _JobFailed as e:
                 log.warning("DataFrame job of %s failed (%s); running its %d instance(s) in the interpreter",
                             workflow.name, e.reason, len(batch.frame_rows), extra={"workflow": workflow.name})
-                with frozen_heap():
-                    rows = _inputs(blackboard, [(index, [rid]) for index, rid, _ in batch.frame_rows])
-                outputs += self._run_rows(workflow, rows, _Budget(self.isolation_budget))
+                outputs += self._interpret(workflow, blackboard, batch.frame_rows)
             else:
                 with frozen_heap():
                     declined = batch.plan.write_back(blackboard, table, batch.frame_rows)
@@ -275,10 +273,8 @@ class SparkRunner:
                           for index, rid, _ in batch.frame_rows if rid not in declined]
                 self.frame_records += len(framed)
                 if declined:  # values a form leaves to process(): those records run here
-                    with frozen_heap():
-                        rows = _inputs(blackboard, [(index, [rid]) for index, rid, _ in batch.frame_rows
-                                                    if rid in declined])
-                    outputs += self._run_rows(workflow, rows, _Budget(self.isolation_budget))
+                    outputs += self._interpret(workflow, blackboard, [
+                        row for row in batch.frame_rows if row[1] in declined])
         with frozen_heap():
             results = _apply(blackboard, outputs) + framed
             results.sort(key=lambda r: r.index)
@@ -287,6 +283,13 @@ class SparkRunner:
                   extra={"workflow": workflow.name})
         self._sweep()
         return results
+
+    def _interpret(self, workflow: Workflow, blackboard: Any,
+                   frame_rows: list[tuple[int, str, list[str | None]]]) -> list[InstanceOutput]:
+        """Run frame rows' records in the interpreter job instead (one instance each)."""
+        with frozen_heap():
+            rows = _inputs(blackboard, [(index, [rid]) for index, rid, _ in frame_rows])
+        return self._run_rows(workflow, rows, _Budget(self.isolation_budget))
 
     def _sweep(self) -> None:
         """Free the JVM objects of finished jobs (every ``SWEEP_EVERY`` batches).

@@ -331,10 +331,7 @@ def _child(fd: int, parent: int) -> None:
     root.addHandler(_ToParent(events))
     root.setLevel(config.pop("level"))
     threading.Thread(target=events.pump, name="chalk-amqp-events", daemon=True).start()
-    link = _RelayLink(events, url=config["url"], prefetch=config["prefetch"],
-                      consume=config["consume"], prepare=config["prepare"],
-                      reconnect_max_delay=config["reconnect_max_delay"],
-                      first_generation=config["first_generation"])
+    link = _RelayLink(events, **config)  # the parent's AmqpLink arguments
     link.start(wait=None)
     try:
         while True:

@@ -227,8 +227,6 @@ def _upgrade(conn: Connection) -> None:
             messages=orjson.dumps([(r.id, r.message_id, r.exchange, r.routing_key, r.body,
                                     orjson.loads(r.headers), "application/json")
                                    for r in old]).decode()))
-        sources = sorted({r.message_id for r in old})
-        for start in range(0, len(sources), _CHUNK):
-            conn.execute(update(inbox).where(inbox.c.message_id.in_(sources[start:start + _CHUNK]))
-                         .values(batch=batch))
+        for part in _chunks(sorted({r.message_id for r in old})):
+            conn.execute(update(inbox).where(inbox.c.message_id.in_(part)).values(batch=batch))
     conn.execute(text("DROP TABLE chalk_outbox"))

@@ -73,7 +73,6 @@ class Publishing:
         except Exception as e:  # the next maintenance round tries again
             log.warning("publishing orphaned outbox rows failed: %s", e)
 
-
     def _copy_headers(self, w: Work, **extra: Any) -> dict[str, Any]:
         headers = {k: v for k, v in w.delivery.headers.items() if k != ERROR_HEADER}
         headers.update(extra)
@@ -93,12 +92,10 @@ class Publishing:
             return [OutMessage(routing_key=key, body=d.body, message_id=mid,
                                headers=self._copy_headers(w, **{ATTEMPTS_HEADER: attempts,
                                                                 "x-chalk-last-error": error}))]
-        if w.state is State.DEAD:
-            return [OutMessage(routing_key=dlq_name(d.queue), body=d.body, message_id=mid,
-                               headers=self._copy_headers(w, **{
-                                   ERROR_HEADER: error, WORKFLOW_HEADER: w.workflow or "",
-                                   ATTEMPTS_HEADER: attempts, QUEUE_HEADER: d.queue}))]
-        return []
+        return [OutMessage(routing_key=dlq_name(d.queue), body=d.body, message_id=mid,
+                           headers=self._copy_headers(w, **{
+                               ERROR_HEADER: error, WORKFLOW_HEADER: w.workflow or "",
+                               ATTEMPTS_HEADER: attempts, QUEUE_HEADER: d.queue}))]
 
     def _finish(self, works: list[Work]) -> None:
         """Decide what each message needs, hold the deferred, hand the rest to the finisher."""
