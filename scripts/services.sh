@@ -10,13 +10,32 @@
 #
 # start-postgres prints the SQLAlchemy URL on stdout; progress goes to stderr.
 # Settings (environment): CHALK_PG_DIR (default /var/tmp/chalk-pg),
-# CHALK_PG_PORT (55432), CHALK_SERVICES_LOG (/var/tmp/chalk-services).
+# CHALK_PG_PORT (55432), CHALK_SERVICES_LOG (/var/tmp/chalk-services),
+# CHALK_RMQ_NODE (default rabbit: the machine's node) and CHALK_RMQ_PORT
+# (5672). Another node name runs a second, private RabbitMQ node beside the
+# machine's (its own port, data and log), so two checkouts can run their
+# suites at once without one's broker restarts cutting the other's tests:
+#
+#   CHALK_RMQ_NODE=chalk2 CHALK_RMQ_PORT=5682 CHALK_PG_PORT=55442 \
+#       CHALK_PG_DIR=/var/tmp/chalk-pg2 bash scripts/test.sh
 set -euo pipefail
 
 RMQ_SBIN=${CHALK_RABBITMQ_SBIN:-/usr/sbin}
-RMQ_PORT=5672
-RMQ_PIDFILE=${CHALK_RABBITMQ_PIDFILE:-/var/lib/rabbitmq/mnesia/rabbit@$(hostname -s).pid}
+RMQ_NODE=${CHALK_RMQ_NODE:-rabbit}
+RMQ_PORT=${CHALK_RMQ_PORT:-5672}
 LOG_DIR=${CHALK_SERVICES_LOG:-/var/tmp/chalk-services}
+if [ "$RMQ_NODE" != rabbit ] || [ "$RMQ_PORT" != 5672 ]; then
+    # rabbitmq-server and rabbitmqctl both read these.
+    export RABBITMQ_NODENAME="$RMQ_NODE@$(hostname -s)"
+    export RABBITMQ_NODE_PORT=$RMQ_PORT
+    export RABBITMQ_DIST_PORT=$((RMQ_PORT + 20000))
+    export RABBITMQ_ENABLED_PLUGINS_FILE=$LOG_DIR/$RMQ_NODE.plugins
+    mkdir -p "$LOG_DIR"
+    [ -s "$RABBITMQ_ENABLED_PLUGINS_FILE" ] || echo '[].' >"$RABBITMQ_ENABLED_PLUGINS_FILE"
+    chmod 644 "$RABBITMQ_ENABLED_PLUGINS_FILE"
+fi
+RMQ_LOG=rabbitmq-$RMQ_NODE.log
+RMQ_PIDFILE=${CHALK_RABBITMQ_PIDFILE:-/var/lib/rabbitmq/mnesia/$RMQ_NODE@$(hostname -s).pid}
 if [ "$(id -u)" = 0 ]; then
     PG_DIR=${CHALK_PG_DIR:-/var/tmp/chalk-pg}
 else
@@ -38,7 +57,9 @@ SELF=$(readlink -f "${BASH_SOURCE[0]}")
 # flock -o keeps the lock in flock itself: the daemons we start must not
 # inherit the lock's descriptor, or the lock would live as long as they do.
 with_lock() {  # lock-name internal-command
-    flock -o -w 300 "$LOG_DIR/$1.lock" bash "$SELF" "$2"
+    local name=$1
+    [ "$name" = rabbitmq ] && [ "$RMQ_NODE" != rabbit ] && name=rabbitmq-$RMQ_NODE
+    flock -o -w 300 "$LOG_DIR/$name.lock" bash "$SELF" "$2"
 }
 
 port_open() {  # host port
@@ -69,12 +90,12 @@ _start_rabbitmq() {
     if rmq_pid_alive; then
         log "rabbitmq: node is booting (pid $(cat "$RMQ_PIDFILE")), waiting"
     else
-        log "rabbitmq: starting (log $LOG_DIR/rabbitmq.log)"
+        log "rabbitmq: starting (log $LOG_DIR/$RMQ_LOG)"
         # Detach stdio so no daemon keeps the caller's pipes open.
-        "$RMQ_SBIN/rabbitmq-server" -detached </dev/null >>"$LOG_DIR/rabbitmq.log" 2>&1
+        "$RMQ_SBIN/rabbitmq-server" -detached </dev/null >>"$LOG_DIR/$RMQ_LOG" 2>&1
     fi
-    "$RMQ_SBIN/rabbitmqctl" wait --timeout 120 "$RMQ_PIDFILE" </dev/null >>"$LOG_DIR/rabbitmq.log" 2>&1 \
-        || die "rabbitmq did not start; see $LOG_DIR/rabbitmq.log and /var/log/rabbitmq/"
+    "$RMQ_SBIN/rabbitmqctl" wait --timeout 120 "$RMQ_PIDFILE" </dev/null >>"$LOG_DIR/$RMQ_LOG" 2>&1 \
+        || die "rabbitmq did not start; see $LOG_DIR/$RMQ_LOG and /var/log/rabbitmq/"
     wait_port 127.0.0.1 "$RMQ_PORT" 60 || die "rabbitmq booted but port $RMQ_PORT is closed"
     log "rabbitmq: up on 127.0.0.1:$RMQ_PORT"
 }
@@ -83,11 +104,11 @@ _stop_rabbitmq() {
     if rmq_pid_alive; then
         log "rabbitmq: stopping"
         # With the pid file, `stop` returns only once the OS process is gone.
-        "$RMQ_SBIN/rabbitmqctl" stop "$RMQ_PIDFILE" </dev/null >>"$LOG_DIR/rabbitmq.log" 2>&1 \
-            || die "rabbitmqctl stop failed; see $LOG_DIR/rabbitmq.log"
+        "$RMQ_SBIN/rabbitmqctl" stop "$RMQ_PIDFILE" </dev/null >>"$LOG_DIR/$RMQ_LOG" 2>&1 \
+            || die "rabbitmqctl stop failed; see $LOG_DIR/$RMQ_LOG"
     elif port_open 127.0.0.1 "$RMQ_PORT"; then
         log "rabbitmq: stopping (no pid file)"
-        "$RMQ_SBIN/rabbitmqctl" stop </dev/null >>"$LOG_DIR/rabbitmq.log" 2>&1 || true
+        "$RMQ_SBIN/rabbitmqctl" stop </dev/null >>"$LOG_DIR/$RMQ_LOG" 2>&1 || true
     else
         log "rabbitmq: not running"
         return 0

@@ -32,6 +32,22 @@ class ServiceError(RuntimeError):
     """A test service could not be started, stopped or reached."""
 
 
+def _rmq_port() -> int:
+    """The port of the node scripts/services.sh manages ($CHALK_RMQ_PORT, else 5672)."""
+    return int(os.environ.get("CHALK_RMQ_PORT") or 5672)
+
+
+def _ctl_env() -> dict[str, str]:
+    """rabbitmqctl's environment: it talks to $CHALK_RMQ_NODE when one is set."""
+    env = dict(os.environ)
+    node = os.environ.get("CHALK_RMQ_NODE")
+    if node and "@" not in node:
+        node = f"{node}@{socket.gethostname().split('.')[0]}"
+    if node:
+        env["RABBITMQ_NODENAME"] = node
+    return env
+
+
 def broker_url() -> str:
     """The broker the tests use: $CHALK_TEST_BROKER_URL or the local default."""
     return os.environ.get("CHALK_TEST_BROKER_URL") or DEFAULT_BROKER_URL
@@ -82,7 +98,7 @@ def ensure_broker(url: str | None = None) -> str:
     host, port = host_port(url, 5672)
     if port_open(host, port):
         return url
-    if host not in LOCAL_HOSTS or port != 5672:
+    if host not in LOCAL_HOSTS or port != _rmq_port():
         raise ServiceError(f"nothing accepts connections on {host}:{port} ({url})")
     run_services("start-rabbitmq")
     if not port_open(host, port):
@@ -132,7 +148,7 @@ def restart_broker(url: str | None = None, *, mode: str = "full", timeout: float
         for action in ("stop_app", "start_app"):
             done = subprocess.run(
                 [RABBITMQCTL, action], stdin=subprocess.DEVNULL,
-                capture_output=True, text=True, timeout=timeout,
+                capture_output=True, text=True, timeout=timeout, env=_ctl_env(),
             )
             if done.returncode != 0:
                 raise ServiceError(f"rabbitmqctl {action} failed: {done.stderr.strip()}")
@@ -181,6 +197,7 @@ def broker_names(kind: str = "queues") -> list[str]:
     done = subprocess.run(
         [RABBITMQCTL, f"list_{kind}", "-q", "--no-table-headers", "name"],
         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+        env=_ctl_env(),
     )
     if done.returncode != 0:
         raise ServiceError(f"rabbitmqctl list_{kind} failed: {done.stderr.strip()}")
