@@ -9,7 +9,7 @@ from typing import Any
 import pika
 
 from blackboard import Blackboard
-from listener_router._amqp import connection_parameters
+from listener_router.broker import connection_parameters
 
 
 class Broker:

@@ -23,7 +23,7 @@ from lr_helpers import Broker, kill_group, records_of, start_service, wait_for_l
 
 from blackboard import Blackboard
 from listener_router import ListenerRule, Settings, push_records
-from listener_router._topology import dlq_name
+from listener_router.broker import dlq_name
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.broker, pytest.mark.spark]
 

@@ -10,8 +10,8 @@ from lr_helpers import records_of, write_test_workflows
 
 from blackboard import Blackboard
 from listener_router import push_records
-from listener_router._demo import sample_records
-from listener_router._topology import dlq_name
+from listener_router.broker import dlq_name
+from listener_router.cli._demo import sample_records
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
 

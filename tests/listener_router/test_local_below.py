@@ -20,9 +20,8 @@ from lr_helpers import (
 )
 
 from listener_router import ListenerRule, RouterRule, push_records
-from listener_router._amqp import AmqpLink, OutMessage, connection_parameters
-from listener_router._steps import HANG_EXIT
-from listener_router._topology import dlq_name
+from listener_router.broker import AmqpLink, OutMessage, connection_parameters, dlq_name
+from listener_router.pipeline import HANG_EXIT
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
 

@@ -11,9 +11,8 @@ import pytest
 from lr_helpers import write_test_workflows
 
 from blackboard import Blackboard
-from listener_router._amqp import AmqpLink, OutMessage
-from listener_router._pipeline import InFlight
-from listener_router._topology import dlq_name
+from listener_router.broker import AmqpLink, OutMessage, dlq_name
+from listener_router.pipeline import InFlight
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
 

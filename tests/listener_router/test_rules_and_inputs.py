@@ -9,8 +9,8 @@ from lr_helpers import records_of, write_test_workflows
 
 from blackboard import Blackboard
 from listener_router import ListenerRule, RouterRule, push_records
-from listener_router._admin import dlq_replay
-from listener_router._topology import dlq_name
+from listener_router.broker import dlq_name
+from listener_router.cli._admin import dlq_replay
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
