@@ -70,14 +70,16 @@ class Service:
 
     ``observers`` get each finished batch's report; ``extensions`` write in
     each commit transaction; ``leader_tasks`` run besides the maintenance
-    while this process leads (all three may also be added before ``open``).
+    while this process leads; ``sizing`` replaces the fixed batch size of the
+    listener rules (it is an observer too).  See ``docs/internals.md``.
     """
 
     def __init__(self, settings: Settings, *, spark: Any = None, runner: Runner | None = None,
                  registry: engine.WorkflowRegistry | None = None,
                  observers: Iterable[BatchObserver] = (),
                  extensions: Iterable[CommitExtension] = (),
-                 leader_tasks: Iterable[LeaderTask] = ()):
+                 leader_tasks: Iterable[LeaderTask] = (),
+                 sizing: BatchSizing | None = None):
         self.settings = settings
         self.stats = Stats()
         self._spark = spark
@@ -86,6 +88,7 @@ class Service:
         self.observers = Observers(observers)
         self.extensions: list[CommitExtension] = list(extensions)
         self.leader_tasks: list[LeaderTask] = list(leader_tasks)
+        self._sizing = sizing
         self._stopping = threading.Event()
         self._signals = 0
         self.link: Link | None = None
@@ -125,8 +128,8 @@ class Service:
         lease = s.lease_seconds
         self.inflight = InFlight(functools.partial(store.renew_leases, owner=node,
                                                    lease_seconds=lease), lease / 3).start()
-        sizing = BatchSizing(max(rule.batch_size for rule in s.listeners),
-                             max(rule.max_wait_ms for rule in s.listeners) / 1000.0)
+        sizing = self._sizing or BatchSizing(max(rule.batch_size for rule in s.listeners),
+                                             max(rule.max_wait_ms for rule in s.listeners) / 1000.0)
         self.gathering = Gathering(sizing)
         self.observers.add(sizing)
         link_class = ProcessLink if s.broker_process else AmqpLink

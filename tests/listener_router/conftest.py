@@ -9,7 +9,7 @@ from typing import Any
 
 import pika
 import pytest
-from lr_helpers import Broker
+from listener_router_helpers import Broker
 
 from listener_router import ListenerRule, RouterRule, Service, Settings
 from listener_router.broker import declare_all, dlq_name

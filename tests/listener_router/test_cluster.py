@@ -6,7 +6,7 @@ import json
 import time
 
 import pytest
-from lr_helpers import records_of
+from listener_router_helpers import records_of
 from sqlalchemy import create_engine, select, update
 
 from listener_router import Service

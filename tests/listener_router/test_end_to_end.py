@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
-from lr_helpers import records_of, write_test_workflows
+from listener_router_helpers import records_of, write_test_workflows
 
 from blackboard import Blackboard
 from listener_router import push_records

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from lr_helpers import records_of
+from listener_router_helpers import records_of
 from sqlalchemy import create_engine, inspect, select, text
 
 from listener_router.broker import OutMessage
