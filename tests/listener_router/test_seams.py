@@ -77,6 +77,20 @@ def counting(make_settings, tmp_path):
     return settings
 
 
+@pytest.fixture
+def events(broker, qname) -> str:
+    """A queue bound to amq.topic under its own name: where JobLog's events arrive."""
+    queue = qname("events")
+    broker.bind(queue, "amq.topic", queue)
+    return queue
+
+
+def push(settings, prefix: str) -> list[dict[str, Any]]:
+    data = [{"id": f"{prefix}{i:03d}", "attributes": {}} for i in range(RECORDS)]
+    push_records(settings, settings.listeners[0].queue, data)
+    return data
+
+
 def _logged(url: str) -> tuple[int, int]:
     engine = create_engine(url)
     try:
@@ -88,11 +102,8 @@ def _logged(url: str) -> tuple[int, int]:
 
 
 def test_extensions_write_and_publish_in_the_commit_and_observers_get_each_batch(
-        counting, run_service, broker, qname):
-    events = qname("events")
-    broker.bind(events, "amq.topic", events)
-    data = [{"id": f"x{i:03d}", "attributes": {}} for i in range(RECORDS)]
-    push_records(counting, counting.listeners[0].queue, data)
+        counting, run_service, broker, events):
+    push(counting, "x")
     log, reports = JobLog(events), Reports()
     stats = run_service(counting, until=lambda s: s["committed"] >= RECORDS,
                         extensions=[log], observers=[Broken(), reports])
@@ -115,11 +126,8 @@ def test_extensions_write_and_publish_in_the_commit_and_observers_get_each_batch
 
 
 def test_a_failing_extension_rolls_its_batch_back_and_the_batch_is_tried_again(
-        counting, run_service, broker, qname):
-    events = qname("events")
-    broker.bind(events, "amq.topic", events)
-    data = [{"id": f"f{i:03d}", "attributes": {}} for i in range(RECORDS)]
-    push_records(counting, counting.listeners[0].queue, data)
+        counting, run_service, broker, events):
+    data = push(counting, "f")
     log = JobLog(events, fail_first=2)
     stats = run_service(counting, until=lambda s: s["committed"] >= RECORDS, extensions=[log])
 
@@ -174,8 +182,7 @@ class Small(BatchSizing):
 
 
 def test_a_batch_sizing_policy_decides_the_batch_size(counting, run_service):
-    data = [{"id": f"s{i:03d}", "attributes": {}} for i in range(RECORDS)]
-    push_records(counting, counting.listeners[0].queue, data)
+    push(counting, "s")
     sizing = Small()
     stats: Any = run_service(counting, until=lambda s: s["committed"] >= RECORDS, sizing=sizing)
 
