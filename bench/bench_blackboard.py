@@ -36,11 +36,10 @@ from pathlib import Path as FsPath
 
 sys.path.insert(0, str(FsPath(__file__).resolve().parents[1]))
 
-from sqlalchemy import create_engine, text  # noqa: E402
+from sqlalchemy import MetaData, Table, create_engine, text  # noqa: E402
 from sqlalchemy.dialects import postgresql, sqlite  # noqa: E402
 
 from blackboard import Blackboard, Literal  # noqa: E402
-from blackboard._storage import records as records_table  # noqa: E402
 
 ROOT = FsPath(__file__).resolve().parents[1]
 
@@ -112,6 +111,8 @@ def raw_rows(url: str, ids: list[str]) -> list[dict]:
 def run_raw(url: str, rows: list[dict], batch: int) -> float:
     engine = create_engine(url)
     insert = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}[engine.dialect.name]
+    # the blackboard's record table, read from the database (its layout is the blackboard's own)
+    records_table = Table("chalk_records", MetaData(), autoload_with=engine)
     stmt = insert(records_table)
     stmt = stmt.on_conflict_do_update(
         index_elements=[records_table.c.id],

@@ -112,9 +112,9 @@ def load(records: dict[str, dict[str, Any]]) -> Blackboard:
 
 
 def plain_loop(wf: Workflow, bb: Blackboard, ids: list[str]) -> None:
-    from engine._pipelets import instantiate
+    from engine import instantiate_pipelet
 
-    p = {a.name: instantiate(a) for a in wf.pipelets()}
+    p = {a.name: instantiate_pipelet(a) for a in wf.pipelets()}
     ids = p["normalize"].process(bb, ids)
     ids = p["count"].process(bb, ids)
     ids = p["longWords"].process(bb, ids)

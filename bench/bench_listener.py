@@ -51,9 +51,15 @@ from typing import Any
 import pika
 
 from listener_router import ListenerRule, RouterRule, Service, Settings
-from listener_router._amqp import AmqpLink, OutMessage, connection_parameters
-from listener_router._localbroker import ensure_local_broker
-from listener_router._topology import declare_all, dlq_name, retry_name
+from listener_router.broker import (
+    AmqpLink,
+    OutMessage,
+    connection_parameters,
+    declare_all,
+    dlq_name,
+    ensure_local_broker,
+    retry_name,
+)
 
 WORKFLOW = """<?xml version="1.0"?>
 <process name="Bench3" xmlns="http://docs.oasis-open.org/wsbpel/2.0/process/executable"
@@ -181,9 +187,9 @@ def chalk_run(settings: Settings, n: int, spark: Any) -> tuple[float, dict[str, 
     purge(settings.broker_url, settings.routers[0].queue)
     publish(settings.broker_url, queue, [body_for(first + i) for i in range(n)], uuid.uuid4().hex[:6])
     with Service(settings, spark=spark) as service:
-        proc = getattr(service.link, "_proc", None)
+        child = getattr(service.link, "child_pid", None)
         beam = subprocess.run(["pgrep", "-x", "beam.smp"], capture_output=True, text=True).stdout.split()
-        found = {"service": os.getpid(), "broker I/O": proc.pid if proc else None,
+        found = {"service": os.getpid(), "broker I/O": child,
                  "JVM": _named(_descendants(os.getpid()), "java"),
                  "RabbitMQ": int(beam[0]) if beam else None}
         processes = {name: pid for name, pid in found.items() if pid is not None}

@@ -278,8 +278,11 @@ def _tuples(result: Any) -> list[Any]:
 class SqlStore:
     """Records, attachments and leases in one SQL database (SQLite or PostgreSQL URL).
 
-    ``engine`` is public: the listener keeps its own tables in the same
-    database and writes them in the commit transaction (``write(hook=…)``).
+    ``engine`` (the SQLAlchemy engine) and ``dialect`` are public: the
+    listener keeps its own tables in the same database and writes them in
+    the commit transaction (``Blackboard.commit_many(hook=…)``).  A
+    :class:`~blackboard.Blackboard` made over a store it did not open
+    (``Blackboard(store, owner=…)``) shares it; ``dispose()`` closes it.
     """
 
     def __init__(self, url: str, *, engine: Engine | None = None, **engine_options: Any):
@@ -460,6 +463,17 @@ class SqlStore:
         with self.transaction() as tx:
             return tx.conn.execute(delete(leases).where(
                 leases.c.expires_at < (time.time() if now is None else now))).rowcount or 0
+
+    def record_count(self) -> int:
+        """How many records are stored (``chalk status``)."""
+        with self.transaction(write=False) as tx:
+            return int(tx.conn.execute(select(func.count()).select_from(records)).scalar_one())
+
+    def lease_counts(self) -> dict[str, int]:
+        """Leases held (expired ones too), by owner (``chalk status``)."""
+        with self.transaction(write=False) as tx:
+            rows = tx.conn.execute(select(leases.c.owner, func.count()).group_by(leases.c.owner))
+            return {owner: int(n) for owner, n in rows}
 
     def lease_holders(self, ids: Iterable[str]) -> dict[str, tuple[str, float]]:
         """``{id: (owner, expires_at)}`` of the leases on ``ids`` (expired ones too)."""

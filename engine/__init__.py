@@ -18,6 +18,7 @@ from engine._errors import (
 from engine._graph import render_graph, to_dot, workflow_graph
 from engine._loader import WorkflowRegistry, load_workflow, validate_path
 from engine._pipelets import DEFAULT_ALIASES
+from engine._pipelets import instantiate as instantiate_pipelet
 from engine._runner import InstanceResult, LocalRunner, SparkRunner, spark_session
 from engine._specs import Workflow
 
@@ -35,6 +36,7 @@ __all__ = [
     "WorkflowFault",
     "WorkflowRegistry",
     "compile_condition",
+    "instantiate_pipelet",
     "load_workflow",
     "render_graph",
     "spark_session",

@@ -10,7 +10,7 @@ are one plan that Spark runs with generated code on every core, and only the
 written columns come back.  :func:`frame_plan` decides once per workflow
 version; :meth:`FramePlan.split` decides per record, sending to the frame
 only single-record instances whose touched attributes are absent or hold
-one plain portable string (``pipelets._frames``), so both paths compute the
+one plain portable string (``pipelets.frames``), so both paths compute the
 same records.  Everything else runs through the interpreter as before.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 from engine._conditions import Comparison, comparison
 from engine._pipelets import configured_pipelet
 from engine._specs import Activity, Empty, If, InvokePipelet, Sequence, Workflow
-from pipelets._frames import DECLINED, INT, STRING, column, portable
+from pipelets.frames import DECLINED, INT, STRING, column, portable
 
 __all__ = ["ID_COLUMN", "FramePlan", "frame_plan"]
 

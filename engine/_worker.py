@@ -17,7 +17,6 @@ until every instance has its own result.
 from __future__ import annotations
 
 import gc
-import inspect
 import json
 import logging
 import threading
@@ -96,30 +95,12 @@ def _dumps(value: Any) -> bytes:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def _blackboard_takes_bytes() -> bool:
-    from blackboard import Blackboard
-
-    return "encoded" in inspect.signature(Blackboard.export_records).parameters
-
-
-_ENCODED: bool | None = None
-
-
-def _encoded() -> bool:
-    """Whether this blackboard exports/imports documents as JSON bytes (no parse)."""
-    global _ENCODED
-    if _ENCODED is None:
-        _ENCODED = _blackboard_takes_bytes()
-    return _ENCODED
-
-
 EMPTY = Packed([], [], [])
 
 
 def export_items(blackboard: Any, ids: list[str], attachments: str) -> list[dict[str, Any]]:
-    if _encoded():
-        return blackboard.export_records(ids, attachments=attachments, encoded=True)
-    return blackboard.export_records(ids, attachments=attachments)
+    """The records as transport items, documents as JSON bytes (``export_records(encoded=True)``)."""
+    return blackboard.export_records(ids, attachments=attachments, encoded=True)
 
 
 def pack_items(items: list[dict[str, Any]], keep: Any = None) -> Packed:
@@ -156,12 +137,12 @@ def pack_items(items: list[dict[str, Any]], keep: Any = None) -> Packed:
 
 
 def unpack_items(packed: Packed) -> list[dict[str, Any]]:
-    """Inverse of :func:`pack_items`: transport items (documents as bytes when the blackboard takes them)."""
+    """Inverse of :func:`pack_items`: transport items, documents as JSON bytes (``import_records``
+    takes them unparsed)."""
     envs = [dict(env) for env in packed.env]  # the Packed stays pristine for a rerun
-    raw = _encoded()
     blobs = packed.blobs
     for env, doc in zip(envs, packed.docs, strict=True):
-        env["doc"] = doc if raw else orjson.loads(doc)
+        env["doc"] = doc
         refs = env.get("attachments")
         env["attachments"] = {name: blobs[i] for name, i in refs.items()} if refs else {}
     return envs

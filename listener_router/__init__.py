@@ -1,7 +1,20 @@
-"""Listener/router: rules, the RabbitMQ consumer, batching, commit, routing, the CLI.
+"""Listener/router: rules, the RabbitMQ link, batching, commit, routing, the cluster, the CLI.
+
+Where things live (see ``docs/internals.md`` for one message's way through them):
+
+- ``broker/``   — everything that talks AMQP: the link (a thread, or a child
+  process), the queues Chalk declares, starting a local RabbitMQ;
+- ``pipeline/`` — the stages a batch goes through: gather → execute →
+  commit → finish, the message life table, retries and dead letters;
+- ``store/``    — the service's own tables (inbox, outbox, nodes);
+- ``cluster/``  — membership, the leader and its periodic tasks;
+- ``cli/``      — the ``chalk`` command;
+- ``_service``  — :class:`Service`: wiring and lifecycle;
+- ``_config``, ``_messages``, ``_rules``, ``_records``, ``_errors`` —
+  settings, message format, listener/router rules, record files, errors.
 
 The public names are imported on first use, so that a process that needs
-only one module (the broker I/O process runs ``listener_router._amqp``)
+only one module (the broker I/O process runs ``listener_router.broker``)
 does not pay for the service's imports (Spark, SQLAlchemy, lxml).
 """
 
@@ -12,35 +25,78 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from listener_router._config import (
-        ConfigError,
         ListenerRule,
         RouterRule,
         Settings,
         load_settings,
     )
-    from listener_router._messages import BadMessage, Incoming, outgoing_id, parse_message
-    from listener_router._records import RecordFileError, push_records, read_records
-    from listener_router._service import Service, Stats
+    from listener_router._errors import (
+        BadMessage,
+        BrokerUnavailable,
+        ChalkServiceError,
+        CommitRefused,
+        ConfigError,
+        ExtensionFailed,
+        InfrastructureError,
+        RecordFileError,
+        RecordsBusy,
+        RunnerUnusable,
+        StoreUnavailable,
+        UserError,
+    )
+    from listener_router._messages import Incoming, outgoing_id, parse_message
+    from listener_router._records import push_records, read_records
+    from listener_router._service import Service
+    from listener_router.cluster import LeaderTask
+    from listener_router.pipeline import (
+        BatchObserver,
+        BatchReport,
+        BatchSizing,
+        Commit,
+        CommitExtension,
+        Stats,
+    )
 
 _HOMES = {
-    "ConfigError": "_config", "ListenerRule": "_config", "RouterRule": "_config",
-    "Settings": "_config", "load_settings": "_config",
-    "BadMessage": "_messages", "Incoming": "_messages", "outgoing_id": "_messages",
-    "parse_message": "_messages",
-    "RecordFileError": "_records", "push_records": "_records", "read_records": "_records",
-    "Service": "_service", "Stats": "_service",
+    "ListenerRule": "_config", "RouterRule": "_config", "Settings": "_config",
+    "load_settings": "_config",
+    "BadMessage": "_errors", "BrokerUnavailable": "_errors", "ChalkServiceError": "_errors",
+    "CommitRefused": "_errors", "ConfigError": "_errors", "ExtensionFailed": "_errors",
+    "InfrastructureError": "_errors", "RecordFileError": "_errors", "RecordsBusy": "_errors",
+    "RunnerUnusable": "_errors", "StoreUnavailable": "_errors", "UserError": "_errors",
+    "Incoming": "_messages", "outgoing_id": "_messages", "parse_message": "_messages",
+    "push_records": "_records", "read_records": "_records",
+    "Service": "_service",
+    "LeaderTask": "cluster",
+    "BatchObserver": "pipeline", "BatchReport": "pipeline", "BatchSizing": "pipeline",
+    "Commit": "pipeline", "CommitExtension": "pipeline", "Stats": "pipeline",
 }
 
 __all__ = [
     "BadMessage",
+    "BatchObserver",
+    "BatchReport",
+    "BatchSizing",
+    "BrokerUnavailable",
+    "ChalkServiceError",
+    "Commit",
+    "CommitExtension",
+    "CommitRefused",
     "ConfigError",
+    "ExtensionFailed",
     "Incoming",
+    "InfrastructureError",
+    "LeaderTask",
     "ListenerRule",
     "RecordFileError",
+    "RecordsBusy",
     "RouterRule",
+    "RunnerUnusable",
     "Service",
     "Settings",
     "Stats",
+    "StoreUnavailable",
+    "UserError",
     "load_settings",
     "outgoing_id",
     "parse_message",

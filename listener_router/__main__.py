@@ -2,6 +2,6 @@
 
 import sys
 
-from listener_router._cli import main
+from listener_router.cli import main
 
 sys.exit(main())

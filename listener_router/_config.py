@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from listener_router._errors import ConfigError
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -21,10 +23,6 @@ else:  # pragma: no cover
 __all__ = ["Settings", "ListenerRule", "RouterRule", "ConfigError", "load_settings", "make_runner"]
 
 DEFAULT_BROKER = "amqp://guest:guest@localhost:5672/%2F"
-
-
-class ConfigError(ValueError):
-    """The configuration file or an option is not usable; the message names the key."""
 
 
 @dataclass(frozen=True)
@@ -231,7 +229,7 @@ def make_runner(settings: Settings, spark: Any = None) -> Any:
     if settings.runner == "local":
         return engine.LocalRunner()
     if spark is None:
-        spark = engine.spark_session(settings.spark_master, settings.spark_conf)
+        spark = engine.spark_session(settings.spark_master, dict(settings.spark_conf))
     return engine.SparkRunner(spark,
                               batch_timeout=settings.batch_timeout,
                               isolation_budget=settings.isolation_budget,

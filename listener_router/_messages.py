@@ -15,6 +15,8 @@ from typing import Any
 
 import orjson
 
+from listener_router._errors import BadMessage
+
 __all__ = ["BadMessage", "Incoming", "parse_message", "outgoing_id", "derive_message_id",
            "ATTEMPTS_HEADER", "ERROR_HEADER", "WORKFLOW_HEADER", "QUEUE_HEADER"]
 
@@ -37,10 +39,6 @@ def _depth(value: Any, level: int = 0) -> int:
     if isinstance(value, list):
         return max((_depth(v, level + 1) for v in value), default=level)
     return level
-
-
-class BadMessage(ValueError):
-    """The message cannot be processed as sent; the text says why."""
 
 
 @dataclass(slots=True)

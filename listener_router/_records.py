@@ -9,15 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from blackboard import Blackboard
-from listener_router._amqp import AmqpLink, OutMessage
 from listener_router._config import ListenerRule, Settings
-from listener_router._topology import declare_input
+from listener_router._errors import RecordFileError
+from listener_router.broker import AmqpLink, OutMessage, declare_input
 
 __all__ = ["RecordFileError", "read_records", "push_records", "chunked"]
-
-
-class RecordFileError(ValueError):
-    """A line of a record file is not a record; the message names file and line."""
 
 
 def read_records(path: str | Path) -> Iterator[dict[str, Any]]:

@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
+from blackboard import Blackboard
+
 __all__ = ["Pipelet", "PipeletConfigurationError", "PipeletError"]
 
 
@@ -40,10 +42,12 @@ class Pipelet:
     """Base class of every pipelet.
 
     Subclasses override :meth:`configure` (read settings, raise
-    :class:`PipeletConfigurationError` for bad ones) and :meth:`process`.
-    ``process`` returns the IDs that continue in the workflow: usually the
-    argument list, plus fragment IDs made with ``blackboard.split``, minus
-    records the pipelet filters out.
+    :class:`PipeletConfigurationError` for bad ones) and either
+    :meth:`process_record` (work on one record; the base :meth:`process`
+    calls it for each, naming the record in any failure) or :meth:`process`
+    (work on the whole batch at once).  ``process`` returns the IDs that
+    continue in the workflow: usually the argument list, plus fragment IDs
+    made with ``blackboard.split``, minus records the pipelet filters out.
 
     A pipelet keeps no global state and starts no SparkSession or broker
     connection: the same object may serve many batches.
@@ -70,9 +74,32 @@ class Pipelet:
                 )
         self.config = dict(config)
 
-    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
-        """Work on the records ``ids`` and return the IDs that go on."""
-        raise NotImplementedError(f"{type(self).__name__} must implement process()")
+    def process(self, blackboard: Blackboard, ids: list[str]) -> list[str]:
+        """Work on the records ``ids`` and return the IDs that go on.
+
+        The base calls :meth:`process_record` for each ID inside
+        ``self.record(id)`` (a failure names its record and fails only its
+        workflow instance) and returns ``ids`` unless a record said otherwise.
+        Override it to work on the whole batch at once.
+        """
+        going: list[str] | None = None
+        one = self.process_record
+        for position, rid in enumerate(ids):
+            with self.record(rid):
+                instead = one(blackboard, rid)
+            if instead is not None:
+                if going is None:
+                    going = ids[:position]
+                going.extend(instead)
+            elif going is not None:
+                going.append(rid)
+        return ids if going is None else going
+
+    def process_record(self, blackboard: Blackboard, record_id: str) -> list[str] | None:
+        """Work on one record; return None to let it go on unchanged, or the IDs that go
+        on in its place (``[]`` filters it out; fragments made with ``blackboard.split``)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement process_record() or process()")
 
     # -- the DataFrame form (optional; see pipelets._frames) ------------------------
     def frame_io(self) -> Any:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import codecs
 import re
 from dataclasses import dataclass
-from typing import Any
 
+from blackboard import Blackboard
 from pipelets._config import REQUIRED, Settings
 
 __all__ = ["Endpoint", "decode_text", "read_endpoints"]
@@ -27,12 +27,12 @@ class Endpoint:
     kind: str   # "attribute" or "attachment"
     name: str
 
-    def exists(self, bb: Any, rid: str) -> bool:
+    def exists(self, bb: Blackboard, rid: str) -> bool:
         if self.kind == "attachment":
             return bool(bb.has_attachment(rid, self.name))
         return bool(bb.has_attribute(rid, self.name))
 
-    def read_bytes(self, bb: Any, rid: str) -> list[bytes | str]:
+    def read_bytes(self, bb: Blackboard, rid: str) -> list[bytes | str]:
         """Attachment bytes (one item) or the attribute's string values."""
         if self.kind == "attachment":
             return [bb.get_attachment(rid, self.name)] if bb.has_attachment(rid, self.name) else []
@@ -46,7 +46,7 @@ class Endpoint:
             out.append(lit.value)
         return out
 
-    def write_text(self, bb: Any, rid: str, texts: list[str], *, encoding: str = "utf-8",
+    def write_text(self, bb: Blackboard, rid: str, texts: list[str], *, encoding: str = "utf-8",
                    separator: str = "\n") -> None:
         if self.kind == "attachment":
             bb.set_attachment(rid, self.name, separator.join(texts).encode(encoding))

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from blackboard import Literal, Path, PathStep
+from blackboard import Blackboard, Literal, Path, PathStep
 
 __all__ = ["copy_attribute", "rewrite_strings", "string_values"]
 
 
-def string_values(blackboard: Any, record_id: str, attribute: str) -> list[str]:
+def string_values(blackboard: Blackboard, record_id: str, attribute: str) -> list[str]:
     """The attribute's string literal values (``[]`` when it is absent)."""
     if not blackboard.has_attribute(record_id, attribute):
         return []
@@ -18,7 +17,7 @@ def string_values(blackboard: Any, record_id: str, attribute: str) -> list[str]:
             if isinstance(lit.value, str)]
 
 
-def rewrite_strings(blackboard: Any, record_id: str, attribute: str, output: str,
+def rewrite_strings(blackboard: Blackboard, record_id: str, attribute: str, output: str,
                     fn: Callable[[str], str]) -> bool:
     """Write ``fn(value)`` of each string literal of ``attribute`` to ``output``.
 
@@ -42,7 +41,7 @@ def _annotation_path(path: str) -> str:
     return f"{path}[{PathStep.ATTRIBUTE_ANNOTATION}]"
 
 
-def _copy_annotations(blackboard: Any, rid: str, src: str, dst: str) -> None:
+def _copy_annotations(blackboard: Blackboard, rid: str, src: str, dst: str) -> None:
     for name in blackboard.annotation_names(rid, src):
         blackboard.set_annotations(rid, dst, name, blackboard.get_annotations(rid, src, name))
 
@@ -56,7 +55,7 @@ def _inside(inner: Path, outer: Path) -> bool:
             and head[-1].name == outer.last.name)
 
 
-def copy_attribute(blackboard: Any, record_id: str, source: str, target: str) -> None:
+def copy_attribute(blackboard: Blackboard, record_id: str, source: str, target: str) -> None:
     """Make ``target`` a copy of attribute ``source``: literals, sub-objects, annotations.
 
     Literals keep their semantic types and annotations; sub-objects are

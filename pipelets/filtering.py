@@ -6,6 +6,7 @@ import datetime as dt
 import re
 from typing import Any
 
+from blackboard import Blackboard
 from pipelets._base import Pipelet
 from pipelets._config import Settings
 
@@ -54,7 +55,7 @@ class Filter(Pipelet):
     def _fold(self, text: str) -> str:
         return text.casefold() if self.ignore_case else text
 
-    def passes(self, bb: Any, rid: str) -> bool:
+    def passes(self, bb: Blackboard, rid: str) -> bool:
         """Whether record ``rid`` meets the condition (before ``invert``)."""
         if not bb.has_attribute(rid, self.attribute):
             return False
@@ -68,10 +69,5 @@ class Filter(Pipelet):
                 return True
         return False
 
-    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
-        kept = []
-        for rid in ids:
-            with self.record(rid):
-                if self.passes(blackboard, rid) != self.invert:
-                    kept.append(rid)
-        return kept
+    def process_record(self, blackboard: Blackboard, rid: str) -> list[str] | None:
+        return None if self.passes(blackboard, rid) != self.invert else []

@@ -7,6 +7,7 @@ import json
 import re
 from typing import Any
 
+from blackboard import Blackboard
 from pipelets._base import Pipelet
 from pipelets._config import Settings
 from pipelets._frames import STRING, FrameIO, cached_column, column, decline, frame_name, java_regex
@@ -76,7 +77,7 @@ class Fingerprint(Pipelet):
         self.algorithm: str = s.choice("algorithm", ALGORITHMS, default="sha256")
         self.normalize: bool = s.boolean("normalize", default=False)
 
-    def fingerprint(self, bb: Any, rid: str) -> str:
+    def fingerprint(self, bb: Blackboard, rid: str) -> str:
         """The fingerprint of record ``rid``."""
         h = hashlib.new(self.algorithm)
         if self.everything:
@@ -104,11 +105,8 @@ class Fingerprint(Pipelet):
             _frame(h, b"B", name.encode("utf-8"), inner.digest())
         return h.hexdigest()
 
-    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
-        for rid in ids:
-            with self.record(rid):
-                blackboard.set_literal(rid, self.output, self.fingerprint(blackboard, rid))
-        return ids
+    def process_record(self, blackboard: Blackboard, rid: str) -> None:
+        blackboard.set_literal(rid, self.output, self.fingerprint(blackboard, rid))
 
     def frame_io(self) -> FrameIO | None:
         names = [*(self.attributes or []), self.output]

@@ -8,6 +8,7 @@ from typing import Any
 import lxml.html
 from lxml import etree
 
+from blackboard import Blackboard
 from pipelets._base import Pipelet
 from pipelets._config import Settings
 from pipelets._io import check_encoding, decode_text, read_endpoints
@@ -163,13 +164,7 @@ class HtmlToText(Pipelet):
             titles = metas.get("title", [])
         return titles[:1], metas
 
-    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
-        for rid in ids:
-            with self.record(rid):
-                self._one(blackboard, rid)
-        return ids
-
-    def _one(self, bb: Any, rid: str) -> None:
+    def process_record(self, bb: Blackboard, rid: str) -> None:
         sources = self.input.read_bytes(bb, rid)
         if not sources:
             return

@@ -12,6 +12,7 @@ import json
 import re
 from typing import Any
 
+from blackboard import Blackboard
 from pipelets._base import Pipelet
 from pipelets._config import Settings
 
@@ -299,12 +300,12 @@ class MimeTypeIdentify(Pipelet):
         self.metadata: str | None = s.name("metaDataAttribute", "MetaDataAttribute", default=None)
         self.output: str = s.name("output", "MimeTypeAttribute", default="MimeType")
 
-    def _strings(self, bb: Any, rid: str, attribute: str | None) -> list[str]:
+    def _strings(self, bb: Blackboard, rid: str, attribute: str | None) -> list[str]:
         if attribute is None or not bb.has_attribute(rid, attribute):
             return []
         return [lit.value for lit in bb.get_literals(rid, attribute) if isinstance(lit.value, str)]
 
-    def _content(self, bb: Any, rid: str) -> str | None:
+    def _content(self, bb: Blackboard, rid: str) -> str | None:
         if bb.has_attachment(rid, self.attachment):
             with bb.get_attachment_stream(rid, self.attachment) as stream:
                 head = stream.read(SNIFF_BYTES + 1)
@@ -314,14 +315,14 @@ class MimeTypeIdentify(Pipelet):
             return sniff(data[:SNIFF_BYTES], complete=len(data) <= SNIFF_BYTES)
         return None
 
-    def _declared(self, bb: Any, rid: str) -> str | None:
+    def _declared(self, bb: Blackboard, rid: str) -> str | None:
         for value in self._strings(bb, rid, self.metadata):
             match = _CONTENT_TYPE.search(value) or _BARE_TYPE.match(value)
             if match and match.group(1).lower() != "application/octet-stream":
                 return match.group(1).lower()
         return None
 
-    def _named(self, bb: Any, rid: str) -> str | None:
+    def _named(self, bb: Blackboard, rid: str) -> str | None:
         for attribute in (self.extension, self.filename):
             for value in self._strings(bb, rid, attribute):
                 ext = extension_of(value)
@@ -329,14 +330,11 @@ class MimeTypeIdentify(Pipelet):
                     return EXTENSIONS[ext]
         return None
 
-    def identify(self, bb: Any, rid: str) -> str | None:
+    def identify(self, bb: Blackboard, rid: str) -> str | None:
         """The MIME type of record ``rid``, or None when nothing tells."""
         return decide(self._content(bb, rid), self._declared(bb, rid), self._named(bb, rid))
 
-    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
-        for rid in ids:
-            with self.record(rid):
-                mime = self.identify(blackboard, rid)
-                if mime is not None:
-                    blackboard.set_literal(rid, self.output, mime)
-        return ids
+    def process_record(self, blackboard: Blackboard, rid: str) -> None:
+        mime = self.identify(blackboard, rid)
+        if mime is not None:
+            blackboard.set_literal(rid, self.output, mime)

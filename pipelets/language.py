@@ -14,6 +14,7 @@ import re
 from collections import Counter
 from typing import Any
 
+from blackboard import Blackboard
 from pipelets._base import Pipelet
 from pipelets._config import Settings
 from pipelets._literals import string_values
@@ -145,18 +146,15 @@ class LanguageIdentify(Pipelet):
         self.default: str | None = s.name("default", default=None)
         self.max_chars: int = s.integer("maxChars", default=20000, minimum=1)
 
-    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
-        for rid in ids:
-            with self.record(rid):
-                parts: list[str] = []
-                size = 0
-                for attribute in self.attributes:
-                    for text in string_values(blackboard, rid, attribute):
-                        parts.append(text[: self.max_chars - size])
-                        size += len(parts[-1])
-                        if size >= self.max_chars:
-                            break
-                language = identify_language(" ".join(parts), self.languages) or self.default
-                if language is not None:
-                    blackboard.set_literal(rid, self.output, language)
-        return ids
+    def process_record(self, blackboard: Blackboard, rid: str) -> None:
+        parts: list[str] = []
+        size = 0
+        for attribute in self.attributes:
+            for text in string_values(blackboard, rid, attribute):
+                parts.append(text[: self.max_chars - size])
+                size += len(parts[-1])
+                if size >= self.max_chars:
+                    break
+        language = identify_language(" ".join(parts), self.languages) or self.default
+        if language is not None:
+            blackboard.set_literal(rid, self.output, language)

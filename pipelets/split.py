@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from blackboard import Blackboard
 from pipelets._base import Pipelet
 from pipelets._config import Settings
 from pipelets._literals import string_values
@@ -103,23 +104,21 @@ class DocumentSplitter(Pipelet):
         self.keep_parent: bool = s.boolean("keepParent", default=False)
         self.keep_attachments: bool = s.boolean("keepAttachments", default=False)
 
-    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
-        out: list[str] = []
-        for rid in ids:
-            with self.record(rid):
-                text = "\n\n".join(string_values(blackboard, rid, self.attribute))
-                pieces = split_text(text, self.mode, self.max_size)
-                if not pieces or self.keep_parent:
-                    out.append(rid)
-                for index, piece in enumerate(pieces):
-                    fid = blackboard.split(rid, str(index))
-                    if self.output != self.attribute:
-                        blackboard.remove_attribute(fid, self.attribute)
-                    blackboard.set_literal(fid, self.output, piece)
-                    if self.index_attribute:
-                        blackboard.set_literal(fid, self.index_attribute, index)
-                    if not self.keep_attachments:
-                        for name in blackboard.attachment_names(fid):
-                            blackboard.remove_attachment(fid, name)
-                    out.append(fid)
+    def process_record(self, blackboard: Blackboard, rid: str) -> list[str] | None:
+        text = "\n\n".join(string_values(blackboard, rid, self.attribute))
+        pieces = split_text(text, self.mode, self.max_size)
+        if not pieces:
+            return None
+        out = [rid] if self.keep_parent else []
+        for index, piece in enumerate(pieces):
+            fid = blackboard.split(rid, str(index))
+            if self.output != self.attribute:
+                blackboard.remove_attribute(fid, self.attribute)
+            blackboard.set_literal(fid, self.output, piece)
+            if self.index_attribute:
+                blackboard.set_literal(fid, self.index_attribute, index)
+            if not self.keep_attachments:
+                for name in blackboard.attachment_names(fid):
+                    blackboard.remove_attachment(fid, name)
+            out.append(fid)
         return out

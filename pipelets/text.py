@@ -6,6 +6,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from blackboard import Blackboard
 from pipelets._base import Pipelet
 from pipelets._config import Settings
 from pipelets._frames import (
@@ -82,11 +83,8 @@ class NormalizeWhitespace(Pipelet):
         text = _SPACE.sub(" ", text).strip()
         return text.lower() if self.lowercase else text
 
-    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
-        for rid in ids:
-            with self.record(rid):
-                rewrite_strings(blackboard, rid, self.attribute, self.output, self.clean)
-        return ids
+    def process_record(self, blackboard: Blackboard, rid: str) -> None:
+        rewrite_strings(blackboard, rid, self.attribute, self.output, self.clean)
 
     def frame_io(self) -> FrameIO | None:
         return _rewrite_io(self.attribute, self.output)
@@ -117,11 +115,8 @@ class Lowercase(Pipelet):
         self.attribute: str = s.name("attribute")
         self.output: str = s.name("output", default=self.attribute)
 
-    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
-        for rid in ids:
-            with self.record(rid):
-                rewrite_strings(blackboard, rid, self.attribute, self.output, str.lower)
-        return ids
+    def process_record(self, blackboard: Blackboard, rid: str) -> None:
+        rewrite_strings(blackboard, rid, self.attribute, self.output, str.lower)
 
     def frame_io(self) -> FrameIO | None:
         return _rewrite_io(self.attribute, self.output)
@@ -151,12 +146,9 @@ class WordCount(Pipelet):
         self.attribute: str = s.name("attribute")
         self.output: str = s.name("output")
 
-    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
-        for rid in ids:
-            with self.record(rid):
-                total = sum(count_words(v) for v in string_values(blackboard, rid, self.attribute))
-                blackboard.set_literal(rid, self.output, total)
-        return ids
+    def process_record(self, blackboard: Blackboard, rid: str) -> None:
+        total = sum(count_words(v) for v in string_values(blackboard, rid, self.attribute))
+        blackboard.set_literal(rid, self.output, total)
 
     def frame_io(self) -> FrameIO | None:
         return _rewrite_io(self.attribute, self.output, INT)
@@ -230,21 +222,18 @@ class RegexExtract(Pipelet):
                 raise s.error("group", f"the pattern has {self.pattern.groups} group(s), "
                                        f"not {self.group}")
 
-    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
-        for rid in ids:
-            with self.record(rid):
-                found: list[str] = []
-                for text in string_values(blackboard, rid, self.attribute):
-                    for match in self.pattern.finditer(text):
-                        value = match.group(self.group)
-                        if value is not None:
-                            found.append(value)
-                        if found and not self.all:
-                            break
-                    if found and not self.all:
-                        break
-                blackboard.set_literals(rid, self.output, found)
-        return ids
+    def process_record(self, blackboard: Blackboard, rid: str) -> None:
+        found: list[str] = []
+        for text in string_values(blackboard, rid, self.attribute):
+            for match in self.pattern.finditer(text):
+                value = match.group(self.group)
+                if value is not None:
+                    found.append(value)
+                if found and not self.all:
+                    break
+            if found and not self.all:
+                break
+        blackboard.set_literals(rid, self.output, found)
 
     def frame_io(self) -> FrameIO | None:
         if not isinstance(self.group, int) or java_regex(self.pattern) is None \
@@ -306,11 +295,8 @@ class Replace(Pipelet):
     def replace(self, text: str) -> str:
         return self.pattern.sub(self.replacement, text, count=self.count)
 
-    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
-        for rid in ids:
-            with self.record(rid):
-                rewrite_strings(blackboard, rid, self.attribute, self.output, self.replace)
-        return ids
+    def process_record(self, blackboard: Blackboard, rid: str) -> None:
+        rewrite_strings(blackboard, rid, self.attribute, self.output, self.replace)
 
     def frame_io(self) -> FrameIO | None:
         if self.count or java_regex(self.pattern) is None or java_replacement(self.replacement) is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from blackboard import Literal
+from blackboard import Blackboard, Literal
 from pipelets._base import Pipelet
 from pipelets._config import Settings
 from pipelets._frames import STRING, STRINGS, FrameIO, cached_column, frame_name
@@ -72,11 +72,8 @@ class SetValue(_ValuesPipelet):
         super().configure(config)
         self._read(config, plural=False)
 
-    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
-        for rid in ids:
-            with self.record(rid):
-                blackboard.set_literals(rid, self.attribute, self.values)
-        return ids
+    def process_record(self, blackboard: Blackboard, rid: str) -> None:
+        blackboard.set_literals(rid, self.attribute, self.values)
 
     def frame_io(self) -> FrameIO | None:
         plain = all(type(v.value) is str and v.semantic_type is None and not v.annotations for v in self.values)
@@ -110,12 +107,9 @@ class AddValues(_ValuesPipelet):
         super().configure(config)
         self._read(config, plural=True)
 
-    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
-        for rid in ids:
-            with self.record(rid):
-                for value in self.values:
-                    blackboard.add_literal(rid, self.attribute, value)
-        return ids
+    def process_record(self, blackboard: Blackboard, rid: str) -> None:
+        for value in self.values:
+            blackboard.add_literal(rid, self.attribute, value)
 
 
 class Copy(Pipelet):
@@ -156,13 +150,7 @@ class Copy(Pipelet):
         if (self.input, self.input_type) == (self.output, self.output_type):
             raise s.error("output", "is the same as the input; nothing to copy")
 
-    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
-        for rid in ids:
-            with self.record(rid):
-                self._copy(blackboard, rid)
-        return ids
-
-    def _copy(self, bb: Any, rid: str) -> None:
+    def process_record(self, bb: Blackboard, rid: str) -> None:
         if self.input_type == "attachment":
             if not bb.has_attachment(rid, self.input):
                 return
@@ -218,13 +206,10 @@ class Rename(Pipelet):
         if self.source == self.target:
             raise s.error("to", "is the same as 'from'")
 
-    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
-        for rid in ids:
-            with self.record(rid):
-                if blackboard.has_attribute(rid, self.source):
-                    copy_attribute(blackboard, rid, self.source, self.target)
-                    blackboard.remove_attribute(rid, self.source)
-        return ids
+    def process_record(self, blackboard: Blackboard, rid: str) -> None:
+        if blackboard.has_attribute(rid, self.source):
+            copy_attribute(blackboard, rid, self.source, self.target)
+            blackboard.remove_attribute(rid, self.source)
 
 
 class RemoveAttribute(Pipelet):
@@ -242,13 +227,10 @@ class RemoveAttribute(Pipelet):
         self.attributes: list[str] = Settings(type(self).__name__, config).names(
             "attributes", "attribute")
 
-    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
-        for rid in ids:
-            with self.record(rid):
-                for name in self.attributes:
-                    if blackboard.has_attribute(rid, name):
-                        blackboard.remove_attribute(rid, name)
-        return ids
+    def process_record(self, blackboard: Blackboard, rid: str) -> None:
+        for name in self.attributes:
+            if blackboard.has_attribute(rid, name):
+                blackboard.remove_attribute(rid, name)
 
 
 class SubAttributeExtract(Pipelet):
@@ -282,7 +264,7 @@ class SubAttributeExtract(Pipelet):
         if any(not step.strip() for step in self.steps):
             raise s.error("inputPath", f"{self.input!r} has an empty step")
 
-    def _collect(self, bb: Any, rid: str, prefix: str, steps: list[str]) -> list[Literal]:
+    def _collect(self, bb: Blackboard, rid: str, prefix: str, steps: list[str]) -> list[Literal]:
         step, rest = steps[0], steps[1:]
         here = f"{prefix}/{step}" if prefix else step
         if not rest:
@@ -296,17 +278,14 @@ class SubAttributeExtract(Pipelet):
             out += self._collect(bb, rid, f"{here}[{i}]", rest)
         return out
 
-    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
-        for rid in ids:
-            with self.record(rid):
-                found = self._collect(blackboard, rid, "", self.steps)
-                if not found:
-                    continue
-                if self.mode == "FIRST":
-                    found = found[:1]
-                elif self.mode == "LAST":
-                    found = found[-1:]
-                elif self.mode == "ALL_AS_ONE":
-                    found = [Literal(self.separator.join(_text_of(lit.value) for lit in found))]
-                blackboard.set_literals(rid, self.output, found)
-        return ids
+    def process_record(self, blackboard: Blackboard, rid: str) -> None:
+        found = self._collect(blackboard, rid, "", self.steps)
+        if not found:
+            return
+        if self.mode == "FIRST":
+            found = found[:1]
+        elif self.mode == "LAST":
+            found = found[-1:]
+        elif self.mode == "ALL_AS_ONE":
+            found = [Literal(self.separator.join(_text_of(lit.value) for lit in found))]
+        blackboard.set_literals(rid, self.output, found)

@@ -12,6 +12,7 @@ from typing import Any
 
 from lxml import etree
 
+from blackboard import Blackboard
 from pipelets._base import Pipelet
 from pipelets._config import Settings
 from pipelets._io import read_endpoints
@@ -142,13 +143,7 @@ class XsltTransform(Pipelet):
                 raise s.error("parameters", f"{key!r}: expected a text value, got {value!r}")
         self.params = {str(k): etree.XSLT.strparam(str(v)) for k, v in params.items()}
 
-    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
-        for rid in ids:
-            with self.record(rid):
-                self._one(blackboard, rid)
-        return ids
-
-    def _one(self, bb: Any, rid: str) -> None:
+    def process_record(self, bb: Blackboard, rid: str) -> None:
         results = []
         for source in self.input.read_bytes(bb, rid):
             doc = parse_xml(source, f"{self.input}")
@@ -222,19 +217,16 @@ class XPathExtract(Pipelet):
             return int(item) if item.is_integer() else item
         return str(item)
 
-    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
-        for rid in ids:
-            with self.record(rid):
-                sources = self.input.read_bytes(blackboard, rid)
-                if not sources:
-                    continue
-                values: list[Any] = []
-                for source in sources:
-                    doc = parse_xml(source, f"{self.input}")
-                    result = self.xpath(doc)
-                    items = result if isinstance(result, list) else [result]
-                    values += [self._value(i) for i in items]
-                if self.separator is not None and values:
-                    values = [self.separator.join(str(v) for v in values)]
-                blackboard.set_literals(rid, self.output.name, values)
-        return ids
+    def process_record(self, blackboard: Blackboard, rid: str) -> None:
+        sources = self.input.read_bytes(blackboard, rid)
+        if not sources:
+            return
+        values: list[Any] = []
+        for source in sources:
+            doc = parse_xml(source, f"{self.input}")
+            result = self.xpath(doc)
+            items = result if isinstance(result, list) else [result]
+            values += [self._value(i) for i in items]
+        if self.separator is not None and values:
+            values = [self.separator.join(str(v) for v in values)]
+        blackboard.set_literals(rid, self.output.name, values)

@@ -1,4 +1,4 @@
-"""The style rules that tools check: ruff everywhere, mypy on blackboard and engine."""
+"""The style rules that tools check: ruff everywhere, mypy on every package."""
 
 from __future__ import annotations
 
@@ -18,6 +18,6 @@ def test_ruff_finds_nothing() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_blackboard_and_engine_are_mypy_clean() -> None:
-    done = _run("mypy", "blackboard", "engine")
+def test_every_package_is_mypy_clean() -> None:
+    done = _run("mypy", "blackboard", "engine", "pipelets", "listener_router")
     assert done.returncode == 0, done.stdout + done.stderr

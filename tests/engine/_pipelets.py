@@ -165,7 +165,7 @@ class BrokenFrame(Pipelet):
         return ids
 
     def frame_io(self) -> Any:
-        from pipelets._frames import STRING, FrameIO
+        from pipelets.frames import STRING, FrameIO
 
         return FrameIO(reads=(), writes=(("x", STRING),))
 

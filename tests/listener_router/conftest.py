@@ -9,10 +9,10 @@ from typing import Any
 
 import pika
 import pytest
-from lr_helpers import Broker
+from listener_router_helpers import Broker
 
 from listener_router import ListenerRule, RouterRule, Service, Settings
-from listener_router._topology import declare_all, dlq_name
+from listener_router.broker import declare_all, dlq_name
 
 REPO = Path(__file__).resolve().parents[2]
 

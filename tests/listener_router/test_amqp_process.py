@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from listener_router._amqp import BrokerUnavailable, OutMessage
-from listener_router._amqp_process import ProcessLink
+from listener_router import BrokerUnavailable
+from listener_router.broker import OutMessage, ProcessLink
 
 pytestmark = [pytest.mark.broker]
 
@@ -126,7 +126,7 @@ def test_the_child_dies_with_its_parent(broker):
     script = textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {str(REPO)!r})
-        from listener_router._amqp_process import ProcessLink
+        from listener_router.broker import ProcessLink
         link = ProcessLink({broker.url!r}, consume=()).start()
         print(link._proc.pid, flush=True)
         time.sleep(600)

@@ -14,16 +14,22 @@ import os
 import random
 import time
 import uuid
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
 from _services import restart_broker
-from lr_helpers import Broker, kill_group, records_of, start_service, wait_for_log
+from listener_router_helpers import (
+    Broker,
+    kill_group,
+    message_ids_by_record,
+    start_service,
+    wait_for_log,
+    write_config,
+)
 
 from blackboard import Blackboard
 from listener_router import ListenerRule, Settings, push_records
-from listener_router._topology import dlq_name
+from listener_router.broker import dlq_name
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.broker, pytest.mark.spark]
 
@@ -59,49 +65,6 @@ class Increment(Pipelet):
         return ids
 '''
 
-CONFIG = """
-[blackboard]
-url = "{db}"
-lease_seconds = 30
-
-[broker]
-url = "{broker}"
-delivery_limit = 100
-
-[workflows]
-dir = "{workflows}"
-
-[[listener]]
-name = "one"
-queue = "{a}"
-workflow = "ChaosOne"
-batch_size = 100
-max_wait_ms = 100
-prefetch = 500
-
-[[listener]]
-name = "two"
-queue = "{b}"
-workflow = "ChaosTwo"
-batch_size = 100
-max_wait_ms = 100
-prefetch = 500
-
-[[router]]
-workflow = "ChaosOne"
-queue = "{b}"
-
-[[router]]
-workflow = "ChaosTwo"
-queue = "{c}"
-
-[spark]
-master = "local[2]"
-[spark.conf]
-"spark.sql.shuffle.partitions" = "2"
-"""
-
-
 def batches_seen(log: Path) -> int:
     return log.read_text(errors="replace").count("batch of ")
 
@@ -116,8 +79,14 @@ def test_two_stage_chain_is_exactly_once_under_kills_and_a_broker_restart(tmp_pa
     (workflows / "two.xml").write_text(STAGE.format(name="ChaosTwo", counter="stage2"))
     (workflows / "chaos_pipelets.py").write_text(PIPELET)
     db = f"sqlite:///{tmp_path / 'chaos.db'}"
-    config = tmp_path / "chalk.toml"
-    config.write_text(CONFIG.format(db=db, broker=broker_url, workflows=workflows, a=a, b=b, c=c))
+    config = write_config(
+        tmp_path / "chalk.toml", db=db, broker=broker_url, workflows=workflows,
+        blackboard={"lease_seconds": 30}, broker_options={"delivery_limit": 100},
+        listeners=[{"name": name, "queue": queue, "workflow": workflow, "batch_size": 100,
+                    "max_wait_ms": 100, "prefetch": 500}
+                   for name, queue, workflow in (("one", a, "ChaosOne"), ("two", b, "ChaosTwo"))],
+        routers=[{"workflow": "ChaosOne", "queue": b}, {"workflow": "ChaosTwo", "queue": c}],
+        spark={"master": "local[2]", "conf": {"spark.sql.shuffle.partitions": "2"}})
     log = tmp_path / "service.log"
     settings = Settings(blackboard_url=db, broker_url=broker_url, delivery_limit=100,
                         listeners=(ListenerRule(name="one", queue=a, workflow="ChaosOne"),))
@@ -152,11 +121,7 @@ def test_two_stage_chain_is_exactly_once_under_kills_and_a_broker_restart(tmp_pa
           f"{batches_seen(log)} batches, "
           f"{time.monotonic() - started:.0f} s")
 
-    delivered = broker.drain(c)
-    by_record: dict[str, set[str]] = defaultdict(set)
-    for props, body in delivered:
-        for record in records_of([(props, body)]):
-            by_record[record["id"]].add(props.message_id)
+    by_record = message_ids_by_record(broker.drain(c))
     missing = sorted(set(r["id"] for r in data) - set(by_record))
     assert not missing, f"{len(missing)} record(s) never reached C, e.g. {missing[:5]}"
     assert all(len(ids) == 1 for ids in by_record.values()), "a record reached C under two IDs"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from listener_router._cli import main
+from listener_router.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 INVALID = REPO / "tests" / "workflows" / "invalid"

@@ -6,21 +6,24 @@ import json
 import time
 
 import pytest
-from lr_helpers import records_of
+from listener_router_helpers import records_of
 from sqlalchemy import create_engine, select, update
 
 from listener_router import Service
-from listener_router._amqp import OutMessage
-from listener_router._cluster import Membership, nodes
-from listener_router._outbox import Outbox, outbox
+from listener_router.broker import OutMessage
+from listener_router.cluster import Membership
+from listener_router.store import Outbox, ServiceStore
+from listener_router.store._nodes import nodes
+from listener_router.store._outbox import outbox
 
 
 @pytest.mark.postgres
 def test_the_first_live_member_leads_until_it_goes(pg_url, caplog):
-    caplog.set_level("INFO", logger="listener_router._cluster")
-    first = Membership(create_engine(pg_url), "node-a", interval=0.2, ttl=2.0).start()
+    caplog.set_level("INFO", logger="listener_router.cluster._membership")
+    first = Membership(ServiceStore.connect(pg_url).nodes, "node-a", interval=0.2, ttl=2.0).start()
     time.sleep(0.05)
-    second = Membership(create_engine(pg_url), "node-b", interval=0.2, ttl=2.0).start()
+    second = Membership(ServiceStore.connect(pg_url).nodes, "node-b", interval=0.2,
+                        ttl=2.0).start()
     time.sleep(0.5)
     first.beat()
     assert [m.name for m in second.members()] == ["node-a", "node-b"]
@@ -43,7 +46,7 @@ def test_leader_maintenance_publishes_orphaned_outbox_rows(make_settings, spark,
     settings = make_settings()
     out = settings.routers[0].queue
     with Service(settings, spark=spark) as service:
-        engine = service.bb.store.engine
+        engine = service.store.engine
         with engine.begin() as conn:
             Outbox.write(conn, [("lost-input", "q")], [("lost-input", OutMessage(
                 routing_key=out, message_id="orphan-1", headers={"x-chalk-source": "lost-input"},

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from listener_router import BadMessage, ConfigError, load_settings, outgoing_id, parse_message
-from listener_router._states import State, check_transition
+from listener_router.pipeline import State, check_transition
 
 
 def test_defaults_work_with_no_file(tmp_path, monkeypatch):

@@ -6,12 +6,12 @@ import time
 from pathlib import Path
 
 import pytest
-from lr_helpers import records_of, write_test_workflows
+from listener_router_helpers import records_of, write_test_workflows
 
 from blackboard import Blackboard
 from listener_router import push_records
-from listener_router._demo import sample_records
-from listener_router._topology import dlq_name
+from listener_router.broker import dlq_name
+from listener_router.cli._demo import sample_records
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
 

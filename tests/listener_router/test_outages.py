@@ -7,9 +7,8 @@ import time
 
 import pytest
 from _services import start_postgres, stop_postgres
-from lr_helpers import records_of, write_test_workflows
+from listener_router_helpers import message_ids_by_record, stored_counts, write_test_workflows
 
-from blackboard import Blackboard
 from listener_router import push_records
 
 pytestmark = [pytest.mark.slow, pytest.mark.chaos, pytest.mark.postgres, pytest.mark.broker,
@@ -53,15 +52,7 @@ def test_database_outage_holds_batches_until_it_returns(make_settings, run_servi
     assert stats["committed"] == RECORDS
     assert stats["deferred"] > 0  # batches were held while the database was gone
     assert broker.depth(f"{queue}.dlq") == 0
-    routed: dict[str, set[str]] = {}
-    for props, body in broker.drain(out):
-        for record in records_of([(props, body)]):
-            routed.setdefault(record["id"], set()).add(props.message_id)
+    routed = message_ids_by_record(broker.drain(out))
     assert set(routed) == {r["id"] for r in data}
     assert all(len(ids) == 1 for ids in routed.values())
-    with Blackboard.connect(pg_url) as bb:
-        ids = [r["id"] for r in data]
-        bb.load_many(ids)
-        counts = {bb.get_attributes(rid, ["count"]).get("count") for rid in ids}
-        bb.invalidate_many(ids)
-    assert counts == {1}
+    assert stored_counts(pg_url, [r["id"] for r in data]) == {1: RECORDS}

@@ -5,12 +5,20 @@ from __future__ import annotations
 import json
 
 import pytest
-from lr_helpers import records_of
+from listener_router_helpers import records_of
 from sqlalchemy import create_engine, inspect, select, text
 
-from listener_router._amqp import OutMessage
-from listener_router._cli import main
-from listener_router._outbox import Outbox, inbox, outbox
+from listener_router.broker import OutMessage
+from listener_router.cli import main
+from listener_router.store import Outbox
+from listener_router.store._outbox import inbox, outbox
+from listener_router.store._schema import create_schema
+
+
+def open_outbox(engine):
+    """The outbox over ``engine``, its tables made as the service makes them."""
+    create_schema(engine)
+    return Outbox(engine)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -26,7 +34,7 @@ def _message(target: str, mid: str, source: str, rid: str) -> tuple[str, OutMess
 
 def test_a_committed_batch_is_one_outbox_row_named_by_its_inputs(db_url):
     engine = create_engine(db_url)
-    box = Outbox(engine)
+    box = open_outbox(engine)
     with engine.begin() as conn:
         batch = Outbox.write(conn, [("m1", "q"), ("m2", "q"), ("m3", "q")], [
             _message("out", "o1", "m1", "r1"), _message("out", "o2", "m1", "r2"),
@@ -61,8 +69,8 @@ def test_an_outbox_written_by_an_earlier_chalk_is_upgraded_without_losing_unsent
             ('out-1', 'in-1', '', 'next', '{"records":[{"id":"a"}]}', '{"x-chalk-source":"in-1"}', 1.0, NULL),
             ('out-2', 'in-2', '', 'next', '{"records":[{"id":"b"}]}', '{"x-chalk-source":"in-2"}', 2.0, 5.0)
         """))
-    box = Outbox(engine)
-    Outbox(engine)  # idempotent
+    box = open_outbox(engine)
+    open_outbox(engine)  # idempotent
     seen = box.seen("q", ["in-1", "in-2"])
     assert seen["in-2"] is None and seen["in-1"] is not None
     (messages,) = box.unsent([seen["in-1"]]).values()
@@ -81,7 +89,7 @@ def test_a_redelivered_message_publishes_its_unsent_batch_whole_then_marks_it_se
     settings = make_settings()
     queue, out = settings.listeners[0].queue, settings.routers[0].queue
     declare(settings)
-    box = Outbox(create_engine(settings.blackboard_url))
+    box = open_outbox(create_engine(settings.blackboard_url))
     with box.engine.begin() as conn:
         batch = Outbox.write(conn, [("in-1", queue), ("in-2", queue)], [
             _message(out, "o1", "in-1", "r1"), _message(out, "o2", "in-2", "r2")])
@@ -99,7 +107,7 @@ def test_a_redelivered_message_publishes_its_unsent_batch_whole_then_marks_it_se
 @pytest.mark.broker
 def test_status_and_jobs_count_outgoing_messages(tmp_path, capsys, monkeypatch, make_settings):
     settings = make_settings()
-    box = Outbox(create_engine(settings.blackboard_url))
+    box = open_outbox(create_engine(settings.blackboard_url))
     with box.engine.begin() as conn:
         Outbox.write(conn, [("in-1", "q"), ("in-2", "q")], [
             _message("out", "o1", "in-1", "r1"), _message("out", "o2", "in-1", "r2"),

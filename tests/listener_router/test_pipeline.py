@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import threading
-import uuid
-from collections import Counter
 
 import pytest
-from lr_helpers import write_test_workflows
+from listener_router_helpers import publish_ids, stored_counts, write_test_workflows
 
-from blackboard import Blackboard
-from listener_router._amqp import AmqpLink, OutMessage
-from listener_router._pipeline import InFlight
-from listener_router._topology import dlq_name
+from listener_router.broker import dlq_name
+from listener_router.pipeline import InFlight
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
@@ -34,25 +29,15 @@ def test_a_record_in_many_batches_is_counted_once_per_message(make_settings, run
     ids = [f"p{i:03d}" for i in range(RECORDS)]
     # Round after round over the same records: consecutive batches (gathered while
     # the one before runs) keep sharing records, and must wait for each other.
-    messages = [OutMessage(routing_key=queue, message_id=f"pipe-{uuid.uuid4().hex}",
-                           body=json.dumps({"records": [{"id": rid}]}).encode())
-                for _round in range(ROUNDS) for rid in ids]
-    link = AmqpLink(settings.broker_url, consume=()).start()
-    try:
-        link.publish(messages).result(timeout=60)
-    finally:
-        link.stop()
+    messages = [rid for _round in range(ROUNDS) for rid in ids]  # a message ID each
+    publish_ids(settings, messages, prefix="pipe")
 
     stats = run_service(settings, until=lambda s: s["committed"] >= len(messages), idle_exit=60)
 
     assert stats["committed"] == len(messages)
     assert stats["local_batches"] == (stats["batches"] if local_below else 0)
     assert broker.depth(dlq_name(queue)) == 0
-    with Blackboard.connect(settings.blackboard_url) as bb:
-        bb.load_many(ids)
-        counts = Counter(bb.get_attributes(rid, ["count"]).get("count") for rid in ids)
-        bb.invalidate_many(ids)
-    assert counts == {ROUNDS: RECORDS}
+    assert stored_counts(settings.blackboard_url, ids) == {ROUNDS: RECORDS}
 
 
 def test_in_flight_waits_for_an_earlier_holder_and_not_for_its_own():

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from lr_helpers import records_of, write_test_workflows
+from listener_router_helpers import records_of, stored_attributes, write_test_workflows
 
 from blackboard import Blackboard
 from listener_router import ListenerRule, RouterRule, push_records
-from listener_router._admin import dlq_replay
-from listener_router._topology import dlq_name
+from listener_router.broker import dlq_name
+from listener_router.cli._admin import dlq_replay
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
@@ -18,14 +18,6 @@ pytestmark = [pytest.mark.broker, pytest.mark.spark]
 @pytest.fixture
 def test_workflows(tmp_path):
     return write_test_workflows(tmp_path / "workflows")
-
-
-def stored(settings, ids, names=None):
-    with Blackboard.connect(settings.blackboard_url) as bb:
-        bb.load_many(ids)
-        out = {rid: (None if bb.is_new(rid) else bb.get_attributes(rid, names)) for rid in ids}
-        bb.invalidate_many(ids)
-    return out
 
 
 def test_listener_conditions_pick_the_rule_and_delete_removes_records(
@@ -47,7 +39,7 @@ def test_listener_conditions_pick_the_rule_and_delete_removes_records(
     stats = run_service(settings, until=lambda s: s["committed"] + s["dead"] >= 5)
 
     assert (stats["committed"], stats["dead"]) == (4, 1)
-    after = stored(settings, [f"d{i}" for i in range(6)], ["count"])
+    after = stored_attributes(settings.blackboard_url, [f"d{i}" for i in range(6)], ["count"])
     assert after == {"d0": None, "d1": None, "d2": None, "d3": {"count": 1}, "d4": {"count": 1},
                      "d5": {"count": 2}}
     (props, _body), = broker.drain(dlq_name(queue))
@@ -105,7 +97,7 @@ def test_bad_input_is_dead_lettered_with_its_reason_and_the_rest_commits(
     assert "bad id" in dead["bad-id"]
     assert "exceed the limit of 10" in dead["too-many"]
     assert "exceeds the limit of 4000 bytes" in dead["oversized"]
-    assert stored(settings, ["good"], ["text", "words"]) == {
+    assert stored_attributes(settings.blackboard_url, ["good"], ["text", "words"]) == {
         "good": {"text": "fine text", "words": 2}}
 
 
@@ -133,7 +125,7 @@ def test_a_message_delivered_twice_is_applied_once(make_settings, run_service, b
     stats = run_service(settings, until=lambda s: s["duplicate"] >= 1)
 
     assert stats["duplicate"] == 1
-    assert stored(settings, ["once"], ["count"]) == {"once": {"count": 2}}  # push + same-id
+    assert stored_attributes(settings.blackboard_url, ["once"], ["count"]) == {"once": {"count": 2}}  # push + same-id
     sources = sorted(props.headers["x-chalk-source"] for props, _ in broker.drain(out))
     assert len(sources) == 2 and "same-id" in sources
 
@@ -155,7 +147,7 @@ def test_dead_letters_replay_onto_their_queue_after_the_cause_is_fixed(
 
     assert stats["committed"] == 1
     assert broker.depth(dlq_name(queue)) == 0
-    assert stored(settings, ["p1"], ["count"]) == {"p1": {"count": 1}}
+    assert stored_attributes(settings.blackboard_url, ["p1"], ["count"]) == {"p1": {"count": 1}}
 
 
 class PoisonedRunner:
@@ -189,6 +181,6 @@ def test_a_message_that_breaks_the_runner_is_isolated_and_the_rest_commit(
     assert runner.calls > 2  # the batch was halved until the poison stood alone
     (props, _), = broker.drain(dlq_name(queue))
     assert "runner failed: RecursionError" in props.headers["x-chalk-error"]
-    counts = stored(settings, [r["id"] for r in data], ["count"])
+    counts = stored_attributes(settings.blackboard_url, [r["id"] for r in data], ["count"])
     assert counts.pop("poison") == {}
     assert all(v == {"count": 1} for v in counts.values())

@@ -6,36 +6,18 @@ import signal
 import time
 
 import pytest
-from lr_helpers import (
+from listener_router_helpers import (
     message_ids_by_record,
     start_service,
     stored_counts,
     wait_for_log,
+    write_config,
     write_test_workflows,
 )
 
 from listener_router import ListenerRule, RouterRule, push_records
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.spark]
-
-CONFIG = """
-[blackboard]
-url = "{db}"
-[broker]
-url = "{broker}"
-[workflows]
-dir = "{workflows}"
-[[listener]]
-name = "count"
-queue = "{queue}"
-workflow = "Counting"
-batch_size = 200
-max_wait_ms = 100
-[[router]]
-queue = "{out}"
-[spark]
-master = "local[2]"
-"""
 
 RECORDS = 3000
 
@@ -45,9 +27,10 @@ def test_sigterm_under_load_loses_and_doubles_nothing(tmp_path, broker_url, qnam
     queue, out = qname("in"), qname("out")
     workflows = write_test_workflows(tmp_path / "workflows")
     db = f"sqlite:///{tmp_path / 'shutdown.db'}"
-    config = tmp_path / "chalk.toml"
-    config.write_text(CONFIG.format(db=db, broker=broker_url, workflows=workflows, queue=queue,
-                                    out=out))
+    config = write_config(tmp_path / "chalk.toml", db=db, broker=broker_url, workflows=workflows,
+                          listeners=[{"name": "count", "queue": queue, "workflow": "Counting",
+                                      "batch_size": 200, "max_wait_ms": 100}],
+                          routers=[{"queue": out}], spark={"master": "local[2]"})
     settings = make_settings("Counting", rules=(ListenerRule(name="count", queue=queue,
                                                              workflow="Counting"),),
                              routers=(RouterRule(queue=out),))

@@ -5,41 +5,19 @@ from __future__ import annotations
 import signal
 
 import pytest
-from lr_helpers import (
+from listener_router_helpers import (
     kill_group,
     message_ids_by_record,
     start_service,
     stored_counts,
     wait_for_log,
+    write_config,
     write_test_workflows,
 )
 
 from listener_router import ListenerRule, RouterRule, push_records
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.postgres]
-
-CONFIG = """
-[blackboard]
-url = "{db}"
-lease_seconds = 6
-[broker]
-url = "{broker}"
-[workflows]
-dir = "{workflows}"
-[engine]
-runner = "local"
-[node]
-name = "{name}"
-[[listener]]
-name = "count"
-queue = "{queue}"
-workflow = "Counting"
-batch_size = 100
-max_wait_ms = 50
-prefetch = 300
-[[router]]
-queue = "{out}"
-"""
 
 RECORDS = 3000
 
@@ -50,9 +28,12 @@ def test_two_services_share_the_work_and_the_survivor_of_the_leader_takes_over(
     workflows = write_test_workflows(tmp_path / "workflows")
     configs, logs = {}, {}
     for name in ("svc-a", "svc-b"):
-        configs[name] = tmp_path / f"{name}.toml"
-        configs[name].write_text(CONFIG.format(db=pg_url, broker=broker_url, workflows=workflows,
-                                               name=name, queue=queue, out=out))
+        configs[name] = write_config(
+            tmp_path / f"{name}.toml", db=pg_url, broker=broker_url, workflows=workflows,
+            blackboard={"lease_seconds": 6}, engine={"runner": "local"}, node={"name": name},
+            listeners=[{"name": "count", "queue": queue, "workflow": "Counting",
+                        "batch_size": 100, "max_wait_ms": 50, "prefetch": 300}],
+            routers=[{"queue": out}])
         logs[name] = tmp_path / f"{name}.log"
     settings = make_settings("Counting", rules=(ListenerRule(name="count", queue=queue,
                                                              workflow="Counting"),),

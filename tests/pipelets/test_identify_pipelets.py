@@ -4,7 +4,7 @@ import io
 import zipfile
 
 import pytest
-from pipelet_helpers import configured, make, values
+from pipelets_helpers import configured, make, values
 
 from pipelets import PipeletConfigurationError
 from pipelets.identify import MimeTypeIdentify, extension_of, sniff

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import pytest
-from pipelet_helpers import configured, make, values
+from pipelets_helpers import configured, make, values
 
 from blackboard import Blackboard
 from pipelets import PipeletConfigurationError, PipeletError

@@ -3,7 +3,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from pipelet_helpers import configured, make, values
+from pipelets_helpers import configured, make, values
 
 from blackboard import Annotation, Blackboard, Literal
 from pipelets import PipeletConfigurationError, PipeletError

@@ -11,24 +11,22 @@ from typing import Any
 import pika
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import func, select
 
-from blackboard import SqlStore
-from blackboard._storage import leases, records
-from listener_router._amqp import connection_parameters
-from listener_router._cluster import Membership
 from listener_router._config import Settings
 from listener_router._messages import ATTEMPTS_HEADER, ERROR_HEADER, QUEUE_HEADER
-from listener_router._outbox import Outbox, inbox
-from listener_router._topology import dlq_name
+from listener_router.broker import connection_parameters, dlq_name
+from listener_router.cluster import Membership
+from listener_router.store import ServiceStore
 
-__all__ = ["status", "jobs", "dlq_list", "dlq_show", "dlq_replay", "dlq_purge", "peek"]
+__all__ = ["status", "jobs", "dlq_list", "dlq_show", "dlq_replay", "dlq_purge", "peek",
+           "channel", "depth"]
 
 console = Console()
 
 
 @contextmanager
-def _channel(settings: Settings) -> Iterator[Any]:
+def channel(settings: Settings) -> Iterator[Any]:
+    """A channel on a connection of its own to the configured broker."""
     conn = pika.BlockingConnection(connection_parameters(settings.broker_url))
     try:
         yield conn.channel()
@@ -37,9 +35,10 @@ def _channel(settings: Settings) -> Iterator[Any]:
             conn.close()
 
 
-def _depth(settings: Settings, queue: str) -> int | None:
+def depth(settings: Settings, queue: str) -> int | None:
+    """Messages in ``queue`` (None: no such queue)."""
     try:
-        with _channel(settings) as ch:
+        with channel(settings) as ch:
             return ch.queue_declare(queue, passive=True).method.message_count
     except pika.exceptions.ChannelClosedByBroker:
         return None
@@ -55,54 +54,49 @@ def status(settings: Settings) -> None:
     names += [r.queue for r in settings.routers if r.queue]
     try:
         for name in dict.fromkeys(names):
-            depth = _depth(settings, name)
-            table.add_row(name, "absent" if depth is None else str(depth))
+            found = depth(settings, name)
+            table.add_row(name, "absent" if found is None else str(found))
         console.print(table)
     except pika.exceptions.AMQPConnectionError as e:
         console.print(f"broker: unreachable ({e!r})")
-    store = SqlStore(settings.blackboard_url)
-    with store.engine.connect() as conn:
-        count = conn.execute(select(func.count()).select_from(records)).scalar()
-        held = conn.execute(select(leases.c.owner, func.count()).group_by(leases.c.owner)).all()
-    box = Outbox(store.engine)
-    with store.engine.connect() as conn:
-        done = conn.execute(select(func.count()).select_from(inbox)).scalar()
+    store = ServiceStore.connect(settings.blackboard_url)
+    count = store.sql.record_count()
+    held = store.sql.lease_counts()
+    done = store.outbox.processed_count()
     console.print(f"store {settings.blackboard_url}: {count} record(s), {done} processed "
-                  f"message(s), {box.unsent_count()} unsent outbox message(s)")
-    for owner, n in held:
+                  f"message(s), {store.outbox.unsent_count()} unsent outbox message(s)")
+    for owner, n in held.items():
         console.print(f"  leases held by {owner}: {n}")
-    membership = Membership(store.engine, "chalk-status")
+    membership = Membership(store.nodes, "chalk-status")
     members = membership.members()
     console.print(f"cluster: {len(members)} live member(s)"
                   + (f", leader {members[0].name}" if members else ""))
     for m in members:
         console.print(f"  {m.name} (pid {m.pid} on {m.host}), heartbeat "
                       f"{time.time() - m.heartbeat_at:.0f} s ago")
-    store.dispose()
+    store.close()
 
 
 def jobs(settings: Settings, limit: int = 20) -> None:
     import datetime as dt
 
-    store = SqlStore(settings.blackboard_url)
-    box = Outbox(store.engine)
+    store = ServiceStore.connect(settings.blackboard_url)
     table = Table(title=f"last {limit} processed messages")
     for column in ("message", "queue", "status", "processed", "outgoing"):
         table.add_column(column)
-    with store.engine.connect() as conn:
-        rows = conn.execute(select(inbox).order_by(inbox.c.processed_at.desc()).limit(limit)).all()
-    counts = box.outgoing_counts([(row.message_id, row.batch) for row in rows])
+    rows = store.outbox.recent(limit)
+    counts = store.outbox.outgoing_counts([(row.message_id, row.batch) for row in rows])
     for row, n in zip(rows, counts, strict=True):
         when = dt.datetime.fromtimestamp(row.processed_at).isoformat(timespec="seconds")
         table.add_row(row.message_id, row.queue, row.status, when, str(n))
     console.print(table)
-    store.dispose()
+    store.close()
 
 
 def peek(settings: Settings, queue: str, limit: int) -> list[tuple[Any, Any, bytes]]:
     """Up to ``limit`` messages of ``queue`` without removing them."""
-    out = []
-    with _channel(settings) as ch:
+    out: list[tuple[Any, Any, bytes]] = []
+    with channel(settings) as ch:
         while len(out) < limit:
             method, props, body = ch.basic_get(queue, auto_ack=False)
             if method is None:
@@ -148,7 +142,7 @@ def dlq_show(settings: Settings, queues: Sequence[str], message_id: str | None) 
 def dlq_replay(settings: Settings, queues: Sequence[str], message_id: str | None = None) -> int:
     """Put dead letters back on their original queue, attempts reset, error dropped."""
     count = 0
-    with _channel(settings) as ch:
+    with channel(settings) as ch:
         ch.confirm_delivery()
         for queue in queues:
             while True:
@@ -171,7 +165,7 @@ def dlq_replay(settings: Settings, queues: Sequence[str], message_id: str | None
 
 def dlq_purge(settings: Settings, queues: Sequence[str]) -> int:
     count = 0
-    with _channel(settings) as ch:
+    with channel(settings) as ch:
         for queue in queues:
             count += ch.queue_purge(dlq_name(queue)).method.message_count
     return count

@@ -4,7 +4,7 @@ pika does its frame work in pure Python: decoding each delivery, encoding
 each publish, matching the confirms.  In the service that work held the
 interpreter lock about 40% of the time at full speed (profiled with
 ``py-spy --gil``), and the stage, runner and committer threads waited for
-it.  :class:`ProcessLink` runs an :class:`~listener_router._amqp.AmqpLink`
+it.  :class:`ProcessLink` runs an :class:`~listener_router.broker.AmqpLink`
 in a child process instead, which has an interpreter lock (and a core) of
 its own, and talks to it over a socket pair: one pickled message carries a
 whole batch of deliveries, publishes or acks.  It has the ``AmqpLink``
@@ -20,7 +20,8 @@ Theory of operation.
   ``("up", generation)``, ``("down", error)``, ``("confirm", id, error or
   None)``, ``("log", level, logger, text)``.
 
-The child dies with its parent: it asks the kernel for SIGKILL when the
+The child's side (``_child``, run as ``python -m listener_router.broker._child``)
+dies with its parent: it asks the kernel for SIGKILL when the
 thread that started it ends (``PR_SET_PDEATHSIG``) and exits when the socket
 reaches its end.  Its connection then closes and the broker redelivers
 every message the parent had not acked, as it would for a thread.  A child
@@ -33,11 +34,8 @@ from ``epoch * 1,000,000``, so generations never repeat.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import logging
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -48,7 +46,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from listener_router._amqp import AmqpLink, BrokerUnavailable, Deliveries, Delivery, OutMessage
+from listener_router._errors import BrokerUnavailable
+from listener_router.broker._link import Deliveries, Delivery, OutMessage
 
 __all__ = ["ProcessLink"]
 
@@ -107,6 +106,12 @@ class ProcessLink:
                 proc.kill()
         if self._thread is not None:
             self._thread.join(timeout)
+
+    @property
+    def child_pid(self) -> int | None:
+        """The process ID of the current broker I/O process (None when there is none)."""
+        proc = self._proc
+        return None if proc is None or proc.poll() is not None else proc.pid
 
     # -- the AmqpLink surface --------------------------------------------------------
     def publish(self, messages: Sequence[OutMessage]) -> Future[int]:
@@ -198,12 +203,12 @@ class ProcessLink:
         """One child's life; True when it was connected at some point."""
         ours, theirs = socket.socketpair()
         env = dict(os.environ)
-        root = str(Path(__file__).resolve().parent.parent)
+        root = str(Path(__file__).resolve().parents[2])  # the folder holding listener_router
         env["PYTHONPATH"] = os.pathsep.join([root, env["PYTHONPATH"]]) \
             if env.get("PYTHONPATH") else root
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "listener_router._amqp_process", str(theirs.fileno()),
+                [sys.executable, "-m", "listener_router.broker._child", str(theirs.fileno()),
                  str(os.getpid())],
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env,
                 start_new_session=True)  # a Ctrl-C for the service is the service's to handle
@@ -257,109 +262,3 @@ class ProcessLink:
         if deliveries:
             self.deliveries.put_many(deliveries)
         return up
-
-
-# -- the child -----------------------------------------------------------------------------
-class _Events:
-    """What the child has to tell its parent, sent in batches by one thread."""
-
-    def __init__(self, conn: Connection):
-        self._conn = conn
-        self._items: list[tuple[Any, ...]] = []
-        self._cond = threading.Condition()
-
-    def put(self, item: tuple[Any, ...]) -> None:
-        with self._cond:
-            self._items.append(item)
-            if len(self._items) == 1:
-                self._cond.notify()
-
-    def pump(self) -> None:
-        while True:
-            with self._cond:
-                while not self._items:
-                    self._cond.wait()
-                items, self._items = self._items, []
-            try:
-                self._conn.send(items)
-            except OSError:  # the parent is gone
-                os._exit(0)
-
-
-class _RelayLink(AmqpLink):
-    """The child's link: deliveries and state changes go to the parent."""
-
-    def __init__(self, events: _Events, **kwargs: Any):
-        super().__init__(**kwargs)
-        self._events = events
-
-    def _deliver(self, *fields: Any) -> None:
-        self._events.put(("d", *fields))
-
-    def _state_changed(self, up: bool) -> None:
-        self._events.put(("up", self.generation) if up else ("down", self.last_error))
-
-
-class _ToParent(logging.Handler):
-    def __init__(self, events: _Events):
-        super().__init__()
-        self._events = events
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            self._events.put(("log", record.levelno, record.name, record.getMessage()))
-        except Exception:  # a log line must never take the link down
-            self.handleError(record)
-
-
-def _die_with_parent(parent: int) -> None:
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # it died before the request took effect
-        os._exit(0)
-
-
-def _child(fd: int, parent: int) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    _die_with_parent(parent)
-    conn = Connection(fd)
-    kind, config = conn.recv()
-    assert kind == "config"
-    events = _Events(conn)
-    root = logging.getLogger()
-    root.addHandler(_ToParent(events))
-    root.setLevel(config.pop("level"))
-    threading.Thread(target=events.pump, name="chalk-amqp-events", daemon=True).start()
-    link = _RelayLink(events, **config)  # the parent's AmqpLink arguments
-    link.start(wait=None)
-    try:
-        while True:
-            command = conn.recv()
-            kind = command[0]
-            if kind == "publish":
-                ident = command[1]
-                future = link.publish([OutMessage(*fields) for fields in command[2]])
-                future.add_done_callback(
-                    lambda f, ident=ident: events.put(("confirm", ident, _error_of(f))))
-            elif kind == "ack":
-                link.ack_tags(command[1])
-            elif kind == "reject":
-                link.reject_tags(command[1], requeue=command[2])
-            elif kind == "cancel":
-                link.stop_consuming()
-            elif kind == "stop":
-                break
-    except (EOFError, OSError):  # the parent is gone: the broker redelivers what is unacked
-        pass
-    link.stop()
-    os._exit(0)
-
-
-def _error_of(future: Future[int]) -> str | None:
-    error = future.exception()
-    return None if error is None else str(error)
-
-
-if __name__ == "__main__":
-    _child(int(sys.argv[1]), int(sys.argv[2]))

@@ -1,15 +1,25 @@
-"""Test helpers for the listener/router tests: a synchronous broker client, message decoding."""
+"""Helpers for the listener/router tests (``from listener_router_helpers import …``).
+
+Naming: a verb for what acts (``publish_ids``, ``write_config``,
+``start_service``, ``wait_for_log``, ``kill_group``), a noun for what reads
+(``records_of``, ``stored_counts``, ``stored_attributes``,
+``message_ids_by_record``); :class:`Broker` is a small synchronous client.
+"""
 
 from __future__ import annotations
 
 import json
+import uuid
 from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pika
 
 from blackboard import Blackboard
-from listener_router._amqp import connection_parameters
+from listener_router import Settings
+from listener_router.broker import AmqpLink, OutMessage, connection_parameters
 
 
 class Broker:
@@ -93,6 +103,28 @@ def message_ids_by_record(messages: list[tuple[Any, bytes]]) -> dict[str, set[st
         for record in records_of([(props, body)]):
             routed.setdefault(record["id"], set()).add(props.message_id)
     return routed
+
+
+def publish_ids(settings: Settings, ids: Sequence[str], *, prefix: str = "t") -> None:
+    """Publish one message per record ID to the first listener rule's queue (with confirms)."""
+    queue = settings.listeners[0].queue
+    link = AmqpLink(settings.broker_url, consume=()).start()
+    try:
+        link.publish([OutMessage(routing_key=queue, message_id=f"{prefix}-{uuid.uuid4().hex}",
+                                 body=json.dumps({"records": [{"id": rid}]}).encode())
+                      for rid in ids]).result(timeout=60)
+    finally:
+        link.stop()
+
+
+def stored_attributes(url: str, ids: list[str], names: list[str] | None = None
+                      ) -> dict[str, dict[str, Any] | None]:
+    """Each stored record's attributes (``names`` only, when given); None for one not stored."""
+    with Blackboard.connect(url) as bb:
+        bb.load_many(ids)
+        out = {rid: (None if bb.is_new(rid) else bb.get_attributes(rid, names)) for rid in ids}
+        bb.invalidate_many(ids)
+    return out
 
 
 def stored_counts(url: str, ids: list[str], attribute: str = "count") -> Counter:
@@ -235,3 +267,50 @@ def kill_group(proc: Any, sig: int = 9) -> None:
         return
     if sig == 9:
         proc.wait(timeout=30)
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return json.dumps(str(value))  # a TOML basic string
+
+
+def _section(header: str, values: Mapping[str, Any]) -> list[str]:
+    lines = [header]
+    tables = []
+    for key, value in values.items():
+        if isinstance(value, Mapping):
+            tables.append((key, value))
+        else:
+            lines.append(f"{json.dumps(key) if '.' in key else key} = {_toml(value)}")
+    name = header.strip("[]")
+    for key, value in tables:
+        lines += _section(f"[{name}.{key}]", value)
+    return lines
+
+
+def write_config(path: Path, *, db: str, broker: str, workflows: Any,
+                 listeners: Sequence[Mapping[str, Any]], routers: Sequence[Mapping[str, Any]],
+                 **sections: Mapping[str, Any]) -> Path:
+    """Write the chalk.toml a service test runs with ``chalk run --config`` and return its path.
+
+    ``db`` and ``broker`` are the URLs; ``blackboard={...}`` and ``broker_options={...}`` add
+    keys to those sections; any other keyword is a section (``engine={"runner": "local"}``,
+    ``spark={"master": "local[2]"}``, ``node={"name": "a"}``).
+    """
+    blackboard = {"url": db, **sections.pop("blackboard", {})}
+    broker_section = {"url": broker, **sections.pop("broker_options", {})}
+    lines = _section("[blackboard]", blackboard) + _section("[broker]", broker_section)
+    lines += _section("[workflows]", {"dir": str(workflows)})
+    for name, values in sections.items():
+        lines += _section(f"[{name}]", values)
+    for rule in listeners:
+        lines += _section("[[listener]]", rule)
+    for rule in routers:
+        lines += _section("[[router]]", rule)
+    path.write_text("\n".join(lines) + "\n")
+    return path

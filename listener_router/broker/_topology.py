@@ -17,15 +17,18 @@ else) is used as it is, with a warning.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pika
 import pika.exceptions
 
 from listener_router._config import ListenerRule, RouterRule, Settings
+from listener_router._errors import BrokerUnavailable
+from listener_router.broker._link import connection_parameters
 
-__all__ = ["dlq_name", "retry_name", "declare_input", "declare_all", "declare_outputs"]
+__all__ = ["dlq_name", "retry_name", "declare_input", "declare_all", "declare_outputs",
+           "declare_new_outputs"]
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +80,8 @@ def declare_input(declarer: _Declarer | Any, queue: str, settings: Settings,
     if not isinstance(declarer, _Declarer):  # a BlockingConnection
         declarer = _Declarer(declarer)
     kind = {"x-queue-type": settings.queue_type}
-    args = dict(kind, **{"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq_name(queue)})
+    args: dict[str, Any] = dict(kind, **{"x-dead-letter-exchange": "",
+                                         "x-dead-letter-routing-key": dlq_name(queue)})
     if settings.queue_type == "quorum":
         args["x-delivery-limit"] = settings.delivery_limit
         # a message the broker dead-letters must arrive in Q.dlq even across restarts
@@ -117,3 +121,17 @@ def declare_outputs(connection: pika.BlockingConnection, settings: Settings,
     for queue in queues:
         declare_input(declarer, queue, settings)
     declarer.close()
+
+
+def declare_new_outputs(settings: Settings, queues: Sequence[str]) -> None:
+    """Declare output queues on a connection of their own (queues first named by a
+    record's ``nextDestination``).  Raises :class:`BrokerUnavailable` when that fails."""
+    try:
+        connection = pika.BlockingConnection(connection_parameters(settings.broker_url))
+        try:
+            declare_outputs(connection, settings, queues)
+        finally:
+            if connection.is_open:
+                connection.close()
+    except (pika.exceptions.AMQPError, OSError) as e:
+        raise BrokerUnavailable(f"declaring queue(s) {', '.join(queues)} failed: {e}") from e

@@ -14,11 +14,16 @@ matched it is *processing*.  It leaves processing in exactly one way:
 - *dead*: bad input, no rule, unknown workflow, or no attempts left; a copy
   with the reason goes to the dead-letter queue, then the original is acked.
 - *deferred*: its records are locked by another owner, or the database or the
-  broker failed; nothing was written; it is rejected with requeue (or simply
-  left unacked when the connection is gone) and is delivered again.
+  broker failed; nothing was written; it is held unacked and gathered again
+  after a backoff (or delivered again when the connection is gone).
 
 Nothing is acked before what it depends on is durable, so a crash at any
 point leaves a message either redelivered or done.
+
+Who moves a message: the gather stage out of *received*; the commit stage
+(and the execute stage, isolating a message that breaks the runner) out of
+*processing*; the finish stage to *acked*, or to *deferred* when publishing
+fails.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Cluster membership: heartbeats, a stable leader, topology changes, maintenance.
+"""Cluster membership: heartbeats, a stable leader, topology changes.
 
 Theory of operation: every service process upserts its row in
 ``chalk_nodes`` (name, start time, last heartbeat) every few seconds, from its
@@ -6,9 +6,10 @@ own thread, so a long Spark job does not make it look dead.  A member is live
 while its heartbeat is younger than ``ttl``.  The leader is the live member
 that started first: it stays leader for as long as it lives, and a new member
 never takes over from a live one.  Each member logs the topology when the set
-of live members changes.  The leader alone does maintenance: dropping expired
-record leases, publishing orphaned outbox batches (committed, never confirmed
-sent), and retention of old inbox/outbox rows.
+of live members changes.  The leader alone runs the leader tasks
+(``_leader``): dropping expired record leases, publishing orphaned outbox
+batches (committed, never confirmed sent), retention of old inbox/outbox
+rows, and forgetting members long dead.
 """
 
 from __future__ import annotations
@@ -21,43 +22,21 @@ import socket
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Column, Float, Integer, MetaData, String, Table, delete, select
-from sqlalchemy.engine import Engine
-from sqlalchemy.exc import SQLAlchemyError
+from listener_router._errors import StoreUnavailable
+from listener_router.store import Member, Nodes, unavailable
 
-__all__ = ["Member", "Membership", "nodes", "claim_node_name"]
+__all__ = ["Membership", "claim_node_name"]
 
 log = logging.getLogger(__name__)
-
-metadata = MetaData()
-
-nodes = Table(
-    "chalk_nodes", metadata,
-    Column("name", String(255), primary_key=True),
-    Column("host", String(255), nullable=False),
-    Column("pid", Integer, nullable=False),
-    Column("started_at", Float, nullable=False),
-    Column("heartbeat_at", Float, nullable=False),
-)
-
-
-@dataclass(frozen=True)
-class Member:
-    name: str
-    host: str
-    pid: int
-    started_at: float
-    heartbeat_at: float
 
 
 class Membership:
     """This process's membership; ``start()`` runs the heartbeat thread."""
 
-    def __init__(self, engine: Engine, name: str, *, interval: float = 5.0, ttl: float = 30.0):
-        self.engine = engine
+    def __init__(self, nodes: Nodes, name: str, *, interval: float = 5.0, ttl: float = 30.0):
+        self.nodes = nodes
         self.name = name
         self.interval = interval
         self.ttl = ttl
@@ -66,7 +45,6 @@ class Membership:
         self._leader: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        metadata.create_all(engine)
 
     def start(self) -> Membership:
         self.beat()
@@ -79,29 +57,25 @@ class Membership:
         if self._thread is not None:
             self._thread.join(timeout=self.interval + 5)
         try:
-            with self.engine.begin() as conn:
-                conn.execute(delete(nodes).where(nodes.c.name == self.name))
-        except SQLAlchemyError as e:
+            with unavailable():
+                self.nodes.leave(self.name)
+        except StoreUnavailable as e:
             log.warning("could not leave the cluster cleanly (the row will expire): %s", e)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             try:
                 self.beat()
-            except SQLAlchemyError as e:
+            except StoreUnavailable as e:
                 log.warning("heartbeat failed: %s", e)
 
     def beat(self) -> None:
-        """Write our heartbeat, read the live members, log a topology change."""
-        now = time.time()
-        row = {"name": self.name, "host": socket.gethostname(), "pid": os.getpid(),
-               "started_at": self.started_at, "heartbeat_at": now}
-        with self.engine.begin() as conn:
-            updated = conn.execute(nodes.update().where(nodes.c.name == self.name).values(
-                heartbeat_at=now, pid=row["pid"], started_at=self.started_at)).rowcount
-            if not updated:
-                conn.execute(nodes.insert().values(**row))
-        live = self.members()
+        """Write our heartbeat, read the live members, log a topology change.
+
+        Raises :class:`StoreUnavailable` when the database fails."""
+        with unavailable():
+            self.nodes.beat(self.name, self.started_at)
+            live = self.members()
         names = tuple(m.name for m in live)
         leader = live[0].name if live else None
         if names != self._members or leader != self._leader:
@@ -114,11 +88,7 @@ class Membership:
 
     def members(self) -> list[Member]:
         """Live members, the leader first (earliest start, then name)."""
-        cutoff = time.time() - self.ttl
-        with self.engine.connect() as conn:
-            rows = conn.execute(select(nodes).where(nodes.c.heartbeat_at >= cutoff)
-                                .order_by(nodes.c.started_at, nodes.c.name)).all()
-        return [Member(r.name, r.host, r.pid, r.started_at, r.heartbeat_at) for r in rows]
+        return self.nodes.live(self.ttl)
 
     @property
     def leader(self) -> str | None:
@@ -126,13 +96,13 @@ class Membership:
 
     @property
     def is_leader(self) -> bool:
+        """Whether this process leads the cluster (as of its last heartbeat)."""
         return self._leader == self.name
 
     def forget_dead(self, older_than: float = 3600.0) -> int:
         """Drop rows of members silent for longer than ``older_than`` seconds."""
-        with self.engine.begin() as conn:
-            return conn.execute(delete(nodes).where(
-                nodes.c.heartbeat_at < time.time() - older_than)).rowcount or 0
+        with unavailable():
+            return self.nodes.forget(older_than)
 
 
 _held_locks: list[Any] = []

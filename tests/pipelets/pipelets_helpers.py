@@ -1,4 +1,4 @@
-"""Helpers shared by the pipelet tests (import as ``from pipelet_helpers import ...``)."""
+"""Helpers shared by the pipelet tests (import as ``from pipelets_helpers import ...``)."""
 
 from __future__ import annotations
 

@@ -11,16 +11,15 @@ from rich.console import Console
 from rich.table import Table
 
 from blackboard import Blackboard
-from listener_router._admin import _channel, _depth
 from listener_router._config import ListenerRule, RouterRule, load_settings
-from listener_router._localbroker import ensure_local_broker
 from listener_router._records import push_records
 from listener_router._service import Service
-from listener_router._topology import declare_all
+from listener_router.broker import declare_all, ensure_local_broker
+from listener_router.cli._admin import channel, depth
 
 __all__ = ["run_demo", "sample_records"]
 
-SHIPPED_WORKFLOWS = Path(__file__).resolve().parent.parent / "workflows"
+SHIPPED_WORKFLOWS = Path(__file__).resolve().parents[2] / "workflows"
 IN_QUEUE, OUT_QUEUE = "chalk.demo.in", "chalk.demo.out"
 _WORDS = ("Blackboard", "record", "WORKFLOW", "spark", "Queue", "pipelet", "commit", "route",
           "lease", "Batch", "message", "broker")
@@ -54,7 +53,7 @@ def run_demo(records: int = 1000, config: str | None = None) -> int:
     console.print(f"[bold]Chalk demo[/]: {records} records → {IN_QUEUE} → workflow Demo "
                   f"(Spark {settings.spark_master}) → {OUT_QUEUE}")
     ensure_local_broker(settings.broker_url)
-    with _channel(settings) as ch:
+    with channel(settings) as ch:
         declare_all(ch.connection, settings)
         for name in (IN_QUEUE, OUT_QUEUE, f"{IN_QUEUE}.dlq"):
             ch.queue_purge(name)
@@ -76,8 +75,8 @@ def run_demo(records: int = 1000, config: str | None = None) -> int:
         t_run = time.monotonic() - t1
     finally:
         service.close()
-    out_depth = _depth(settings, OUT_QUEUE) or 0
-    dead = _depth(settings, f"{IN_QUEUE}.dlq") or 0
+    out_depth = depth(settings, OUT_QUEUE) or 0
+    dead = depth(settings, f"{IN_QUEUE}.dlq") or 0
     with Blackboard.connect(settings.blackboard_url) as bb:
         sample = data[0]["id"]
         bb.load(sample)

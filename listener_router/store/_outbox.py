@@ -32,7 +32,6 @@ from sqlalchemy import (
     Float,
     Index,
     Integer,
-    MetaData,
     String,
     Table,
     Text,
@@ -45,11 +44,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Engine
 
-from listener_router._amqp import OutMessage
+from listener_router.broker import OutMessage
+from listener_router.store._schema import metadata, upgrade
 
 __all__ = ["Outbox", "inbox", "outbox"]
-
-metadata = MetaData()
 
 inbox = Table(
     "chalk_inbox", metadata,
@@ -105,16 +103,11 @@ def _decode(messages: str) -> list[OutMessage]:
 
 
 class Outbox:
-    """Inbox/outbox tables in the blackboard's database."""
+    """Inbox/outbox tables in the blackboard's database (made by ``_schema``)."""
 
     def __init__(self, engine: Engine):
         self.engine = engine
         self._pg = engine.dialect.name == "postgresql"
-        with engine.begin() as conn:
-            if self._pg:  # several processes may open a fresh database at once
-                conn.execute(text("SELECT pg_advisory_xact_lock(7011932)"))
-            metadata.create_all(conn)
-            _upgrade(conn)
 
     def _ids(self, ids: Sequence[str]) -> Any:
         return list(ids) if self._pg else orjson.dumps(list(ids)).decode()
@@ -139,9 +132,14 @@ class Outbox:
 
     @staticmethod
     def write(conn: Connection, processed: Sequence[tuple[str, str]],
-              messages: Sequence[tuple[str, OutMessage]]) -> str | None:
+              messages: Sequence[tuple[str | None, OutMessage]]) -> str | None:
         """Inside the commit transaction: record ``(message_id, queue)`` and the outgoing
-        ``(source message_id, message)``; returns the outbox batch (None: no messages)."""
+        ``(source message_id, message)``; returns the outbox batch (None: no messages).
+
+        A message with no source (``None``: one a commit extension added for the
+        batch as a whole) makes the first processed message's inbox row name the
+        batch, so that a redelivery of it publishes the batch again.
+        """
         now = time.time()
         batch = uuid.uuid4().hex if messages else None
         if messages:
@@ -151,6 +149,8 @@ class Outbox:
                      m.headers, m.content_type) for source, m in messages]).decode()))
         if processed:
             sources = {source for source, _m in messages}
+            if None in sources:
+                sources.add(processed[0][0])
             conn.exec_driver_sql(_driver_sql(conn, _INBOX_INSERT), [
                 (q, mid, now, batch if mid in sources else None) for mid, q in processed])
         return batch
@@ -185,6 +185,18 @@ class Outbox:
             return int(conn.execute(select(func.coalesce(func.sum(outbox.c.size), 0))
                                     .where(outbox.c.sent_at.is_(None))).scalar_one())
 
+    def processed_count(self) -> int:
+        """Messages in the inbox (processed and kept by retention)."""
+        with self._reading() as conn:
+            return int(conn.execute(select(func.count()).select_from(inbox)).scalar_one())
+
+    def recent(self, limit: int) -> list[Any]:
+        """The last ``limit`` inbox rows, newest first (``message_id, queue, status,
+        processed_at, batch``)."""
+        with self._reading() as conn:
+            return list(conn.execute(select(inbox).order_by(inbox.c.processed_at.desc())
+                                     .limit(limit)).all())
+
     def outgoing_counts(self, processed: Sequence[tuple[str, str | None]]) -> list[int]:
         """For ``(message_id, batch)`` pairs from the inbox: how many messages each sent."""
         batches = sorted({b for _mid, b in processed if b})
@@ -205,6 +217,7 @@ class Outbox:
         return count
 
 
+@upgrade
 def _upgrade(conn: Connection) -> None:
     """Bring a database written by an earlier Chalk to this layout (idempotent).
 

@@ -1,4 +1,4 @@
-"""The ``chalk`` command."""
+"""The ``chalk`` command: its parser and one function per subcommand."""
 
 from __future__ import annotations
 
@@ -9,16 +9,14 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from listener_router._config import ConfigError, Settings, load_settings, make_runner
+from listener_router._config import Settings, load_settings, make_runner
+from listener_router._errors import ConfigError
 
 __all__ = ["main"]
 
 log = logging.getLogger("chalk")
-
-SHIPPED_WORKFLOWS = Path(__file__).resolve().parent.parent / "workflows"
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -35,8 +33,8 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 # -- chalk run ------------------------------------------------------------------------
 def cmd_run(args: argparse.Namespace) -> int:
-    from listener_router._localbroker import ensure_local_broker
     from listener_router._service import Service
+    from listener_router.broker import ensure_local_broker
     settings = _settings(args)
     ensure_local_broker(settings.broker_url)
     with Service(settings) as service:
@@ -56,8 +54,8 @@ def _summary_line(counts: Any) -> str:
 def cmd_push(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
-    from listener_router._localbroker import ensure_local_broker
     from listener_router._records import push_records, read_records
+    from listener_router.broker import ensure_local_broker
     settings = _settings(args)
     if args.ids:
         records = [{"id": i, "attributes": {}} for i in args.ids]
@@ -153,19 +151,19 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 # -- chalk status / jobs / dlq --------------------------------------------------------
 def cmd_status(args: argparse.Namespace) -> int:
-    from listener_router._admin import status
+    from listener_router.cli._admin import status
     status(_settings(args))
     return 0
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    from listener_router._admin import jobs
+    from listener_router.cli._admin import jobs
     jobs(_settings(args), limit=args.limit)
     return 0
 
 
 def cmd_dlq(args: argparse.Namespace) -> int:
-    from listener_router import _admin
+    from listener_router.cli import _admin
     settings = _settings(args)
     queues = [args.queue] if args.queue else [r.queue for r in settings.listeners]
     if args.action == "list":
@@ -183,7 +181,7 @@ def cmd_dlq(args: argparse.Namespace) -> int:
 
 # -- chalk demo -----------------------------------------------------------------------
 def cmd_demo(args: argparse.Namespace) -> int:
-    from listener_router._demo import run_demo
+    from listener_router.cli._demo import run_demo
     return run_demo(records=args.records, config=args.config)
 
 
@@ -262,7 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command in ("run", "demo") and args.verbose == 0:
         level = logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("pika").setLevel(logging.CRITICAL)  # listener_router._amqp reports what matters
+    logging.getLogger("pika").setLevel(logging.CRITICAL)  # listener_router.broker reports what matters
     logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
         return int(args.func(args) or 0)

@@ -22,20 +22,20 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import pika
 import pika.exceptions
 from pika.spec import Basic
 
-__all__ = ["AmqpLink", "Delivery", "OutMessage", "BrokerUnavailable", "connection_parameters"]
+from listener_router._errors import BrokerUnavailable
+
+__all__ = ["AmqpLink", "Deliveries", "Delivery", "Link", "OutMessage", "connection_parameters",
+           "properties_of", "publish_confirmed"]
 
 log = logging.getLogger(__name__)
-
-
-class BrokerUnavailable(ConnectionError):
-    """The broker cannot be reached or the connection was lost (retryable)."""
 
 
 @dataclass(slots=True)  # not frozen: a frozen init costs 1.3 µs, this one 0.2 (per message)
@@ -69,13 +69,51 @@ def connection_parameters(url: str, *, heartbeat: int = 30) -> pika.URLParameter
     return params
 
 
+def publish_confirmed(link: Link, messages: Sequence[OutMessage], timeout: float) -> None:
+    """Publish ``messages`` and wait for the broker's confirms.
+
+    Raises :class:`BrokerUnavailable` for every way this can fail (not
+    connected, a nack, a lost connection, no confirm within ``timeout``).
+    """
+    try:
+        link.publish(messages).result(timeout=timeout)
+    except BrokerUnavailable:
+        raise
+    except FutureTimeout as e:
+        raise BrokerUnavailable(f"the broker confirmed nothing within {timeout:.0f} s") from e
+    except (pika.exceptions.AMQPError, OSError) as e:
+        raise BrokerUnavailable(f"publishing failed: {e}") from e
+
+
 def properties_of(message: OutMessage) -> pika.BasicProperties:
     return pika.BasicProperties(delivery_mode=2, message_id=message.message_id,
                                 content_type=message.content_type,
                                 headers=message.headers or None)
 
 
-class Deliveries(queue.Queue):  # type: ignore[type-arg]
+class Link(Protocol):
+    """What the service needs of a broker connection: :class:`AmqpLink` (a thread) or
+    :class:`~listener_router.broker.ProcessLink` (a child process)."""
+
+    deliveries: Deliveries
+    ready: threading.Event
+    generation: int
+    last_error: str | None
+
+    def start(self, wait: float | None = 30.0) -> Link: ...
+
+    def stop(self, timeout: float = 10.0) -> None: ...
+
+    def publish(self, messages: Sequence[OutMessage]) -> Future[int]: ...
+
+    def ack(self, deliveries: Iterable[Delivery]) -> None: ...
+
+    def reject(self, deliveries: Iterable[Delivery], *, requeue: bool) -> None: ...
+
+    def stop_consuming(self) -> None: ...
+
+
+class Deliveries(queue.Queue[Delivery]):
     """The queue deliveries arrive on; :meth:`get_batch` takes many under one lock."""
 
     def put_many(self, items: Sequence[Delivery]) -> None:

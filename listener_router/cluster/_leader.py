@@ -1,0 +1,149 @@
+"""Leader tasks: periodic work that only the cluster's leader does.
+
+A :class:`LeaderTask` says what (``run``) and how often (``every``);
+:class:`LeaderTasks` runs the due ones from the service's loop while
+:attr:`Membership.is_leader <listener_router.cluster.Membership.is_leader>`
+holds.  Today's maintenance is four tasks: expired leases, orphaned outbox
+batches, retention, members long dead.  A scheduler or a failover check is
+one more task.  A task that fails is logged and tried again at its next
+turn; it never stops the service or the other tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+
+from listener_router._errors import InfrastructureError
+from listener_router.broker import OutMessage
+from listener_router.cluster._membership import Membership
+from listener_router.store import ServiceStore, unavailable
+
+__all__ = ["LeaderTask", "LeaderTasks", "ExpiredLeases", "OrphanedOutbox", "Retention",
+           "ForgetDeadMembers", "MAINTAIN_EVERY", "ORPHAN_AGE"]
+
+log = logging.getLogger(__name__)
+
+MAINTAIN_EVERY = 30.0     # seconds between rounds of today's maintenance tasks
+ORPHAN_AGE = 120.0        # an unsent outbox batch this old has lost its inputs' redelivery
+
+
+class LeaderTask:
+    """Work the leader does every ``every`` seconds; ``run`` returns how much it did."""
+
+    name = "task"
+    every = MAINTAIN_EVERY
+
+    def run(self) -> int:
+        return 0
+
+
+class ExpiredLeases(LeaderTask):
+    """Drop record leases whose holder did not renew them in time."""
+
+    name = "expired_leases"
+
+    def __init__(self, store: ServiceStore):
+        self.store = store
+
+    def run(self) -> int:
+        return self.store.purge_expired_leases()
+
+
+class OrphanedOutbox(LeaderTask):
+    """Publish outbox batches committed long ago and never confirmed sent (their inputs
+    were acked by a process that died before publishing, or will never come again)."""
+
+    name = "orphans"
+
+    def __init__(self, store: ServiceStore, publish: Callable[[dict[str, list[OutMessage]]], None],
+                 age: float = ORPHAN_AGE):
+        self.store = store
+        self.publish = publish
+        self.age = age
+
+    def run(self) -> int:
+        with unavailable():
+            orphans = self.store.outbox.unsent(older_than=time.time() - self.age)
+        count = sum(len(messages) for messages in orphans.values())
+        if orphans:
+            log.warning("publishing %d orphaned outbox message(s) of %d batch(es)", count,
+                        len(orphans))
+            self.publish(orphans)
+        return count
+
+
+class Retention(LeaderTask):
+    """Drop sent outbox batches and inbox rows older than ``retention_days``."""
+
+    name = "retention"
+
+    def __init__(self, store: ServiceStore, days: float):
+        self.store = store
+        self.days = days
+
+    def run(self) -> int:
+        with self.store.writes, unavailable():
+            return self.store.outbox.purge(self.days * 86400.0)
+
+
+class ForgetDeadMembers(LeaderTask):
+    """Drop the heartbeat rows of members silent for an hour."""
+
+    name = "forgotten_members"
+
+    def __init__(self, membership: Membership):
+        self.membership = membership
+
+    def run(self) -> int:
+        return self.membership.forget_dead()
+
+
+class LeaderTasks:
+    """The leader's tasks, each run when due while this process leads (see module doc)."""
+
+    def __init__(self, membership: Membership, tasks: Iterable[LeaderTask] = ()):
+        self.membership = membership
+        self._tasks: list[tuple[LeaderTask, list[float]]] = []
+        for task in tasks:
+            self.add(task)
+
+    def add(self, task: LeaderTask) -> None:
+        """Run ``task`` every ``task.every`` seconds from now on, while leader."""
+        self._tasks.append((task, [time.monotonic()]))
+
+    @property
+    def tasks(self) -> list[LeaderTask]:
+        return [task for task, _last in self._tasks]
+
+    def tick(self) -> None:
+        """Run the tasks that are due, if this process leads (the service loop calls this)."""
+        now = time.monotonic()
+        due = []
+        for task, last in self._tasks:
+            if now - last[0] > task.every:
+                last[0] = now
+                due.append(task)
+        if due and self.membership.is_leader:
+            for task in due:
+                self._run(task)
+
+    def run_all(self) -> dict[str, int]:
+        """Run every task now, leader or not; what each did, by name (failed ones absent)."""
+        done: dict[str, int] = {}
+        for task in self.tasks:
+            count = self._run(task)
+            if count is not None:
+                done[task.name] = count
+        return done
+
+    @staticmethod
+    def _run(task: LeaderTask) -> int | None:
+        try:
+            return task.run()
+        except InfrastructureError as e:
+            log.warning("leader task %s failed, trying again later: %s", task.name, e)
+        except Exception:  # a task's bug: logged, never the service's end
+            log.exception("leader task %s failed, trying again later", task.name)
+        return None

@@ -1,0 +1,75 @@
+"""The pipeline: four stages a batch of messages goes through, each on its own thread.
+
+Theory of operation.  While the execute stage runs batch k's workflows,
+batch k+1 is gathered and loaded and batch k-1 is committed and published:
+
+==========  ======================================  =====================  ==========
+stage       does                                    thread                 input
+==========  ======================================  =====================  ==========
+gather      deliveries → parse, match, inbox,       ``chalk-stage``        the link's
+            load records, write attributes                                 deliveries
+execute     run each workflow's group (Spark)       ``chalk-run`` (the     ``Gathering``
+                                                    service's loop hands   (a ``Batch``)
+                                                    it the batch)
+commit      route, then records + inbox + outbox    ``chalk-commit``       ``Lane[Executed]``
+            (+ extensions) in one transaction
+finish      publish with confirms, mark sent, ack   ``chalk-finish``       ``Lane[Finishing]``
+==========  ======================================  =====================  ==========
+
+The batch grows while the execute stage is busy, up to the batch size
+(``BatchSizing``), so a slow run makes the next batch larger instead of
+leaving messages waiting behind small batches.  ``_states`` is the one
+table of what may happen to a message; ``_inflight`` keeps batches in flight
+from loading each other's records; ``_held`` keeps deferred messages until
+they are gathered again; ``_retries`` decides retry or dead letter;
+``_settle`` ends groups and batches; ``_report`` counts.
+"""
+
+from listener_router.pipeline._batch import Batch, BatchSizing, Gathering, Group
+from listener_router.pipeline._commit import Commit, CommitExtension, CommitStage, Executed
+from listener_router.pipeline._execute import HANG_EXIT, ExecuteStage, Runner, hang_watch
+from listener_router.pipeline._finish import CONFIRM_TIMEOUT, Finishing, FinishStage, Orphans
+from listener_router.pipeline._gather import GatherStage
+from listener_router.pipeline._held import Held
+from listener_router.pipeline._inflight import InFlight
+from listener_router.pipeline._lanes import BACKLOG, Lane
+from listener_router.pipeline._loading import Loader
+from listener_router.pipeline._report import BatchObserver, BatchReport, Meter, Observers, Stats
+from listener_router.pipeline._settle import Settlement
+from listener_router.pipeline._states import TRANSITIONS, State, check_transition
+from listener_router.pipeline._work import Work
+
+__all__ = [
+    "BACKLOG",
+    "CONFIRM_TIMEOUT",
+    "HANG_EXIT",
+    "TRANSITIONS",
+    "Batch",
+    "BatchObserver",
+    "BatchReport",
+    "BatchSizing",
+    "Commit",
+    "CommitExtension",
+    "CommitStage",
+    "ExecuteStage",
+    "Executed",
+    "FinishStage",
+    "Finishing",
+    "GatherStage",
+    "Gathering",
+    "Group",
+    "Held",
+    "InFlight",
+    "Lane",
+    "Loader",
+    "Meter",
+    "Observers",
+    "Orphans",
+    "Runner",
+    "Settlement",
+    "State",
+    "Stats",
+    "Work",
+    "check_transition",
+    "hang_watch",
+]

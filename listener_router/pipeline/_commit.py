@@ -1,0 +1,237 @@
+"""The commit stage: route the results, then records + inbox + outbox in one transaction.
+
+For each message of a group whose workflow ran: a failed instance's records
+are invalidated and the message fails (retrying or dead, ``_retries``); a
+successful one is routed (its outgoing messages computed, deletions marked)
+and committed.  The commit is one transaction: the records, an inbox row per
+message, one outbox row with the group's outgoing messages, and whatever the
+registered :class:`CommitExtension` objects write.  Then the group goes to
+the finish stage (``_settle``).
+
+A commit that fails for the infrastructure (the database, a lease another
+owner took, an extension) defers the messages: held and tried again.  One
+refused for the data is narrowed down by committing halves (the results stay
+on the blackboard after a refused commit: nothing runs again) until the
+message that causes it stands alone; that one fails.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from sqlalchemy import Connection
+
+from blackboard import Blackboard
+from engine import InstanceResult
+from listener_router._errors import ChalkServiceError, ExtensionFailed, InfrastructureError
+from listener_router._rules import Router
+from listener_router.broker import OutMessage
+from listener_router.pipeline._batch import Group
+from listener_router.pipeline._lanes import Lane
+from listener_router.pipeline._loading import Loader
+from listener_router.pipeline._report import BatchReport, Meter
+from listener_router.pipeline._retries import fail
+from listener_router.pipeline._settle import Settlement
+from listener_router.pipeline._states import State
+from listener_router.pipeline._work import Work
+from listener_router.store import Outbox, ServiceStore, commit_failure
+
+__all__ = ["Commit", "CommitExtension", "CommitStage", "Executed"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Executed:
+    """A group whose workflow ran, with one result per message (the commit lane's value)."""
+
+    group: Group
+    results: list[InstanceResult]
+
+
+@dataclass(eq=False)
+class Commit:
+    """One commit transaction of a batch, as a :class:`CommitExtension` sees it.
+
+    A transaction commits one workflow's group of the batch (a part of it
+    while a refused commit is narrowed down).  ``committed`` are the messages
+    whose records, inbox rows and outgoing messages it writes; they are still
+    *processing* inside it and become *committed* when it commits.
+    ``failed`` are the group's messages that failed instead (*retrying* or
+    *dead*; their records were invalidated), reported with the first
+    transaction of the group that commits.
+    """
+
+    workflow: str
+    connection: Connection                   # the transaction's: write rows with it
+    committed: list[Work]
+    failed: list[Work]
+    committed_ids: list[str]                 # records written
+    invalidated_ids: list[str]               # records of ``failed``, dropped
+    outgoing: list[tuple[str, OutMessage]]   # (source message ID, routed message)
+    report: BatchReport | None = None        # the batch's report so far (timings, counts)
+    added: list[OutMessage] = field(default_factory=list)
+
+    def publish(self, message: OutMessage) -> None:
+        """Add ``message`` to this transaction's outbox batch.
+
+        It is published, with confirms, with the batch's routed messages, to
+        ``message.exchange`` (default exchange: a queue) and
+        ``message.routing_key``, and again whole if the batch was not
+        confirmed sent.  Give it a deterministic ``message_id`` (receivers
+        drop copies by ID).  Nothing is published when the transaction
+        rolls back.
+        """
+        self.added.append(message)
+
+
+class CommitExtension:
+    """Rows and messages of its own in a batch's commit transaction (a job log, events,
+    a distribution journal); the base does nothing.
+
+    :meth:`in_transaction` runs inside the transaction, before the inbox and
+    outbox rows are written; what it writes with ``commit.connection`` and
+    adds with ``commit.publish`` commits with the batch's records or not at
+    all.  If it raises, the transaction rolls back and the batch's messages
+    are held and tried again (:class:`~listener_router.ExtensionFailed`).
+    """
+
+    def in_transaction(self, commit: Commit) -> None:
+        """Write this extension's part of ``commit`` (see the class doc)."""
+
+
+class CommitStage:
+    """Route and commit (see module doc); ``lane`` is the stage's input."""
+
+    def __init__(self, *, router: Router, store: ServiceStore, loader: Loader,
+                 settlement: Settlement, meter: Meter,
+                 extensions: Iterable[CommitExtension] = ()):
+        self.router = router
+        self.store = store
+        self.loader = loader
+        self.settlement = settlement
+        self.meter = meter
+        self.extensions: list[CommitExtension] = list(extensions)
+        self.lane: Lane[Executed] = Lane("chalk-commit", self._handle)
+
+    def _handle(self, executed: Executed) -> None:
+        group = executed.group
+        try:
+            self.settle(group, group.works, executed.results)
+        except Exception:  # never let the committer die silently
+            log.exception("settling %d message(s) failed; they are held and tried again",
+                          len(group.works))
+        finally:
+            self.settlement.group_done(group)
+
+    def settle(self, group: Group, works: list[Work], results: Sequence[InstanceResult]) -> None:
+        """Route the successful instances and commit them; fail the others."""
+        name, bb = group.name, group.bb
+        report = group.batch.report if group.batch is not None else None
+        started = time.perf_counter()
+        committing: list[tuple[Work, InstanceResult]] = []
+        failed: list[Work] = []
+        invalidated: list[str] = []
+        for w, result in zip(works, results, strict=True):
+            if result.ok and self._route(name, bb, w, result):
+                committing.append((w, result))
+            else:
+                self.loader.invalidate(bb, result.record_ids)
+                invalidated += result.record_ids
+                if w.state is State.PROCESSING:
+                    fail(w, result.error or "workflow failed")
+                failed.append(w)
+        self.meter.time("route", time.perf_counter() - started, report)
+        if report is not None:
+            report.count_records(name, "invalidated", len(invalidated))
+        if committing:
+            self._commit(group, committing, failed, invalidated)
+
+    def _route(self, name: str, bb: Blackboard, w: Work, result: InstanceResult) -> bool:
+        """Mark deletions and compute the outgoing messages; a failure fails the message."""
+        assert w.message is not None
+        try:
+            if w.message.operation == "DELETE":
+                for rid in result.record_ids:
+                    bb.delete(rid)
+            w.outgoing = self.router.route(bb, name, w.message, result.result_ids)
+            return True
+        except Exception as e:  # a router condition or attribute that cannot be rendered
+            fail(w, f"routing failed: {type(e).__name__}: {e}")
+            return False
+
+    def _commit(self, group: Group, committing: list[tuple[Work, InstanceResult]],
+                failed: list[Work], invalidated: list[str]) -> None:
+        """Records, inbox, outbox and the extensions' writes in one transaction (module doc)."""
+        name, bb = group.name, group.bb
+        report = group.batch.report if group.batch is not None else None
+        commit_ids = [rid for _w, result in committing for rid in result.record_ids]
+        processed = [(w.message.message_id, w.message.queue) for w, _ in committing]  # type: ignore[union-attr]
+        outgoing = [(w.message.message_id, m) for w, _ in committing for m in w.outgoing]  # type: ignore[union-attr]
+        added: list[OutMessage] = []
+        batches: list[str | None] = []
+
+        def in_transaction(conn: Connection) -> None:
+            messages: list[tuple[str | None, OutMessage]] = list(outgoing)
+            if self.extensions:
+                commit = Commit(name, conn, [w for w, _ in committing], failed, commit_ids,
+                                invalidated, outgoing, report)
+                self._extend(commit)
+                added.extend(commit.added)
+                messages += [(None, m) for m in commit.added]
+            batches.append(Outbox.write(conn, processed, messages))
+
+        started = time.perf_counter()
+        try:
+            with self.store.writes:
+                try:
+                    bb.commit_many(commit_ids, hook=in_transaction)
+                except ChalkServiceError:
+                    raise
+                except Exception as e:
+                    raise commit_failure(e) from e
+        except ChalkServiceError as e:
+            self.meter.time("commit", time.perf_counter() - started, report)
+            works = [w for w, _ in committing]
+            if isinstance(e, InfrastructureError):
+                self.loader.invalidate(bb, commit_ids)
+                log.warning("workflow %s: commit of %d message(s) failed, holding them: %s",
+                            name, len(works), e)
+                for w in works:
+                    w.outgoing = []
+                    w.to(State.DEFERRED, f"commit failed: {e}")
+                return
+            log.warning("workflow %s: commit of %d message(s) refused: %s", name, len(works),
+                        e.__cause__ or e)
+            if len(committing) == 1:
+                self.loader.invalidate(bb, commit_ids)
+                works[0].outgoing = []
+                fail(works[0], f"commit refused: {e}")
+                return
+            half = len(committing) // 2
+            self._commit(group, committing[:half], failed, invalidated)
+            self._commit(group, committing[half:], [], [])
+            return
+        self.meter.time("commit", time.perf_counter() - started, report)
+        if added:
+            committing[0][0].outgoing += added
+        for w, _ in committing:
+            w.to(State.COMMITTED)
+            if w.outgoing:
+                w.batch = batches[-1]
+        self.meter.stats.add("records_committed", len(commit_ids))
+        if report is not None:
+            report.count_records(name, "committed", len(commit_ids))
+
+    def _extend(self, commit: Commit) -> None:
+        for extension in self.extensions:
+            try:
+                extension.in_transaction(commit)
+            except Exception as e:
+                log.exception("commit extension %s failed; the batch is rolled back and held",
+                              type(extension).__name__)
+                raise ExtensionFailed(f"commit extension {type(extension).__name__} failed: "
+                                      f"{type(e).__name__}: {e}") from e

@@ -1,0 +1,189 @@
+"""The finish stage: publish with confirms, mark the outbox sent, ack.
+
+A settled message needs one of: its outgoing messages published (committed,
+or a duplicate whose outbox batch was never confirmed), a copy in a delay
+queue (retrying) or in the dead-letter queue (dead), or nothing yet
+(deferred: held unacked and gathered again later).  :meth:`FinishStage.finish`
+decides and hands a :class:`Finishing` to the stage's lane; there the
+messages are published with confirms, the outbox batches marked sent, and
+only then the inputs acked.  A failed publish holds them instead; committed
+ones then take the inbox path and publish their outbox batch again.
+
+The leader's orphaned outbox batches (:class:`Orphans`) are published on the
+same lane.  When the last job of a batch is done, its report goes to the
+observers.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+from listener_router._config import Settings
+from listener_router._errors import BrokerUnavailable, InfrastructureError
+from listener_router.broker import Link, OutMessage, declare_new_outputs, publish_confirmed
+from listener_router.pipeline._batch import Batch
+from listener_router.pipeline._held import Held
+from listener_router.pipeline._lanes import Lane
+from listener_router.pipeline._report import Meter, Observers, Stats
+from listener_router.pipeline._retries import side_messages
+from listener_router.pipeline._states import State
+from listener_router.pipeline._work import Work
+from listener_router.store import ServiceStore, unavailable
+
+__all__ = ["CONFIRM_TIMEOUT", "FinishStage", "Finishing", "Orphans"]
+
+log = logging.getLogger(__name__)
+
+CONFIRM_TIMEOUT = 60.0
+
+_DONE = (State.COMMITTED, State.DUPLICATE, State.RETRYING, State.DEAD)
+
+
+@dataclass(slots=True)
+class Finishing:
+    """Settled messages of a batch and what to publish for them."""
+
+    batch: Batch | None
+    done: list[Work]               # committed, duplicate, retrying, dead
+    routed: list[OutMessage]       # their outgoing messages (outbox batches)
+    side: list[OutMessage]         # retry copies and dead letters
+
+
+@dataclass(slots=True)
+class Orphans:
+    """Outbox batches committed long ago and never confirmed sent (the leader found them)."""
+
+    batches: dict[str, list[OutMessage]]
+
+
+class FinishStage:
+    """Publish, mark sent, ack (see module doc); ``lane`` is the stage's input."""
+
+    def __init__(self, *, link: Link, settings: Settings, store: ServiceStore, held: Held,
+                 meter: Meter, stats: Stats, observers: Observers):
+        self.link = link
+        self.settings = settings
+        self.store = store
+        self.held = held
+        self.meter = meter
+        self.stats = stats
+        self.observers = observers
+        # Queues known to exist: the inputs and the configured outputs.  Others (named
+        # by a record's nextDestination) are declared before the first publish to them.
+        self.declared: set[str] = {rule.queue for rule in settings.listeners}
+        self.declared |= {r.queue for r in settings.routers if r.queue and not r.exchange}
+        self.lane: Lane[Finishing | Orphans] = Lane("chalk-finish", self._handle)
+
+    # -- handing on (any pipeline thread) ------------------------------------------------
+    def finish(self, works: list[Work], batch: Batch | None) -> None:
+        """Decide what each message needs, hold the deferred, hand the rest to the lane."""
+        done = [w for w in works if w.state in _DONE]
+        for w in works:
+            if w.state is State.DEAD:
+                log.warning("dead-lettering %s: %s", w.delivery.message_id or "(no id)", w.error)
+            elif w.state is State.RETRYING:
+                log.info("retrying %s: %s", w.message.message_id if w.message else "?", w.error)
+        routed = [m for w in done for m in w.outgoing]
+        side = [m for w in done for m in side_messages(w)]
+        deferred = [w for w in works if w.state is State.DEFERRED]
+        if deferred:
+            # Held here, unacked, and gathered again later: rejecting them would
+            # raise their delivery count towards the queue's limit.
+            self.stats.add("deferred", len(deferred))
+            self.held.hold(w.delivery for w in deferred)
+            self.held.deferred()
+            log.info("holding %d message(s) for %.1f s: %s", len(deferred), self.held.backoff,
+                     deferred[0].error)
+        else:
+            self.held.settled()
+        if done:
+            if batch is not None:
+                with batch.lock:
+                    batch.finishing += 1
+            self.lane.put(Finishing(batch, done, routed, side))
+
+    def publish_orphans(self, orphans: dict[str, list[OutMessage]]) -> None:
+        self.lane.put(Orphans(orphans))
+
+    def report_if_finished(self, batch: Batch) -> None:
+        """Hand the batch's report to the observers once it is settled and finished."""
+        with batch.lock:
+            if not batch.settled or batch.finishing:
+                return
+            batch.finishing = -1  # reported: never again
+        self.observers.notify(batch.report)
+
+    # -- the lane's thread -----------------------------------------------------------------
+    def _handle(self, job: Finishing | Orphans) -> None:
+        if isinstance(job, Orphans):
+            self._publish_orphans(job.batches)
+            return
+        try:
+            self._publish_and_ack(job)
+        finally:
+            batch = job.batch
+            if batch is not None:
+                with batch.lock:
+                    batch.finishing -= 1
+                self.report_if_finished(batch)
+
+    def _publish_and_ack(self, job: Finishing) -> None:
+        """Publish with confirms, mark the outbox sent, ack (this overlaps with the next
+        batch's run).  A failed publish hands the inputs back to the gather stage (held,
+        unacked); committed ones then take the inbox path and publish their outbox again."""
+        done, routed, side = job.done, job.routed, job.side
+        report = job.batch.report if job.batch is not None else None
+        started = time.perf_counter()
+        try:
+            if routed or side:
+                try:
+                    self._declare_targets(routed)
+                    publish_confirmed(self.link, routed + side, CONFIRM_TIMEOUT)
+                except BrokerUnavailable as e:
+                    log.warning("publishing %d message(s) failed; their inputs are held and "
+                                "tried again: %s", len(routed) + len(side), e)
+                    for w in done:
+                        w.to(State.DEFERRED, str(e))
+                    self.held.hold(w.delivery for w in done)
+                    self.held.publish_failed()
+                    return
+                if report is not None:
+                    report.published += len(routed) + len(side)
+                batches = sorted({w.batch for w in done if w.batch})
+                try:
+                    with self.store.writes, unavailable():
+                        self.store.outbox.mark_sent(batches)
+                except InfrastructureError as e:
+                    log.warning("could not mark %d outbox batch(es) sent: %s", len(batches), e)
+            for state, n in Counter(w.state.value for w in done).items():
+                self.stats.add(state, n)
+            for w in done:
+                w.to(State.ACKED)
+            self.link.ack(w.delivery for w in done)
+        except Exception:  # never let the finisher die silently
+            log.exception("finishing a batch failed; its inputs are held and tried again")
+            self.held.hold(w.delivery for w in done)
+        finally:
+            self.meter.time("publish", time.perf_counter() - started, report)
+
+    def _publish_orphans(self, orphans: dict[str, list[OutMessage]]) -> None:
+        messages = [m for batch in orphans.values() for m in batch]
+        try:
+            self._declare_targets(messages)
+            publish_confirmed(self.link, messages, CONFIRM_TIMEOUT)
+            with self.store.writes, unavailable():
+                self.store.outbox.mark_sent(list(orphans))
+        except Exception as e:  # the next maintenance round tries again
+            log.warning("publishing orphaned outbox rows failed: %s", e)
+
+    def _declare_targets(self, messages: list[OutMessage]) -> None:
+        """Declare queues first named by a ``nextDestination`` annotation."""
+        new = {m.routing_key for m in messages if not m.exchange} - self.declared
+        if not new:
+            return
+        declare_new_outputs(self.settings, sorted(new))
+        self.declared |= new
+        log.info("declared routing target(s) %s", ", ".join(sorted(new)))

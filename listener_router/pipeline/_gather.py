@@ -1,0 +1,262 @@
+"""The gather stage: deliveries → parsed messages → inbox check → records loaded.
+
+On a thread of its own (``chalk-stage``) it takes deliveries in small chunks
+(held ones first, after the backoff), parses each and matches its listener
+rule (bad input and messages no rule or workflow takes are *dead* at once),
+checks the inbox (messages already committed are *duplicates*), and loads
+the records of the rest onto the blackboards of the batch being gathered,
+one blackboard per workflow, with the messages' attributes written there.
+Messages settled here go to the finish stage at once.
+
+A message or record still in flight in an earlier batch makes the stage wait
+for that batch's commit (``_inflight``); one already in the batch being
+gathered is deferred to a later batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Hashable
+
+import engine
+from listener_router._config import ListenerRule
+from listener_router._errors import BadMessage, StoreUnavailable
+from listener_router._messages import parse_message
+from listener_router._rules import ListenerRules
+from listener_router.broker import Delivery, Link
+from listener_router.pipeline._batch import Batch, Gathering, Group
+from listener_router.pipeline._finish import FinishStage
+from listener_router.pipeline._held import Held
+from listener_router.pipeline._inflight import InFlight
+from listener_router.pipeline._loading import Loader
+from listener_router.pipeline._report import Meter
+from listener_router.pipeline._settle import Settlement
+from listener_router.pipeline._states import State
+from listener_router.pipeline._work import Work, keys
+from listener_router.store import ServiceStore, unavailable
+
+__all__ = ["CHUNK_LINGER", "GatherStage"]
+
+log = logging.getLogger(__name__)
+
+CHUNK_LINGER = 0.02       # seconds the stage waits to gather more than one delivery
+
+_NO_RULE = ListenerRule(name="none")
+
+
+class GatherStage:
+    """Fills the batch being gathered (see module doc); :meth:`start` runs its thread."""
+
+    def __init__(self, *, link: Link, listeners: ListenerRules,
+                 registry: engine.WorkflowRegistry, store: ServiceStore, loader: Loader,
+                 inflight: InFlight, held: Held, gathering: Gathering, finish: FinishStage,
+                 settlement: Settlement, meter: Meter, owner: str, lease_seconds: float,
+                 stopping: threading.Event):
+        self.link = link
+        self.listeners = listeners
+        self.registry = registry
+        self.store = store
+        self.loader = loader
+        self.inflight = inflight
+        self.held = held
+        self.gathering = gathering
+        self.finish = finish
+        self.settlement = settlement
+        self.meter = meter
+        self.stats = meter.stats
+        self.owner = owner
+        self.lease_seconds = lease_seconds
+        self._service_stopping = stopping
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- the thread ----------------------------------------------------------------------
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="chalk-stage", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop; the batch being gathered is let go (records released, messages unacked)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        with self.gathering.lock:
+            batch, self.gathering.batch = self.gathering.batch, None
+        if batch is not None:
+            for group in batch.groups.values():
+                self.settlement.let_go(group)
+
+    def _stopped(self) -> bool:
+        return self._stop.is_set() or self._service_stopping.is_set()
+
+    def _loop(self) -> None:
+        while not self._stopped():
+            if not self.gathering.wait_for_room(self._stop):
+                return
+            with self.gathering.lock:
+                room = self.gathering.room()
+            deliveries = self._take(room)
+            if not deliveries:
+                continue
+            try:
+                self._stage(deliveries)
+            except Exception:  # never let the stage die: the messages wait unacked
+                log.exception("preparing %d message(s) failed; they are held and tried again",
+                              len(deliveries))
+                self.held.hold(deliveries)
+
+    def _take(self, room: int) -> list[Delivery]:
+        """Held deliveries first (after the backoff), then fresh ones, up to ``room``."""
+        link = self.link
+        chunk: list[Delivery] = []
+        if self.held:
+            if self._stop.wait(self.held.backoff) or self._service_stopping.is_set():
+                return []
+            held = self.held.take()
+            if not link.ready.is_set():
+                # The connection is gone: its deliveries come back on the new one.
+                return []
+            live = [d for d in held if d.generation == link.generation]
+            chunk = live[:room]
+            self.held.hold_first(live[room:])
+        if len(chunk) < room:
+            linger = min(CHUNK_LINGER, self.gathering.sizing.max_wait)
+            chunk += link.deliveries.get_batch(room - len(chunk),
+                                               timeout=0 if chunk else 0.1, linger=linger)
+        return chunk
+
+    # -- a chunk -------------------------------------------------------------------------
+    def _stage(self, deliveries: list[Delivery]) -> None:
+        """Parse a chunk and add it to the batch being gathered."""
+        started = time.perf_counter()
+        generation = self.link.generation
+        works = [self._receive(d) for d in deliveries if d.generation == generation]
+        self.stats.add("received", len(works))
+        received = time.perf_counter() - started
+        self.meter.time("receive", received)
+        if not works:
+            return
+        self.stats.last_activity = time.monotonic()
+        wanted = keys(w for w in works if w.state is State.RECEIVED)
+        gathering = self.gathering
+        while True:
+            with gathering.lock:
+                gathered = gathering.batch
+                if not (self.inflight.holders(wanted) - {gathered}):
+                    batch = gathering.current()
+                    self._add(batch, works)
+                    gathering.added()
+                    break
+            # An earlier batch still holds some of these messages or records: wait
+            # for its commit (the inbox and the stored versions are not final yet).
+            if not self.inflight.wait_free(wanted, gathered, self._stop):
+                self.held.hold(w.delivery for w in works)
+                return
+        report = batch.report
+        report.add_seconds("receive", received)
+        self.meter.time("stage", time.perf_counter() - started, report)
+
+    def _receive(self, d: Delivery) -> Work:
+        w = Work(d)
+        rules = self.listeners.for_queue(d.queue)
+        limits = rules[0] if rules else _NO_RULE
+        try:
+            w.message = parse_message(d.body, queue=d.queue, message_id=d.message_id,
+                                      headers=d.headers, max_records=limits.max_records,
+                                      max_body_bytes=limits.max_body_bytes, tag=d,
+                                      properties=d.properties)
+        except BadMessage as e:
+            w.to(State.DEAD, str(e))
+            return w
+        w.rule = self.listeners.match(w.message)
+        if w.rule is None:
+            w.to(State.DEAD, f"message {w.message.message_id}: no listener rule for queue "
+                 f"{d.queue!r} matches (operation {w.message.operation})")
+        elif w.rule.workflow not in self.registry:
+            w.workflow = w.rule.workflow
+            w.to(State.DEAD, f"message {w.message.message_id}: listener rule "
+                 f"{w.rule.name!r} names unknown workflow {w.rule.workflow!r}; known: "
+                 f"{', '.join(self.registry.names()) or 'none'}")
+        return w
+
+    def _add(self, batch: Batch, works: list[Work]) -> None:
+        """Inbox check, load and attributes for a chunk; the caller holds the gathering lock."""
+        inflight = self.inflight
+        report = batch.report
+        live = [w for w in works if w.state is State.RECEIVED]
+        # What this batch already holds, or an earlier message of this chunk took.
+        taken: set[Hashable] = inflight.held_by(keys(live), batch)
+        fresh: list[Work] = []
+        for w in live:
+            key = w.message.key  # type: ignore[union-attr]
+            if key in taken:
+                w.to(State.DEFERRED, "message delivered twice in one batch")
+            else:
+                taken.add(key)
+                fresh.append(w)
+        started = time.perf_counter()
+        self._check_inbox(fresh)
+        self.meter.time("inbox", time.perf_counter() - started, report)
+        groups: dict[str, list[Work]] = {}
+        for w in fresh:
+            if w.state is not State.RECEIVED:
+                continue
+            assert w.message is not None and w.rule is not None
+            ids = w.message.record_ids
+            if not taken.isdisjoint(ids):
+                w.to(State.DEFERRED, "record also in an earlier message of this batch")
+                continue
+            taken.update(ids)
+            w.to(State.PROCESSING)
+            w.workflow = w.rule.workflow
+            groups.setdefault(w.rule.workflow, []).append(w)
+        reserved = [w for ws in groups.values() for w in ws]
+        inflight.reserve(keys(reserved), batch)
+        for name, group_works in groups.items():
+            group = batch.groups.get(name)
+            if group is None:
+                group = batch.groups[name] = Group(
+                    name, self.store.blackboard(self.owner, self.lease_seconds), batch=batch)
+            loaded = self.loader.load(group.bb, group_works, report)
+            group.works += [w for w in loaded if self.loader.apply(group.bb, w)]
+        inflight.release(keys(w for w in reserved if w.state is not State.PROCESSING))
+        batch.works += works
+        finished = [w for w in works if w.state is not State.PROCESSING]
+        with report.lock:
+            report.outcome.update((w.delivery.queue, w.state.value) for w in finished)
+        self.finish.finish(finished, batch)
+
+    def _check_inbox(self, live: list[Work]) -> None:
+        """Messages already committed become duplicates; an outbox batch of theirs
+        never confirmed sent goes with the first of them, to be published again."""
+        by_queue: dict[str, list[str]] = {}
+        for w in live:
+            if w.message is not None:
+                by_queue.setdefault(w.message.queue, []).append(w.message.message_id)
+        if not by_queue:
+            return
+        outbox = self.store.outbox
+        try:
+            with unavailable():
+                seen = {(q, mid): batch for q, ids in by_queue.items()
+                        for mid, batch in outbox.seen(q, ids).items()}
+                unsent = outbox.unsent({b for b in seen.values() if b}) if seen else {}
+        except StoreUnavailable as e:
+            log.warning("inbox check failed, holding %d message(s): %s", len(live), e)
+            for w in live:
+                w.to(State.DEFERRED, str(e))
+            return
+        if not seen:
+            return
+        for w in live:
+            assert w.message is not None
+            key = (w.message.queue, w.message.message_id)
+            if key in seen:
+                w.to(State.DUPLICATE)
+                batch = seen[key]
+                if batch in unsent:
+                    w.outgoing, w.batch = unsent.pop(batch), batch

@@ -1,0 +1,119 @@
+"""What the pipeline counts: process-wide :class:`Stats`, and a :class:`BatchReport` per batch.
+
+Each stage records its time and its counts twice: summed into the
+process's :class:`Stats` (milliseconds under ``<stage>_ms``, read by ``chalk
+run``'s summary line, the demo, the benchmark and the tests), and into the
+report of the batch it worked on (seconds by stage).  Once a batch is
+finished (every message of it published and acked, or held) its report goes
+to every :class:`BatchObserver` — metrics, a job log, an adaptive batch size.
+Observers are called on a pipeline thread; one that raises is logged and
+never stops the service or the other observers.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+__all__ = ["Stats", "BatchReport", "BatchObserver", "Observers", "Meter"]
+
+log = logging.getLogger(__name__)
+
+_STATS_LOCK = threading.Lock()
+
+
+@dataclass
+class Stats:
+    """Counters of the service process since it started (``stats["committed"]``)."""
+
+    counts: Counter[str] = field(default_factory=Counter)
+    started: float = field(default_factory=time.monotonic)
+    last_activity: float = field(default_factory=time.monotonic)
+
+    def add(self, key: str, n: int = 1) -> None:
+        with _STATS_LOCK:
+            self.counts[key] += n
+
+    def __getitem__(self, key: str) -> int:
+        return self.counts[key]
+
+
+@dataclass(eq=False)
+class BatchReport:
+    """What one batch did, handed to observers once it is finished.
+
+    ``seconds`` by stage: ``receive`` (parse and match), ``inbox``, ``load``,
+    ``stage`` (all of the gathering), ``wait`` (the runner waiting for the
+    batch to be ready), ``run`` (workflows), ``route``, ``commit``,
+    ``publish`` (publish with confirms, mark sent, ack) and ``batch`` (from
+    its first message gathered until every part was settled).  Gathering,
+    committing and publishing overlap other batches' runs.
+    """
+
+    opened: float = field(default_factory=time.time)     # wall clock, first message gathered
+    size_limit: int = 0            # the batch size the sizing allowed when it was taken
+    messages: int = 0              # messages gathered into it
+    outcome: Counter[tuple[str, str]] = field(default_factory=Counter)  # (queue, state) → messages
+    records: Counter[tuple[str, str]] = field(default_factory=Counter)  # (workflow, committed|invalidated)
+    published: int = 0             # messages published for it (routed, retry copies, dead letters)
+    local_runs: int = 0            # workflow runs in the service's process (``local_below``)
+    seconds: dict[str, float] = field(default_factory=dict)
+    finished: float = 0.0          # wall clock, when observers got it
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add_seconds(self, stage: str, seconds: float) -> None:
+        with self.lock:
+            self.seconds[stage] = self.seconds.get(stage, 0.0) + seconds
+
+    def count_records(self, workflow: str, kind: str, n: int) -> None:
+        if n:
+            with self.lock:
+                self.records[(workflow, kind)] += n
+
+    def states(self) -> Counter[str]:
+        """Messages by the state they were settled in (committed, duplicate, retrying, …)."""
+        totals: Counter[str] = Counter()
+        for (_queue, state), n in self.outcome.items():
+            totals[state] += n
+        return totals
+
+
+class BatchObserver:
+    """Told about every finished batch; the base does nothing (override what you need)."""
+
+    def batch_finished(self, report: BatchReport) -> None:
+        """``report`` of a batch whose messages are all published and acked (or held)."""
+
+
+class Observers:
+    """The registered observers; :meth:`notify` shields the pipeline from their failures."""
+
+    def __init__(self, observers: Iterable[BatchObserver] = ()):
+        self._observers: list[BatchObserver] = list(observers)
+
+    def add(self, observer: BatchObserver) -> None:
+        self._observers.append(observer)
+
+    def notify(self, report: BatchReport) -> None:
+        report.finished = time.time()
+        for observer in self._observers:
+            try:
+                observer.batch_finished(report)
+            except Exception:  # an observer's bug never stops the service
+                log.exception("batch observer %s failed", type(observer).__name__)
+
+
+class Meter:
+    """Where a stage records its time: the process's :class:`Stats` and a batch's report."""
+
+    def __init__(self, stats: Stats):
+        self.stats = stats
+
+    def time(self, stage: str, seconds: float, report: BatchReport | None = None) -> None:
+        self.stats.add(f"{stage}_ms", int(seconds * 1000))
+        if report is not None:
+            report.add_seconds(stage, seconds)

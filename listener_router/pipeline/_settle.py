@@ -1,0 +1,91 @@
+"""The end of a group's life in a batch, and of the batch.
+
+A group (one workflow's messages of a batch) ends in one of two ways:
+
+- *settled* (:meth:`Settlement.group_done`): its workflow ran and its
+  messages were committed, failed or deferred; its records leave the
+  blackboard, its in-flight keys are released, its messages go to the finish
+  stage;
+- *let go* (:meth:`Settlement.let_go`): it will not run (the service stops,
+  or the runner broke); its records leave, its messages are held unacked.
+
+A batch is settled when its run and each of its groups are
+(:meth:`Settlement.part_done`): that is the "batch of N message(s)" log line.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from listener_router.pipeline._batch import Batch, Group
+from listener_router.pipeline._finish import FinishStage
+from listener_router.pipeline._held import Held
+from listener_router.pipeline._inflight import InFlight
+from listener_router.pipeline._loading import Loader
+from listener_router.pipeline._report import Meter
+from listener_router.pipeline._states import State
+from listener_router.pipeline._work import keys
+
+__all__ = ["Settlement"]
+
+log = logging.getLogger(__name__)
+
+
+class Settlement:
+    """Ends groups and batches (see module doc)."""
+
+    def __init__(self, *, loader: Loader, inflight: InFlight, held: Held, finish: FinishStage,
+                 meter: Meter):
+        self.loader = loader
+        self.inflight = inflight
+        self.held = held
+        self.finish = finish
+        self.meter = meter
+
+    def group_done(self, group: Group) -> None:
+        """The group is settled: its records leave, its messages go to the finish stage."""
+        leftover = group.bb.ids()
+        if leftover:
+            self.loader.invalidate(group.bb, leftover)
+        for w in group.works:
+            if w.state is State.PROCESSING:  # an unexpected failure settling it
+                w.to(State.DEFERRED, "internal error while settling the batch")
+        self.inflight.release(keys(group.works))
+        batch = group.batch
+        if batch is not None:
+            report = batch.report
+            with report.lock:
+                report.outcome.update((w.delivery.queue, w.state.value) for w in group.works)
+        self.finish.finish(group.works, batch)
+        if batch is not None:
+            self.part_done(batch)
+
+    def let_go(self, group: Group) -> None:
+        """Release a group that will not run: its records leave, its messages wait unacked
+        (held, for a later ``run`` on this connection; or redelivered after it)."""
+        leftover = group.bb.ids()
+        if leftover:
+            self.loader.invalidate(group.bb, leftover)
+        self.inflight.release(keys(group.works))
+        self.held.hold_first(w.delivery for w in group.works)
+        group.works = []
+
+    def part_done(self, batch: Batch) -> None:
+        """One part of the batch (its run, or a group) is settled; the last one logs it."""
+        with batch.lock:
+            batch.pending -= 1
+            if batch.pending:
+                return
+            batch.settled = True
+        report = batch.report
+        elapsed = time.perf_counter() - batch.started
+        report.messages = len(batch.works)
+        log.info("batch of %d message(s) in %.2f s: %s", len(batch.works), elapsed,
+                 ", ".join(f"{n} {state}" for state, n in sorted(report.states().items())))
+        self.meter.stats.add("batches")
+        self.meter.time("batch", elapsed, report)
+        # Groups point back at their batch: drop that cycle so the batch's messages
+        # are freed now, by reference counting, not by a garbage-collector pass.
+        batch.groups.clear()
+        self.finish.report_if_finished(batch)

@@ -1,0 +1,49 @@
+"""One delivery on its way through the pipeline (:class:`Work`), and its in-flight keys."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass, field
+
+from listener_router._config import ListenerRule
+from listener_router._messages import Incoming
+from listener_router.broker import Delivery, OutMessage
+from listener_router.pipeline._states import State, check_transition
+
+__all__ = ["Work", "keys", "record_ids"]
+
+
+@dataclass(eq=False)
+class Work:
+    """One delivery on its way through the service; ``state`` moves along ``_states``."""
+
+    delivery: Delivery
+    state: State = State.RECEIVED
+    message: Incoming | None = None
+    rule: ListenerRule | None = None
+    error: str | None = None
+    workflow: str | None = None
+    outgoing: list[OutMessage] = field(default_factory=list)
+    batch: str | None = None           # the outbox batch ``outgoing`` is in, once committed
+
+    def to(self, state: State, error: str | None = None) -> None:
+        self.state = check_transition(self.state, state)
+        if error is not None:
+            self.error = error
+
+
+def keys(works: Iterable[Work]) -> list[Hashable]:
+    """In-flight keys of messages that were taken up (the message and its records)."""
+    found: list[Hashable] = []
+    append, extend = found.append, found.extend
+    for w in works:
+        message = w.message
+        if message is not None:
+            append(message.key)
+            extend(message.record_ids)
+    return found
+
+
+def record_ids(works: Iterable[Work]) -> list[str]:
+    """The record IDs of parsed messages, in order."""
+    return [rid for w in works if w.message is not None for rid in w.message.record_ids]
