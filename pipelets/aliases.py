@@ -15,7 +15,7 @@ unknown pipelet class.
 
 from __future__ import annotations
 
-__all__ = ["SMILA_ALIASES"]
+__all__ = ["SMILA_ALIASES", "SMILA_SERVICES"]
 
 _P = "org.eclipse.smila.processing.pipelets."
 
@@ -30,3 +30,7 @@ SMILA_ALIASES: dict[str, str] = {
     _P + "xmlprocessing.XslTransformationPipelet": "pipelets.xml.XsltTransform",
     _P + "LanguageIdentifyPipelet": "pipelets.language.LanguageIdentify",
 }
+
+#: SMILA's processing services (``<proc:invokeService><proc:service name=...>``,
+#: SMILA 0.9) -> the Chalk pipelets doing the same job.
+SMILA_SERVICES: dict[str, str] = {}
