@@ -120,7 +120,7 @@ class Service(Publishing, Steps):
         assert store is not None
         self.outbox = Outbox(store.engine)
         self.registry = self._registry or engine.WorkflowRegistry(s.workflows_dir,
-                                                                  aliases=s.aliases)
+                                                                  aliases=s.aliases, services=s.services)
         for problem in self.registry.errors:
             log.error("%s", problem)
         if self._runner is None:
