@@ -316,12 +316,15 @@ def compile_condition(expression: str, *, namespaces: Mapping[str, str] | None =
                       variables: Sequence[str] = ()) -> CompiledCondition:
     """Check and compile an XPath condition over records (for callers outside workflows).
 
-    Raises :class:`WorkflowDefinitionError` with what is wrong, e.g. for the
-    router's conditions in the configuration.
+    ``namespaces`` defaults to ``rec`` bound to SMILA's record namespace, so
+    ``$request.records/rec:Record[1]/rec:A[@n='x']/rec:L/rec:V`` works as in a
+    workflow file.  Raises :class:`WorkflowDefinitionError` with what is
+    wrong, e.g. for the router's conditions in the configuration.
     """
     from engine._errors import WorkflowDefinitionError
 
-    condition = Condition(expression, 0, tuple((namespaces or {}).items()))
+    bound = {"rec": RECORD_NS} if namespaces is None else dict(namespaces)
+    condition = Condition(expression, 0, tuple(sorted(bound.items())))
     problem = check(condition, variables)
     if problem:
         raise WorkflowDefinitionError([problem])

@@ -378,7 +378,11 @@ class Interpreter(CompensationMixin, LoopMixin, AssignMixin):
                 inst.fail(WorkflowFault(
                     "invalidWorkflow", f"{wf.path}:{act.line}: sub-workflow {act.workflow!r} is not attached"))
             return
-        self._process(sub, cohort)
+        running = [i for i in cohort if i.running]
+        self._process(sub, running)
+        for inst in running:
+            if inst.state is State.EXITED:  # <exit> ends the invoked process; the invoker goes on
+                inst.state = State.RUNNING
 
     def _invoke_service(self, wf: Workflow, act: InvokeService, cohort: list[Instance]) -> None:
         """BPEL ``invoke`` of a partner service: once per instance, variables in and out."""

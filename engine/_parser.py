@@ -788,7 +788,21 @@ def parse_text(text: bytes, path: str, aliases: Mapping[str, str] | None = None,
     _check_compensation_targets(ctx, f"<process {name!r}>", body, [h.activity for h in handlers])
     if body is not None and handlers:
         body = Scope(aid=0, line=root.sourceline or 0, name=name, body=body, handlers=tuple(handlers))
+    if body is not None:
+        version = _version(text, body)
     return ParsedFile(name or None, body, version, ctx.errors, ctx.invoked, ctx, tuple(declared))
+
+
+def _version(text: bytes, body: Activity) -> str:
+    """The file's hash with the classes the alias and service tables chose: the same file loaded with
+    other tables is another version (workers cache configured pipelets by version)."""
+    digest = hashlib.sha256(text)
+    for act in walk(body):
+        if isinstance(act, InvokePipelet):
+            digest.update(f"\0{act.aid}={act.pipelet_class}".encode())
+        elif isinstance(act, InvokeService):
+            digest.update(f"\0{act.aid}={act.service_class}".encode())
+    return digest.hexdigest()
 
 
 def parse_file(path: str | os.PathLike[str], aliases: Mapping[str, str] | None = None,
