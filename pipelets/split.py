@@ -136,7 +136,7 @@ def _marker(name: str, closing: bool) -> re.Pattern[bytes]:
     tag = re.escape(name.encode())
     if closing:
         return re.compile(rb"</" + tag + rb"\s*>")
-    return re.compile(rb"<" + tag + rb"(?:\s[^<>]*)?>")
+    return re.compile(rb"<" + tag + rb"(?:\s[^<>]*)?/?>")  # an empty-element tag opens (and closes) too
 
 
 def iter_snippets(stream: Any, begin: str, begin_closing: bool, end: str, end_closing: bool,
