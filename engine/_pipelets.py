@@ -16,7 +16,7 @@ import importlib
 import logging
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from engine._specs import InvokePipelet, InvokeService, Workflow
@@ -96,33 +96,37 @@ def instantiate(spec: InvokePipelet) -> Any:
     return pipelet
 
 
+def _cached(workflow: Workflow, aid: int, make: Callable[[], Any]) -> Any:
+    """The object cached for ``(workflow version, activity)`` in this process, made on first use."""
+    key = (workflow.version, aid)
+    made = _cache.get(key)
+    if made is None:
+        with _cache_lock:
+            made = _cache.get(key)
+            if made is None:
+                ensure_importable(workflow.search_path)
+                made = _cache[key] = make()
+    return made
+
+
+def _service(spec: InvokeService) -> Any:
+    service = resolve_service_class(spec.service_class)()
+    configure = getattr(service, "configure", None)
+    if configure is not None:
+        configure({})
+    return service
+
+
 def configured_service(workflow: Workflow, spec: InvokeService) -> Any:
     """The message service for ``spec`` in this process (made and configured on first use)."""
-    key = (workflow.version, spec.aid)
-    service = _cache.get(key)
-    if service is None:
-        with _cache_lock:
-            service = _cache.get(key)
-            if service is None:
-                ensure_importable(workflow.search_path)
-                service = resolve_service_class(spec.service_class)()
-                configure = getattr(service, "configure", None)
-                if configure is not None:
-                    configure({})
-                _cache[key] = service
-    return service
+    return _cached(workflow, spec.aid, lambda: _service(spec))
 
 
 def configured_pipelet(workflow: Workflow, spec: InvokePipelet) -> Any:
     """The configured pipelet for ``spec`` in this process (made on first use)."""
-    key = (workflow.version, spec.aid)
-    pipelet = _cache.get(key)
-    if pipelet is None:
-        with _cache_lock:
-            pipelet = _cache.get(key)
-            if pipelet is None:
-                ensure_importable(workflow.search_path)
-                pipelet = instantiate(spec)
-                _cache[key] = pipelet
-                log.debug("configured pipelet %s for %s", spec.pipelet_class, workflow.name)
-    return pipelet
+
+    def make() -> Any:
+        log.debug("configuring pipelet %s for %s", spec.pipelet_class, workflow.name)
+        return instantiate(spec)
+
+    return _cached(workflow, spec.aid, make)

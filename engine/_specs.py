@@ -354,6 +354,7 @@ class Workflow:
     (transitively), so a worker needs nothing but this object.
     ``search_path`` lists directories to put on ``sys.path`` before importing
     pipelet classes (the workflow directory and the working directory).
+    ``variables`` are the process's ``<variables>``.
     """
 
     name: str
