@@ -27,7 +27,7 @@ from engine._conditions import RECORD_NS
 from engine._specs import Condition, Variable
 
 if TYPE_CHECKING:
-    from engine._parser import _Context
+    from engine._parse_core import _Context
 
 __all__ = [
     "XSD_NS",

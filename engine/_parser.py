@@ -2,9 +2,10 @@
 
 The whole dialect is the ``PARSERS`` table at the bottom: XML local name ->
 parse function.  Parse functions collect errors (``file:line: message``) in
-the context instead of raising, so one load reports every problem.
-Configuration, variables and copy ends (both SMILA syntaxes) are read by
-``engine._parse_data``.
+the context instead of raising, so one load reports every problem.  The
+context and dispatch are in ``engine._parse_core``, scopes, handlers and
+``forEach`` in ``engine._parse_scopes``; configuration, variables and copy
+ends (both SMILA syntaxes) are read by ``engine._parse_data``.
 
 XML is parsed with entity resolution, DTD loading and network access off: a
 workflow file cannot read other files or reach the network.
@@ -15,29 +16,55 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from lxml import etree
 
+from engine._parse_core import (
+    _ACTIVITY_NS,
+    _DECLARATIONS,
+    _EVENT_HANDLERS,
+    _STANDARD,
+    BPEL_NS,
+    EXTENSION_TAGS,
+    PARSERS,
+    ParsedFile,
+    _condition,
+    _Context,
+    _elements,
+    _FlowFrame,
+    _local,
+    _ns,
+    _one_activity,
+    _standard,
+    _with_suppress,
+    _yes,
+    parse_activity,
+)
+from engine._parse_core import _activity_children as _activity_children
 from engine._parse_data import PROC_NS, annotations_config, config_map, copy_end, variable_decls
+from engine._parse_scopes import (
+    check_compensation_targets,
+    fault_name,
+    parse_compensate,
+    parse_foreach,
+    parse_handlers,
+    parse_scope,
+)
 from engine._specs import (
     Activity,
     Assign,
     Catch,
-    Compensate,
     Condition,
     CopySpec,
     Empty,
     Exit,
     Flow,
-    ForEach,
     If,
     InvokePipelet,
     InvokeService,
     InvokeWorkflow,
-    LinkSource,
     RepeatUntil,
     Rethrow,
     Scope,
@@ -51,225 +78,6 @@ from engine._specs import (
 __all__ = ["BPEL_NS", "PROC_NS", "ParsedFile", "parse_file", "parse_text"]
 
 log = logging.getLogger(__name__)
-
-BPEL_NS = "http://docs.oasis-open.org/wsbpel/2.0/process/executable"
-_ACTIVITY_NS = {BPEL_NS, ""}
-_EXT_NS = {PROC_NS, ""}
-
-# Children of <process>/<scope> that declare things this engine has no use for.
-_DECLARATIONS = {
-    "import",
-    "partnerLinks",
-    "extensions",
-    "correlationSets",
-    "messageExchanges",
-    "documentation",
-}
-_SCOPE_PARTS = {"variables", "faultHandlers", "compensationHandler", "terminationHandler", "eventHandlers"}
-_STANDARD = {"targets", "sources", "documentation"}
-_EVENT_HANDLERS = (
-    "<eventHandlers> is not supported: a Chalk workflow instance is one message's records, run to its end "
-    "in a batch (on Spark); it cannot receive further messages or wait for alarms while it runs. Remove "
-    "them: do that work in the process body, or in another workflow that a listener rule starts"
-)
-# implicit in every workflow: SMILA's $request and $result are the instance's records
-_IMPLICIT = {name: Variable(name=name, kind="records", line=0) for name in ("request", "result")}
-
-def _local(el: etree._Element) -> str:
-    return etree.QName(el).localname
-
-
-def _ns(el: etree._Element) -> str:
-    return etree.QName(el).namespace or ""
-
-
-def _yes(value: str | None, default: bool = False) -> bool:
-    if value is None:
-        return default
-    return value.strip().lower() in {"yes", "true"}
-
-
-@dataclass
-class _FlowFrame:
-    links: dict[str, int]  # link name -> line of its declaration
-    aid: int
-
-
-@dataclass
-class _Context:
-    path: str
-    aliases: Mapping[str, str]
-    services: Mapping[str, str] = field(default_factory=dict)
-    errors: list[str] = field(default_factory=list)
-    next_aid: int = 0
-    flows: list[_FlowFrame] = field(default_factory=list)
-    loop_depth: int = 0
-    handler_depth: int = 0
-    suppress_join_failure: bool = False
-    partner_links: dict[str, tuple[bool, bool]] = field(default_factory=dict)  # name -> (partnerRole, pipeline)
-    # link name -> (flow aid, [(role, activity aid, line, loop depth, handler depth)])
-    link_ends: dict[tuple[int, str], list[tuple[str, int, int, tuple[int, ...], tuple[int, ...]]]] = field(
-        default_factory=dict
-    )
-    loop_stack: list[int] = field(default_factory=list)
-    handler_stack: list[int] = field(default_factory=list)
-    link_decl: dict[tuple[int, str], int] = field(default_factory=dict)
-    invoked: list[tuple[str, int]] = field(default_factory=list)
-    # variables in scope, innermost last (a forEach counter is a one-variable level)
-    var_scopes: list[dict[str, Variable]] = field(default_factory=lambda: [dict(_IMPLICIT)])
-    # where a <compensate> stands: "handler" (allowed) or "scope" (not), innermost last
-    compensation_context: list[str] = field(default_factory=list)
-
-    def error(self, line: int | None, message: str) -> None:
-        self.errors.append(f"{self.path}:{line or 0}: {message}")
-
-    def aid(self) -> int:
-        self.next_aid += 1
-        return self.next_aid
-
-    def lookup(self, name: str) -> Variable | None:
-        for level in reversed(self.var_scopes):
-            if name in level:
-                return level[name]
-        return None
-
-    def declared(self, name: str) -> bool:
-        return self.lookup(name) is not None
-
-    def is_records(self, name: str) -> bool:
-        var = self.lookup(name)
-        return var is not None and var.kind == "records"
-
-    def visible(self) -> tuple[str, ...]:
-        return tuple(sorted({n for level in self.var_scopes for n in level}))
-
-    def visible_text(self) -> str:
-        return ", ".join("$" + n for n in self.visible()) or "none"
-
-    def condition(self, el: etree._Element) -> Condition:
-        """The XPath expression in ``el`` with the namespaces and variables in scope there."""
-        text = (el.text or "").strip()
-        if not text:
-            self.error(el.sourceline, f"<{_local(el)}> is empty; write an XPath 1.0 expression")
-        namespaces = tuple(sorted((p or "", u) for p, u in el.nsmap.items()))
-        return Condition(expression=text or "false()", line=el.sourceline or 0, namespaces=namespaces,
-                         variables=self.visible())
-
-
-@dataclass
-class ParsedFile:
-    """What parsing one file gives: the process name, its body, and the errors."""
-
-    name: str | None
-    body: Activity | None
-    version: str
-    errors: list[str]
-    invoked: list[tuple[str, int]]
-    context: _Context | None = None
-    variables: tuple[Variable, ...] = ()
-
-
-def _condition(ctx: _Context, el: etree._Element) -> Condition:
-    return ctx.condition(el)
-
-
-def _elements(el: etree._Element) -> list[etree._Element]:
-    return [c for c in el if isinstance(c.tag, str)]
-
-
-def _standard(ctx: _Context, el: etree._Element, flow_aid: int | None = None) -> dict[str, Any]:
-    """Name, link targets/sources and join settings of any activity."""
-    targets: list[str] = []
-    sources: list[LinkSource] = []
-    join: Condition | None = None
-    for child in _elements(el):
-        local = _local(child)
-        if local == "targets":
-            for t in _elements(child):
-                if _local(t) == "joinCondition":
-                    join = _condition(ctx, t)
-                elif _local(t) == "target":
-                    name = t.get("linkName")
-                    if not name:
-                        ctx.error(t.sourceline, "<target> needs linkName")
-                        continue
-                    targets.append(name)
-                    _link_end(ctx, name, "target", t.sourceline)
-                else:
-                    ctx.error(t.sourceline, f"<targets> may hold <target> and <joinCondition>, not <{_local(t)}>")
-        elif local == "sources":
-            for s in _elements(child):
-                if _local(s) != "source" or not s.get("linkName"):
-                    ctx.error(s.sourceline, "<sources> holds <source linkName=...> elements")
-                    continue
-                cond = None
-                for sc in _elements(s):
-                    if _local(sc) == "transitionCondition":
-                        cond = _condition(ctx, sc)
-                name = s.get("linkName", "")
-                sources.append(LinkSource(link=name, condition=cond, line=s.sourceline or 0))
-                _link_end(ctx, name, "source", s.sourceline)
-    suppress = el.get("suppressJoinFailure")
-    return {
-        "line": el.sourceline or 0,
-        "name": el.get("name"),
-        "targets": tuple(targets),
-        "sources": tuple(sources),
-        "join_condition": join,
-        "suppress_join_failure": _yes(suppress, ctx.suppress_join_failure),
-    }
-
-
-def _link_end(ctx: _Context, name: str, role: str, line: int | None) -> None:
-    for frame in reversed(ctx.flows):
-        if name in frame.links:
-            ctx.link_ends.setdefault((frame.aid, name), []).append(
-                (role, ctx.next_aid + 1, line or 0, tuple(ctx.loop_stack), tuple(ctx.handler_stack))
-            )
-            return
-    ctx.error(line, f"link {name!r} is not declared in an enclosing <flow><links>; declare it there")
-
-
-def _with_suppress(ctx: _Context, el: etree._Element, fn: Callable[[], Activity | None]) -> Activity | None:
-    """Run ``fn`` with this element's ``suppressJoinFailure`` inherited by its children."""
-    saved = ctx.suppress_join_failure
-    ctx.suppress_join_failure = _yes(el.get("suppressJoinFailure"), saved)
-    try:
-        return fn()
-    finally:
-        ctx.suppress_join_failure = saved
-
-
-def parse_activity(ctx: _Context, el: etree._Element) -> Activity | None:
-    """Parse one activity element (``None`` when it is not one; error recorded)."""
-    local = _local(el)
-    ns = _ns(el)
-    parser = PARSERS.get(local)
-    if parser is None or (ns not in _ACTIVITY_NS and not (ns in _EXT_NS and local in _EXTENSION_TAGS)):
-        ctx.error(
-            el.sourceline,
-            f"unknown element <{el.prefix + ':' if el.prefix else ''}{local}>; "
-            f"expected one of: {', '.join(sorted(PARSERS))}",
-        )
-        return None
-    return _with_suppress(ctx, el, lambda: parser(ctx, el))
-
-
-def _activity_children(ctx: _Context, el: etree._Element, skip: set[str] = frozenset()) -> list[etree._Element]:  # type: ignore[assignment]
-    return [c for c in _elements(el) if _local(c) not in _STANDARD and _local(c) not in skip]
-
-
-def _one_activity(ctx: _Context, el: etree._Element, skip: set[str] = frozenset()) -> Activity | None:  # type: ignore[assignment]
-    kids = _activity_children(ctx, el, skip)
-    if len(kids) != 1:
-        ctx.error(
-            el.sourceline,
-            f"<{_local(el)}> must contain exactly one activity, found {len(kids)}"
-            + ("" if not kids else f" ({', '.join('<' + _local(k) + '>' for k in kids)}); wrap them in <sequence>"),
-        )
-        return parse_activity(ctx, kids[0]) if kids else None
-    return parse_activity(ctx, kids[0])
-
 
 def _parse_sequence(ctx: _Context, el: etree._Element) -> Activity:
     common = _standard(ctx, el)
@@ -354,179 +162,9 @@ def _parse_loop(ctx: _Context, el: etree._Element, cls: type[While] | type[Repea
     return cls(aid=aid, condition=_condition(ctx, conds[0]) if conds else None, body=body, **common)
 
 
-def _parse_foreach(ctx: _Context, el: etree._Element) -> Activity:
-    common = _standard(ctx, el)
-    aid = ctx.aid()
-    parts = {_local(c): c for c in _elements(el) if _local(c) in _FOREACH_PARTS}
-    start = _condition(ctx, parts["startCounterValue"]) if "startCounterValue" in parts else None
-    final = _condition(ctx, parts["finalCounterValue"]) if "finalCounterValue" in parts else None
-    if (start is None) != (final is None):
-        ctx.error(el.sourceline, "<forEach> needs both <startCounterValue> and <finalCounterValue> "
-                  "(or neither: then it runs once per record of the instance)")
-        start = final = None
-    counter = (el.get("counterName") or "").strip() or None
-    if start is not None and counter is None:
-        ctx.error(el.sourceline, "<forEach> with counter values needs counterName=\"name\" (the variable "
-                  "that holds the counter in its body)")
-    parallel = _yes(el.get("parallel"))
-    branches: Condition | None = None
-    successful_only = False
-    if "completionCondition" in parts:
-        inner = _elements(parts["completionCondition"])
-        if len(inner) != 1 or _local(inner[0]) != "branches":
-            ctx.error(parts["completionCondition"].sourceline,
-                      "<completionCondition> holds one <branches> expression (the number of branches to wait for)")
-        else:
-            branches = _condition(ctx, inner[0])
-            successful_only = _yes(inner[0].get("successfulBranchesOnly"))
-            if start is None and parallel:
-                ctx.error(inner[0].sourceline, "<completionCondition> on a parallel <forEach> over records: "
-                          "its branches (one per record) run as one batched call, so none can be stopped "
-                          "early; use parallel=\"no\", or a <forEach> with counter values")
-    ctx.loop_depth += 1
-    ctx.loop_stack.append(aid)
-    ctx.var_scopes.append({counter: Variable(name=counter, kind="counter", line=el.sourceline or 0)}
-                          if counter else {})
-    try:
-        body = _one_activity(ctx, el, set(_FOREACH_PARTS))
-    finally:
-        ctx.loop_depth -= 1
-        ctx.loop_stack.pop()
-        ctx.var_scopes.pop()
-    return ForEach(aid=aid, body=body, parallel=parallel, counter_name=counter, start=start, final=final,
-                   branches=branches, successful_only=successful_only, **common)
-
-
-_FOREACH_PARTS = ("startCounterValue", "finalCounterValue", "completionCondition")
-
-
-def _fault_name(value: str | None) -> str | None:
-    if value is None:
-        return None
-    return value.split(":", 1)[-1].strip()
-
-
-def _handler_activity(ctx: _Context, el: etree._Element) -> Activity | None:
-    """The one activity of a fault, compensation or termination handler."""
-    ctx.handler_stack.append(el.sourceline or 0)
-    ctx.handler_depth += 1
-    ctx.compensation_context.append("handler")
-    try:
-        return _one_activity(ctx, el)
-    finally:
-        ctx.handler_stack.pop()
-        ctx.handler_depth -= 1
-        ctx.compensation_context.pop()
-
-
-def _parse_handlers(ctx: _Context, el: etree._Element) -> list[Catch]:
-    handlers: list[Catch] = []
-    seen: set[str | None] = set()
-    for h in _elements(el):
-        local = _local(h)
-        if local not in {"catch", "catchAll"}:
-            ctx.error(h.sourceline, f"<faultHandlers> holds <catch> and <catchAll>, not <{local}>")
-            continue
-        name = _fault_name(h.get("faultName")) if local == "catch" else None
-        if local == "catch" and not name:
-            ctx.error(h.sourceline, "<catch> needs faultName (use <catchAll> to catch every fault)")
-            continue
-        if name in seen:
-            ctx.error(h.sourceline, f"a second handler for {name or 'catchAll'!r} in the same scope")
-        seen.add(name)
-        if h.get("faultVariable") is not None:
-            ctx.error(h.sourceline, "<catch faultVariable=...> is not supported: faults carry no data "
-                      "here; remove the attribute")
-        act = _handler_activity(ctx, h)
-        if act is not None:
-            handlers.append(Catch(fault_name=name, activity=act, line=h.sourceline or 0))
-    # catchAll goes last so specific catches win regardless of document order.
-    return sorted(handlers, key=lambda c: c.fault_name is None)
-
-
-def _direct_scopes(act: Activity | None) -> list[Scope]:
-    """Scopes directly inside ``act`` (not inside another scope): compensateScope targets."""
-    if act is None:
-        return []
-    if isinstance(act, Scope):
-        return [act]
-    out: list[Scope] = []
-    for child in act.children():
-        out += _direct_scopes(child)
-    return out
-
-
-def _check_compensation_targets(ctx: _Context, owner: str, body: Activity | None,
-                                handlers: Iterable[Activity | None]) -> None:
-    names = [s.name for s in _direct_scopes(body) if s.name]
-    for handler in handlers:
-        if handler is None:
-            continue
-        for a in walk(handler):
-            if isinstance(a, Scope) and a is not handler:
-                continue
-            if isinstance(a, Compensate) and a.target is not None:
-                found = names.count(a.target)
-                if found == 0:
-                    ctx.error(a.line, f"{a.label()}: no scope named {a.target!r} directly inside {owner}; "
-                              f"scopes there: {', '.join(repr(n) for n in sorted(set(names))) or 'none'}")
-                elif found > 1:
-                    ctx.error(a.line, f"{a.label()}: {found} scopes named {a.target!r} directly inside "
-                              f"{owner}; give them distinct names")
-
-
-def _parse_scope(ctx: _Context, el: etree._Element) -> Activity:
-    common = _standard(ctx, el)
-    aid = ctx.aid()
-    handlers: list[Catch] = []
-    parts = [c for c in _elements(el) if _local(c) in _SCOPE_PARTS]
-    declared: list[Variable] = []
-    for c in parts:
-        if _local(c) == "variables":
-            declared += variable_decls(ctx, c)
-        elif _local(c) == "eventHandlers":
-            ctx.error(c.sourceline, _EVENT_HANDLERS)
-    ctx.var_scopes.append({v.name: v for v in declared})
-    compensation: Activity | None = None
-    termination: Activity | None = None
-    try:
-        for c in parts:
-            local = _local(c)
-            if local == "faultHandlers":
-                handlers = _parse_handlers(ctx, c)
-            elif local == "compensationHandler":
-                compensation = _handler_activity(ctx, c)
-            elif local == "terminationHandler":
-                termination = _handler_activity(ctx, c)
-        ctx.compensation_context.append("scope")
-        try:
-            body = _one_activity(ctx, el, {*_DECLARATIONS, *_SCOPE_PARTS})
-        finally:
-            ctx.compensation_context.pop()
-    finally:
-        ctx.var_scopes.pop()
-    owner = f"<scope{' ' + repr(common['name']) if common['name'] else ''}> (line {el.sourceline})"
-    _check_compensation_targets(ctx, owner, body, [h.activity for h in handlers] + [compensation, termination])
-    return Scope(aid=aid, body=body, handlers=tuple(handlers), variables=tuple(declared),
-                 compensation=compensation, termination=termination, **common)
-
-
-def _parse_compensate(ctx: _Context, el: etree._Element) -> Activity:
-    common = _standard(ctx, el)
-    target: str | None = None
-    if _local(el) == "compensateScope":
-        target = (el.get("target") or "").strip()
-        if not target:
-            ctx.error(el.sourceline, "<compensateScope> needs target=\"scope name\"")
-    if not ctx.compensation_context or ctx.compensation_context[-1] != "handler":
-        ctx.error(el.sourceline, f"<{_local(el)}> is only allowed in a <faultHandlers>, <compensationHandler> "
-                  "or <terminationHandler> (it undoes the completed scopes of the scope that handler belongs to)")
-    return Compensate(aid=ctx.aid(), target=target, **common)
-
-
 def _parse_throw(ctx: _Context, el: etree._Element) -> Activity:
     common = _standard(ctx, el)
-    name = _fault_name(el.get("faultName"))
+    name = fault_name(el.get("faultName"))
     if not name:
         ctx.error(el.sourceline, "<throw> needs faultName")
     return Throw(aid=ctx.aid(), fault_name=name or "fault", **common)
@@ -671,7 +309,7 @@ def _parse_invoke(ctx: _Context, el: etree._Element) -> Activity:
 
 def _parse_extension_activity(ctx: _Context, el: etree._Element) -> Activity | None:
     kids = _elements(el)
-    if len(kids) != 1 or _local(kids[0]) not in _EXTENSION_TAGS:
+    if len(kids) != 1 or _local(kids[0]) not in EXTENSION_TAGS:
         ctx.error(el.sourceline, "<extensionActivity> must hold one <proc:invokePipelet>, <proc:invokeService> "
                   "or <proc:invokeWorkflow>")
         return None
@@ -685,14 +323,14 @@ def _parse_ignored(ctx: _Context, el: etree._Element) -> Activity:
     return Empty(aid=ctx.aid(), **common)
 
 
-PARSERS: dict[str, Callable[[_Context, etree._Element], Activity | None]] = {
+PARSERS.update({
     "sequence": _parse_sequence,
     "flow": _parse_flow,
     "if": _parse_if,
     "while": lambda ctx, el: _parse_loop(ctx, el, While),
     "repeatUntil": lambda ctx, el: _parse_loop(ctx, el, RepeatUntil),
-    "forEach": _parse_foreach,
-    "scope": _parse_scope,
+    "forEach": parse_foreach,
+    "scope": parse_scope,
     "throw": _parse_throw,
     "rethrow": _parse_rethrow,
     "exit": _parse_simple(Exit),
@@ -705,10 +343,9 @@ PARSERS: dict[str, Callable[[_Context, etree._Element], Activity | None]] = {
     "invoke": _parse_invoke,
     "receive": _parse_ignored,
     "reply": _parse_ignored,
-    "compensate": _parse_compensate,
-    "compensateScope": _parse_compensate,
-}
-_EXTENSION_TAGS = {"invokePipelet", "invokeService", "invokeWorkflow"}
+    "compensate": parse_compensate,
+    "compensateScope": parse_compensate,
+})
 
 
 def _xml_parser() -> etree.XMLParser:
@@ -772,7 +409,7 @@ def parse_text(text: bytes, path: str, aliases: Mapping[str, str] | None = None,
         if local in _DECLARATIONS or local == "variables":
             continue
         if local == "faultHandlers":
-            handlers = _parse_handlers(ctx, child)
+            handlers = parse_handlers(ctx, child)
         elif local == "eventHandlers":
             ctx.error(child.sourceline, _EVENT_HANDLERS)
         elif local in {"compensationHandler", "terminationHandler"}:
@@ -785,7 +422,7 @@ def parse_text(text: bytes, path: str, aliases: Mapping[str, str] | None = None,
         ctx.error(root.sourceline, f"<process> must hold exactly one activity, found {len(body_elements)}")
     if body_elements:
         body = parse_activity(ctx, body_elements[0])
-    _check_compensation_targets(ctx, f"<process {name!r}>", body, [h.activity for h in handlers])
+    check_compensation_targets(ctx, f"<process {name!r}>", body, [h.activity for h in handlers])
     if body is not None and handlers:
         body = Scope(aid=0, line=root.sourceline or 0, name=name, body=body, handlers=tuple(handlers))
     if body is not None:
