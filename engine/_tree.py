@@ -110,6 +110,20 @@ class ValidationReport:
         except ValueError:
             return path
 
+    def lines(self, *, summary: bool = False, label: str | None = None) -> list[str]:
+        """What ``chalk validate`` prints: every error once, the notes, with ``summary`` the unknown
+        classes grouped (their error lines left out), and when all is valid the workflows found."""
+        grouped = {u.error for f in self.files for u in f.unknown} if summary else set()
+        out = [error for error in self.errors if error not in grouped]
+        out += self.notes
+        if summary:
+            out += self.summary()
+        if self.valid:
+            found = self.workflows
+            out.append(f"{label or self.root}: valid: {len(found)} workflow(s)")
+            out += [f"  {wf.name}  {self.relative(wf.path)}" for wf in found]
+        return out
+
     def summary(self) -> list[str]:
         """The migration to-do list: unknown classes by name, with counts and places."""
         groups = self.unknown()

@@ -60,6 +60,7 @@ class Unknown:
     name: str
     path: str
     line: int
+    error: str = ""  # the error line reported for it
 
 
 def _copy_conditions(end: tuple[str, object]) -> Iterator[Condition]:
@@ -104,26 +105,26 @@ def _check_pipelets(body: Activity, path: str, errors: list[str], unknown: list[
             continue
         if a.service and not a.pipelet_class:
             if a.requested:
-                unknown.append(Unknown("service", a.requested, path, a.line))
                 errors.append(
                     f"{path}:{a.line}: {a.label()}: unknown service {a.requested!r}: map it to a pipelet "
                     "class in the service table ([workflows.services] in chalk.toml: "
                     f"{a.requested} = \"package.module.Class\")"
                 )
+                unknown.append(Unknown("service", a.requested, path, a.line, errors[-1]))
             continue
         if not a.pipelet_class:
             continue
         try:
             instantiate(a)
         except ImportError as e:
-            unknown.append(Unknown("service" if a.service else "pipelet", a.requested or a.pipelet_class,
-                                   path, a.line))
             mapped = f" (mapped from {a.requested!r})" if a.requested and a.requested != a.pipelet_class else ""
             errors.append(
                 f"{path}:{a.line}: {a.label()}: unknown pipelet class {a.pipelet_class!r}{mapped}: {e}; "
                 "put the class in an importable module (the workflow directory and the working "
                 "directory are on the path) or map the name in the alias table"
             )
+            unknown.append(Unknown("service" if a.service else "pipelet", a.requested or a.pipelet_class,
+                                   path, a.line, errors[-1]))
         except Exception as e:  # the pipelet's own validation: any exception is a rejection
             errors.append(f"{path}:{a.line}: {a.label()}: configuration rejected by {a.pipelet_class}: {e}")
 
@@ -138,12 +139,12 @@ def _check_partner(a: InvokeService, path: str, errors: list[str], unknown: list
         except ImportError as e:
             problem = f"{a.service_class!r}: {e}"
     if problem:
-        unknown.append(Unknown("partner", a.partner_link, path, a.line))
         errors.append(
             f"{path}:{a.line}: {a.label()}: unknown partner service {a.partner_link!r} ({problem}); map the "
             "partner link to a class with invoke(operation, parts) in the service table "
             f"([workflows.services] in chalk.toml: {a.partner_link} = \"package.module.Class\")"
         )
+        unknown.append(Unknown("partner", a.partner_link, path, a.line, errors[-1]))
 
 
 def _check_conditions(body: Activity, path: str, errors: list[str]) -> None:

@@ -132,20 +132,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     import engine
     settings = _settings(args)
     report = engine.validate_tree(args.path, aliases=settings.aliases, services=settings.services, notes=True)
-    unknown = {(u.path, u.line) for f in report.files for u in f.unknown} if args.summary else set()
-    for problem in report.errors:
-        path, line = problem.split(":", 2)[:2]
-        if (path, int(line) if line.isdigit() else -1) not in unknown:  # --summary lists those below
-            print(problem)
-    for note in report.notes:
-        print(note)
-    if args.summary:
-        print("\n".join(report.summary()))
-    if report.valid:
-        found = report.workflows
-        print(f"{args.path}: valid: {len(found)} workflow(s)")
-        for wf in found:
-            print(f"  {wf.name}  {report.relative(wf.path)}")
+    for line in report.lines(summary=args.summary, label=args.path):
+        print(line)
     return 0 if report.valid else 1
 
 

@@ -125,3 +125,15 @@ def test_the_same_file_with_other_alias_tables_is_another_version(tmp_path: Path
     one = load_workflow(path, aliases={"com.acme.Thing": "tests.engine._pipelets.StandIn"})
     two = load_workflow(path, aliases={"com.acme.Thing": "tests.engine._pipelets.Upper"})
     assert one.version != two.version
+
+
+def test_lines_are_what_chalk_validate_prints(tmp_path: Path) -> None:
+    one = write(tmp_path / "one.bpel", "One", f"<sequence>{java('com.acme.X')}<bogus/></sequence>")
+    report = validate_tree(tmp_path)
+    plain = report.lines()
+    assert len(plain) == 2 and plain[1].startswith(f"{one}:1: <invokePipelet 'j'>: unknown pipelet class")
+    grouped = report.lines(summary=True)
+    assert grouped[0].startswith(f"{one}:1: unknown element <bogus>")  # the class error is in the table
+    assert grouped[1].startswith("1 unknown pipelet class(es)") and "    1  pipelet  com.acme.X" in grouped
+    write(tmp_path / "one.bpel", "One", "<empty/>")
+    assert validate_tree(tmp_path).lines(label="flows") == ["flows: valid: 1 workflow(s)", "  One  one.bpel"]
