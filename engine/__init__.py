@@ -2,9 +2,10 @@
 
 ``load_workflow`` / ``WorkflowRegistry`` load and validate BPEL-shaped
 workflow files; ``SparkRunner`` runs a batch of instances as one Spark job,
-``LocalRunner`` does the same in this process.  ``validate_path``,
-``workflow_graph``, ``to_dot`` and ``render_graph`` serve the ``chalk
-validate`` and ``chalk graph`` commands.
+``LocalRunner`` does the same in this process.  ``validate_tree`` (a
+:class:`ValidationReport`: errors, workflows found, unknown classes grouped
+for ``--summary``), ``validate_path``, ``workflow_graph``, ``to_dot`` and
+``render_graph`` serve the ``chalk validate`` and ``chalk graph`` commands.
 """
 
 from engine._conditions import CompiledCondition, compile_condition
@@ -16,21 +17,28 @@ from engine._errors import (
     WorkflowFault,
 )
 from engine._graph import render_graph, to_dot, workflow_graph
-from engine._loader import WorkflowRegistry, load_workflow, validate_path
-from engine._pipelets import DEFAULT_ALIASES
+from engine._loader import WorkflowRegistry, load_workflow
+from engine._pipelets import DEFAULT_ALIASES, DEFAULT_SERVICES
 from engine._pipelets import instantiate as instantiate_pipelet
 from engine._runner import InstanceResult, LocalRunner, SparkRunner, spark_session
 from engine._specs import Workflow
+from engine._tree import FileReport, UnknownGroup, ValidationReport, validate_path, validate_tree
+from engine._validate import Unknown
 
 __all__ = [
     "CompiledCondition",
     "DEFAULT_ALIASES",
+    "DEFAULT_SERVICES",
     "EngineError",
+    "FileReport",
     "InstanceResult",
     "LocalRunner",
     "RunnerError",
     "SparkRunner",
+    "Unknown",
+    "UnknownGroup",
     "UnknownWorkflowError",
+    "ValidationReport",
     "Workflow",
     "WorkflowDefinitionError",
     "WorkflowFault",
@@ -42,5 +50,6 @@ __all__ = [
     "spark_session",
     "to_dot",
     "validate_path",
+    "validate_tree",
     "workflow_graph",
 ]

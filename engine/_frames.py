@@ -162,6 +162,8 @@ def frame_plan(workflow: Workflow) -> tuple[FramePlan | None, str]:
     """The workflow as a :class:`FramePlan`, or ``(None, why not)``."""
     compiler = _Compiler(workflow)
     types: dict[str, str] = {}
+    if any(v.init is not None for v in workflow.variables):
+        return None, "it initializes BPEL variables (which may fault)"
     try:
         steps, _ = compiler.block(workflow.body, types)
         if not steps:

@@ -4,7 +4,8 @@ Nodes are ``"start"``, ``"end"`` and one node per activity (``"a<aid>"``);
 structured activities that join branches (``if``, ``flow``, ``scope``) add an
 ``"a<aid>.end"`` node.  Edge ``kind`` is ``"next"`` (normal completion),
 ``"true"``/``"false"`` (branch or loop decisions), ``"fault"`` (into a
-handler), ``"exit"`` and ``"link"`` (a BPEL link; ordering, not
+handler), ``"compensate"``/``"terminate"`` (into a scope's compensation or
+termination handler), ``"exit"`` and ``"link"`` (a BPEL link; ordering, not
 reachability).  Activities that cannot be reached from ``"start"`` along
 non-link edges are unreachable; the validator reports them.
 """
@@ -26,6 +27,7 @@ from engine._specs import (
     ForEach,
     If,
     InvokePipelet,
+    InvokeService,
     InvokeWorkflow,
     RepeatUntil,
     Rethrow,
@@ -57,6 +59,8 @@ class _Builder:
             label = f"{a.name or 'invokePipelet'}\n{a.pipelet_class}"
         elif isinstance(a, InvokeWorkflow):
             label = f"invokeWorkflow\n{a.workflow}"
+        elif isinstance(a, InvokeService):
+            label = f"invoke\n{a.partner_link}.{a.operation}"
         self.g.add_node(n, kind=a.kind, label=label, line=a.line, name=a.name or "")
         return n
 
@@ -127,6 +131,11 @@ class _Builder:
                 self.edge(n, entry, "fault", h.fault_name or "catchAll")
                 for e in child_exits:
                     self.edge(e, end)
+            for kind, handler in (("compensate", a.compensation), ("terminate", a.termination)):
+                if handler is not None:
+                    # a handler runs later (or instead); it continues nowhere in this graph
+                    entry, _ = self.build(handler)
+                    self.edge(n, entry, kind, kind)
             return n, [end]
         if isinstance(a, Exit):
             self.edge(n, "end", "exit")
@@ -180,6 +189,8 @@ _STYLE = {
     "true": ', color="darkgreen"',
     "false": ', color="firebrick"',
     "fault": ', color="orange", style=bold',
+    "compensate": ', color="purple", style=dashed',
+    "terminate": ', color="gray40", style=dashed',
     "exit": ", style=dotted",
     "link": ', style=dashed, color="blue"',
 }

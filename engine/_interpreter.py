@@ -28,6 +28,11 @@ way at the same record -- and only the others are rerun.
 ``flow`` branches run one after the other in an order that respects links
 (a legal BPEL serialization); a link not (yet) set reads as false, which is
 dead-path elimination in that order.
+
+Each instance also carries its BPEL variables (``frame``, see
+``engine._variables``) and the scopes it is inside (``scopes``, for
+compensation, see ``engine._compensation``); ``forEach`` is in
+``engine._loops`` and ``assign`` in ``engine._assign``.
 """
 
 from __future__ import annotations
@@ -40,11 +45,15 @@ from typing import Any
 
 from lxml import etree
 
-from engine import _conditions
+from engine import _conditions, _variables
+from engine._assign import AssignMixin
+from engine._compensation import CompensationMixin, Completed, ScopeFrame
 from engine._errors import WorkflowFault
+from engine._loops import LoopMixin
 from engine._specs import (
     Activity,
     Assign,
+    Compensate,
     Condition,
     Empty,
     Exit,
@@ -52,12 +61,14 @@ from engine._specs import (
     ForEach,
     If,
     InvokePipelet,
+    InvokeService,
     InvokeWorkflow,
     RepeatUntil,
     Rethrow,
     Scope,
     Sequence,
     Throw,
+    Variable,
     While,
     Workflow,
     walk,
@@ -91,6 +102,9 @@ class Instance:
     links: dict[str, bool] = field(default_factory=dict)
     parent: Instance | None = None
     taint: str | None = None
+    frame: _variables.Frame | None = None  # BPEL variables
+    scopes: list[ScopeFrame] = field(default_factory=list)  # scopes it is inside (the process first)
+    scope_ok: bool | None = None  # how the last scope it ran ended: normally, or by its fault handler
 
     @property
     def running(self) -> bool:
@@ -106,6 +120,7 @@ class Instance:
 
 
 PipeletFactory = Callable[[Workflow, InvokePipelet], Any]
+ServiceFactory = Callable[[Workflow, InvokeService], Any]
 
 
 def _pipelet_record_id(exc: BaseException) -> str | None:
@@ -113,13 +128,15 @@ def _pipelet_record_id(exc: BaseException) -> str | None:
     return rid if isinstance(rid, str) else None
 
 
-class Interpreter:
+class Interpreter(CompensationMixin, LoopMixin, AssignMixin):
     """Runs ``workflow`` over cohorts of instances on ``blackboard``."""
 
-    def __init__(self, blackboard: Any, workflow: Workflow, pipelet_for: PipeletFactory) -> None:
+    def __init__(self, blackboard: Any, workflow: Workflow, pipelet_for: PipeletFactory,
+                 service_for: ServiceFactory | None = None) -> None:
         self.bb = blackboard
         self.workflow = workflow
         self.pipelet_for = pipelet_for
+        self.service_for = service_for
         self._loop_links: dict[int, frozenset[str]] = {}
         self._runners: dict[type, Callable[[Workflow, Any, list[Instance]], None]] = {
             Sequence: self._sequence,
@@ -135,17 +152,47 @@ class Interpreter:
             Empty: lambda wf, a, c: None,
             Assign: self._assign,
             InvokePipelet: self._invoke_pipelet,
+            InvokeService: self._invoke_service,
             InvokeWorkflow: self._invoke_workflow,
+            Compensate: self._compensate,
         }
 
     # -- entry ------------------------------------------------------------------
     def run(self, instances: list[Instance]) -> list[Instance]:
         """Run the workflow for ``instances``; on return none is RUNNING."""
-        self._run(self.workflow, self.workflow.body, instances)
+        self._process(self.workflow, instances)
         for inst in instances:
             if inst.running:
                 inst.state = State.COMPLETED
         return instances
+
+    def _process(self, wf: Workflow, cohort: list[Instance]) -> None:
+        """A process (or sub-workflow) as the implicit scope of its instances."""
+        saved = [(inst, inst.frame, inst.scopes) for inst in cohort]
+        for inst in cohort:
+            inst.frame = _variables.Frame(wf.variables)
+            inst.scopes = [*inst.scopes, ScopeFrame(None)]
+        self._initialize(wf, wf.variables, cohort)
+        self._run(wf, wf.body, cohort)
+        self._default_fault_handler(wf, [i for i in cohort if i.state is State.FAULTED])
+        for inst, frame, scopes in saved:
+            inst.frame, inst.scopes = frame, scopes
+
+    def _initialize(self, wf: Workflow, variables: tuple[Variable, ...], cohort: list[Instance]) -> None:
+        """Inline ``<from>`` initializers of ``variables`` (just declared in each instance's frame)."""
+        for var in variables:
+            if var.init is None:
+                continue
+            where = f"{wf.path}:{var.line}: variable {var.name!r}"
+            for inst in cohort:
+                if not inst.running:
+                    continue
+                try:
+                    value = _variables.read_source(var.init, inst.frame, self._documents(inst), where)
+                    _variables.write_target(("variable", (var.name, None, None)), value, inst.frame,
+                                            [], False, where)
+                except WorkflowFault as f:
+                    inst.fail(f)
 
     def _run(self, wf: Workflow, act: Activity, cohort: list[Instance]) -> None:
         cohort = [i for i in cohort if i.running]
@@ -211,7 +258,15 @@ class Interpreter:
 
     def _test(self, cond: Condition, inst: Instance, extra: dict[str, Any] | None = None) -> bool:
         try:
-            return _conditions.compiled(cond).test(self._documents(inst), extra)
+            compiled = _conditions.compiled(cond)
+            if compiled.bound and inst.frame is not None:
+                names = compiled.bound - set(extra or ())
+                extra = {**_variables.bindings(inst.frame, names, f"{self.workflow.path}:{cond.line}"),
+                         **(extra or {})}
+            return compiled.test(self._documents(inst), extra)
+        except WorkflowFault as f:
+            inst.fail(f)
+            return False
         except (etree.XPathError, ValueError, TypeError) as e:
             inst.fail(WorkflowFault(
                 "conditionError",
@@ -224,8 +279,13 @@ class Interpreter:
             self._run(wf, child, cohort)
 
     def _flow(self, wf: Workflow, act: Flow, cohort: list[Instance]) -> None:
-        for index in act.order:
+        for position, index in enumerate(act.order):
+            before = [i for i in cohort if i.running]
             self._run(wf, act.body[index], cohort)
+            faulted = [i for i in before if i.state is State.FAULTED]
+            if faulted:  # the branches not run yet were running, in BPEL's terms: terminate them
+                for later in act.order[position + 1:]:
+                    self._terminate(wf, act.body[later], faulted)
 
     def _if(self, wf: Workflow, act: If, cohort: list[Instance]) -> None:
         remaining = cohort
@@ -255,42 +315,18 @@ class Interpreter:
             self._run(wf, act.body, active)
             active = [i for i in active if i.running and not self._test(act.condition, i)]
 
-    def _for_each(self, wf: Workflow, act: ForEach, cohort: list[Instance]) -> None:
-        assert act.body is not None
-        records = {id(i): list(i.ids) for i in cohort}
-        results: dict[int, list[str]] = {id(i): [] for i in cohort}
-
-        def iteration(subs: list[Instance]) -> None:
-            self._run(wf, act.body, subs)  # type: ignore[arg-type]
-            for sub in subs:
-                parent = sub.parent
-                assert parent is not None
-                if sub.state is State.RUNNING or sub.state is State.COMPLETED:
-                    results[id(parent)].extend(sub.ids)
-                elif parent.running:
-                    parent.state, parent.fault, parent.taint = sub.state, sub.fault, sub.taint
-                    if sub.state is State.EXITED:
-                        parent.ids = results[id(parent)] + sub.ids
-
-        def sub_of(inst: Instance, rid: str) -> Instance:
-            return Instance(key=inst.key, ids=[rid], parent=inst, handling=list(inst.handling))
-
-        if act.parallel:
-            iteration([sub_of(i, rid) for i in cohort for rid in records[id(i)]])
-        else:
-            longest = max((len(r) for r in records.values()), default=0)
-            for k in range(longest):
-                iteration([sub_of(i, records[id(i)][k]) for i in cohort if i.running and len(records[id(i)]) > k])
-        for inst in cohort:
-            if inst.running:
-                inst.ids = results[id(inst)]
-
     def _scope(self, wf: Workflow, act: Scope, cohort: list[Instance]) -> None:
+        saved = {id(inst): inst.frame for inst in cohort}
+        for inst in cohort:
+            inst.scopes.append(ScopeFrame(act))
+            if act.variables:
+                inst.frame = _variables.Frame(act.variables, inst.frame)
+        if act.variables:
+            self._initialize(wf, act.variables, cohort)
         if act.body is not None:
             self._run(wf, act.body, cohort)
-        if not act.handlers:
-            return
         groups: dict[int, list[Instance]] = {}
+        unhandled: list[Instance] = []
         for inst in cohort:
             if inst.state is not State.FAULTED or inst.fault is None:
                 continue
@@ -298,6 +334,10 @@ class Interpreter:
                 if handler.fault_name is None or handler.fault_name == inst.fault.name:
                     groups.setdefault(index, []).append(inst)
                     break
+            else:
+                unhandled.append(inst)
+        handled = {id(i) for insts in groups.values() for i in insts}
+        self._default_fault_handler(wf, unhandled)
         for index, insts in sorted(groups.items()):
             for inst in insts:
                 assert inst.fault is not None
@@ -307,6 +347,14 @@ class Interpreter:
             self._run(wf, act.handlers[index].activity, insts)
             for inst in insts:
                 inst.handling.pop()
+        for inst in cohort:
+            frame = inst.scopes.pop()
+            assert frame.spec is act
+            if inst.running:
+                inst.scope_ok = id(inst) not in handled
+                if inst.scope_ok:  # completed normally: its compensation handler is installed
+                    inst.scopes[-1].completed.append(Completed(act, list(inst.ids), inst.frame, frame.completed))
+            inst.frame = saved[id(inst)]
 
     # -- basic activities ------------------------------------------------------------
     def _throw(self, wf: Workflow, act: Throw, cohort: list[Instance]) -> None:
@@ -330,62 +378,34 @@ class Interpreter:
                 inst.fail(WorkflowFault(
                     "invalidWorkflow", f"{wf.path}:{act.line}: sub-workflow {act.workflow!r} is not attached"))
             return
-        self._run(sub, sub.body, cohort)
+        running = [i for i in cohort if i.running]
+        self._process(sub, running)
+        for inst in running:
+            if inst.state is State.EXITED:  # <exit> ends the invoked process; the invoker goes on
+                inst.state = State.RUNNING
 
-    def _assign(self, wf: Workflow, act: Assign, cohort: list[Instance]) -> None:
+    def _invoke_service(self, wf: Workflow, act: InvokeService, cohort: list[Instance]) -> None:
+        """BPEL ``invoke`` of a partner service: once per instance, variables in and out."""
+        where = f"{wf.path}:{act.line}: {act.label()}"
+        try:
+            assert self.service_for is not None, "no service factory"
+            service = self.service_for(wf, act)
+        except Exception as e:
+            for inst in cohort:
+                inst.fail(WorkflowFault("serviceError", f"{where}: cannot make the service: {type(e).__name__}: {e}"))
+            return
         for inst in cohort:
+            frame = inst.frame
+            assert frame is not None
             try:
-                for copy in act.copies:
-                    if copy.source[0] == "variable":
-                        continue  # BPEL variable to variable: no record changes
-                    if copy.target[0] == "record_attribute":
-                        self._copy_to_record(copy.source, copy.target[1], inst)
-                        continue
-                    for rid in inst.ids:
-                        self._copy_one(copy.source, copy.target, rid)
+                parts = frame.copy_parts(act.input_variable) if act.input_variable else {}
+                reply = service.invoke(act.operation, parts)
+                if act.output_variable is not None:
+                    _store_reply(frame, act.output_variable, reply if reply is not None else {}, where)
+            except WorkflowFault as f:
+                inst.fail(f)
             except Exception as e:
-                inst.fail(WorkflowFault(
-                    "selectionFailure", f"{wf.path}:{act.line}: {act.label()}: {type(e).__name__}: {e}"))
-
-    def _copy_to_record(self, source: tuple[str, Any], target: tuple[int, str], inst: Instance) -> None:
-        index, key = target
-        if not 1 <= index <= len(inst.ids):
-            raise ValueError(f"the instance has {len(inst.ids)} record(s); there is no record {index}")
-        rid = inst.ids[index - 1]
-        kind, arg = source
-        if kind == "expression":
-            result = _conditions.compiled(arg).evaluate(self._documents(inst))
-            values = _conditions.xpath_value_strings(result)
-            self.bb.set_literals(rid, key, values)
-        else:
-            self._copy_one(source, ("attribute", key), rid)
-
-    def _copy_one(self, source: tuple[str, Any], target: tuple[str, Any], rid: str) -> None:
-        from blackboard import Annotation
-
-        kind, arg = source
-        values: list[Any]
-        if kind == "literal":
-            values = [arg]
-        elif kind == "expression":
-            result = _conditions.compiled(arg).evaluate([self.bb.document(rid)])
-            values = _conditions.xpath_value_strings(result)
-        elif kind == "attribute":
-            values = list(self.bb.get_literals(rid, arg)) if self.bb.has_attribute(rid, arg) else []
-        else:  # annotation
-            path, name = arg
-            ann = self.bb.get_annotation(rid, path or None, name)
-            values = list(ann.values) if ann is not None else []
-        tkind, targ = target
-        if tkind == "attribute":
-            if values:
-                self.bb.set_literals(rid, targ, values)
-            elif self.bb.has_attribute(rid, targ):
-                self.bb.remove_attribute(rid, targ)
-        else:
-            path, name = targ
-            plain = [getattr(v, "value", v) for v in values]
-            self.bb.set_annotation(rid, path or None, name, Annotation(values=[_plain(v) for v in plain]))
+                inst.fail(WorkflowFault("serviceError", f"{where}: {type(e).__name__}: {e}"))
 
     # -- pipelets ---------------------------------------------------------------------
     def _invoke_pipelet(self, wf: Workflow, act: InvokePipelet, cohort: list[Instance]) -> None:
@@ -468,7 +488,12 @@ class Interpreter:
         return None
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, (str, int, float, bool)):
-        return value
-    return str(value)
+def _store_reply(frame: _variables.Frame, name: str, reply: Any, where: str) -> None:
+    """A message service's answer (part -> element or text) into the output variable."""
+    if not isinstance(reply, dict):
+        raise WorkflowFault("serviceError", f"{where}: the service returned {type(reply).__name__}, "
+                            "not a mapping of part names to values")
+    kind = frame.kind(name)
+    for part, value in reply.items():
+        target = ("variable", (name, part if kind == "message" else None, None))
+        _variables.write_target(target, value, frame, [], False, where)

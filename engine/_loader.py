@@ -5,6 +5,7 @@ reloads new and changed files (by mtime and size); a file that fails
 validation is reported and the last good version of its workflow keeps
 running.  Sub-workflows (``invokeWorkflow``) are resolved among the loaded
 workflows: unknown names and recursion are errors at the invoking line.
+Validating a whole tree of files (``chalk validate``) is ``engine._tree``.
 """
 
 from __future__ import annotations
@@ -20,30 +21,50 @@ import networkx as nx
 
 from engine._errors import UnknownWorkflowError, WorkflowDefinitionError
 from engine._parser import parse_file
-from engine._pipelets import DEFAULT_ALIASES
+from engine._pipelets import DEFAULT_ALIASES, DEFAULT_SERVICES
 from engine._specs import Workflow
-from engine._validate import check
+from engine._validate import Unknown, check
 
-__all__ = ["WorkflowRegistry", "load_workflow", "validate_path"]
+__all__ = ["Loaded", "WorkflowRegistry", "load_unresolved", "load_workflow", "resolve", "tables"]
 
 log = logging.getLogger(__name__)
 
 _SUFFIXES = (".xml", ".bpel")
 
 
-def _aliases(aliases: Mapping[str, str] | None) -> dict[str, str]:
-    merged = dict(DEFAULT_ALIASES)
-    merged.update(aliases or {})
-    return merged
+@dataclass(frozen=True)
+class _Tables:
+    """The alias table (pipelet classes) and the service table, defaults included."""
+
+    aliases: Mapping[str, str]
+    services: Mapping[str, str]
 
 
-def _load_unresolved(path: str, aliases: Mapping[str, str]) -> tuple[Workflow | None, list[str]]:
+def tables(aliases: Mapping[str, str] | None = None, services: Mapping[str, str] | None = None) -> _Tables:
+    """The built-in alias and service tables with the caller's entries on top."""
+    return _Tables({**DEFAULT_ALIASES, **(aliases or {})}, {**DEFAULT_SERVICES, **(services or {})})
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """One file parsed and checked: its workflow (None when it cannot run), errors, unknown classes.
+
+    ``name`` is the process name, also when the file has errors.
+    """
+
+    workflow: Workflow | None
+    errors: list[str]
+    unknown: list[Unknown]
+    name: str | None
+
+
+def load_unresolved(path: str, t: _Tables) -> Loaded:
     """Parse and check one file; sub-workflow names are not resolved yet."""
-    parsed = parse_file(path, aliases)
+    parsed = parse_file(path, t.aliases, t.services)
     search_path = (str(Path(path).resolve().parent), os.getcwd())
-    body, errors = check(parsed, search_path)
+    body, errors, unknown = check(parsed, search_path)
     if body is None or parsed.name is None:
-        return None, errors
+        return Loaded(None, errors, unknown, parsed.name)
     wf = Workflow(
         name=parsed.name,
         path=path,
@@ -51,11 +72,17 @@ def _load_unresolved(path: str, aliases: Mapping[str, str]) -> tuple[Workflow | 
         version=parsed.version,
         search_path=search_path,
         invoked=tuple(parsed.invoked),
+        variables=parsed.variables,
     )
-    return wf, errors
+    return Loaded(wf, errors, unknown, parsed.name)
 
 
-def _resolve(
+def _load_unresolved(path: str, t: _Tables) -> tuple[Workflow | None, list[str]]:
+    loaded = load_unresolved(path, t)
+    return loaded.workflow, loaded.errors
+
+
+def resolve(
     workflows: Mapping[str, Workflow], failed: Mapping[str, str] | None = None
 ) -> tuple[dict[str, Workflow], dict[str, list[str]]]:
     """Attach sub-workflows; return the resolved workflows and errors by workflow name.
@@ -121,6 +148,7 @@ def load_workflow(
     path: str | os.PathLike[str],
     *,
     aliases: Mapping[str, str] | None = None,
+    services: Mapping[str, str] | None = None,
     known_workflows: Mapping[str, Workflow] | Iterable[str] | None = None,
 ) -> Workflow:
     """Load, validate and return the workflow in ``path``.
@@ -129,6 +157,9 @@ def load_workflow(
         path: the workflow XML (BPEL ``<process>``) file.
         aliases: pipelet class name -> dotted Python path (e.g. Java SMILA names),
             on top of the built-in alias table.
+        services: service name (SMILA's ``invokeService``, or the partner link
+            of a BPEL ``invoke``) -> dotted Python path, on top of the built-in
+            service table.
         known_workflows: workflows ``invokeWorkflow`` may name: a mapping
             name -> :class:`Workflow` (attached, so the result can run), or just
             names (checked, not attached).
@@ -137,7 +168,7 @@ def load_workflow(
         WorkflowDefinitionError: every problem found, each as ``file:line: message``.
     """
     p = os.fspath(path)
-    wf, errors = _load_unresolved(p, _aliases(aliases))
+    wf, errors = _load_unresolved(p, tables(aliases, services))
     if wf is not None:
         known: dict[str, Workflow] = {}
         names: set[str] = set()
@@ -151,7 +182,7 @@ def load_workflow(
             # names only: stand-ins so the name check passes; they are not attached
             pool[n] = Workflow(name=n, path="?", body=wf.body, version="")
         pool[wf.name] = wf
-        resolved, sub_errors = _resolve(pool)
+        resolved, sub_errors = resolve(pool)
         errors.extend(sub_errors.get(wf.name, []))
         if wf.name in resolved:
             attached = tuple((n, s) for n, s in resolved[wf.name].subworkflows if n in known)
@@ -178,9 +209,10 @@ class WorkflowRegistry:
     run while another thread calls ``refresh``.
     """
 
-    def __init__(self, directory: str | os.PathLike[str], *, aliases: Mapping[str, str] | None = None) -> None:
+    def __init__(self, directory: str | os.PathLike[str], *, aliases: Mapping[str, str] | None = None,
+                 services: Mapping[str, str] | None = None) -> None:
         self.directory = Path(directory)
-        self._aliases = _aliases(aliases)
+        self._tables = tables(aliases, services)
         self._files: dict[str, _FileState] = {}
         self._workflows: dict[str, Workflow] = {}
         self._errors: dict[str, list[str]] = {}  # by file path
@@ -242,7 +274,7 @@ class WorkflowRegistry:
                 state = self._files.get(path)
                 if state is not None and state.stamp == stamp:
                     continue
-                wf, errors = _load_unresolved(path, self._aliases)
+                wf, errors = _load_unresolved(path, self._tables)
                 self._files[path] = _FileState(stamp, wf if not errors else None, errors, wf.name if wf else None)
                 loaded_now.append(path)
             # candidates: valid files, first file wins a name
@@ -267,7 +299,7 @@ class WorkflowRegistry:
             failed = {
                 st.name: p for p, st in self._files.items() if st.workflow is None and st.name and st.name not in candidates
             }
-            resolved, sub_errors = _resolve(candidates, failed)
+            resolved, sub_errors = resolve(candidates, failed)
             errors_by_file: dict[str, list[str]] = {}
             for path, state in self._files.items():
                 errs = list(state.errors) + dup_errors.get(path, [])
@@ -291,27 +323,3 @@ class WorkflowRegistry:
             for name in sorted(set(current) - set(previous)):
                 log.info("workflow %s loaded from %s", name, current[name].path, extra={"workflow": name})
             return new_errors
-
-
-def validate_path(path: str | os.PathLike[str], *, aliases: Mapping[str, str] | None = None) -> list[str]:
-    """Validate a workflow file or every workflow in a directory.
-
-    Sub-workflows resolve among the files of the same directory.  Returns all
-    errors as ``file:line: message`` (empty when valid).
-    """
-    p = Path(path)
-    if p.is_dir():
-        return WorkflowRegistry(p, aliases=aliases).errors
-    if not p.exists():
-        return [f"{p}:0: no such file or directory"]
-    registry = WorkflowRegistry(p.parent, aliases=aliases)
-    own = [e for e in registry.errors if e.startswith(f"{p.parent / p.name}:")]
-    if p.suffix.lower() not in _SUFFIXES:
-        wf, errs = _load_unresolved(str(p), _aliases(aliases))
-        if errs:
-            return errs
-        if wf is not None:
-            pool = {n: registry.get(n) for n in registry.names() if n != wf.name}
-            pool[wf.name] = wf
-            return _resolve(pool)[1].get(wf.name, [])
-    return own

@@ -2,7 +2,10 @@
 
 The whole dialect is the ``PARSERS`` table at the bottom: XML local name ->
 parse function.  Parse functions collect errors (``file:line: message``) in
-the context instead of raising, so one load reports every problem.
+the context instead of raising, so one load reports every problem.  The
+context and dispatch are in ``engine._parse_core``, scopes, handlers and
+``forEach`` in ``engine._parse_scopes``; configuration, variables and copy
+ends (both SMILA syntaxes) are read by ``engine._parse_data``.
 
 XML is parsed with entity resolution, DTD loading and network access off: a
 workflow file cannot read other files or reach the network.
@@ -13,14 +16,42 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from lxml import etree
 
-from engine._conditions import RECORD_NS
+from engine._parse_core import (
+    _ACTIVITY_NS,
+    _DECLARATIONS,
+    _EVENT_HANDLERS,
+    _STANDARD,
+    BPEL_NS,
+    EXTENSION_TAGS,
+    PARSERS,
+    ParsedFile,
+    _condition,
+    _Context,
+    _elements,
+    _FlowFrame,
+    _local,
+    _ns,
+    _one_activity,
+    _standard,
+    _with_suppress,
+    _yes,
+    parse_activity,
+)
+from engine._parse_core import _activity_children as _activity_children
+from engine._parse_data import PROC_NS, annotations_config, config_map, copy_end, variable_decls
+from engine._parse_scopes import (
+    check_compensation_targets,
+    fault_name,
+    parse_compensate,
+    parse_foreach,
+    parse_handlers,
+    parse_scope,
+)
 from engine._specs import (
     Activity,
     Assign,
@@ -30,207 +61,23 @@ from engine._specs import (
     Empty,
     Exit,
     Flow,
-    ForEach,
     If,
     InvokePipelet,
+    InvokeService,
     InvokeWorkflow,
-    LinkSource,
     RepeatUntil,
     Rethrow,
     Scope,
     Sequence,
     Throw,
+    Variable,
     While,
+    walk,
 )
 
 __all__ = ["BPEL_NS", "PROC_NS", "ParsedFile", "parse_file", "parse_text"]
 
 log = logging.getLogger(__name__)
-
-BPEL_NS = "http://docs.oasis-open.org/wsbpel/2.0/process/executable"
-PROC_NS = "http://www.eclipse.org/smila/processor"
-_ACTIVITY_NS = {BPEL_NS, ""}
-_EXT_NS = {PROC_NS, ""}
-
-# Children of <process>/<scope> that declare things this engine has no use for.
-_DECLARATIONS = {
-    "import",
-    "partnerLinks",
-    "variables",
-    "extensions",
-    "correlationSets",
-    "messageExchanges",
-    "documentation",
-}
-_UNSUPPORTED_HANDLERS = {"eventHandlers", "compensationHandler", "terminationHandler"}
-_STANDARD = {"targets", "sources", "documentation"}
-
-
-def _local(el: etree._Element) -> str:
-    return etree.QName(el).localname
-
-
-def _ns(el: etree._Element) -> str:
-    return etree.QName(el).namespace or ""
-
-
-def _yes(value: str | None, default: bool = False) -> bool:
-    if value is None:
-        return default
-    return value.strip().lower() in {"yes", "true"}
-
-
-@dataclass
-class _FlowFrame:
-    links: dict[str, int]  # link name -> line of its declaration
-    aid: int
-
-
-@dataclass
-class _Context:
-    path: str
-    aliases: Mapping[str, str]
-    errors: list[str] = field(default_factory=list)
-    next_aid: int = 0
-    flows: list[_FlowFrame] = field(default_factory=list)
-    loop_depth: int = 0
-    handler_depth: int = 0
-    suppress_join_failure: bool = False
-    partner_links: dict[str, bool] = field(default_factory=dict)  # name -> has partnerRole
-    # link name -> (flow aid, [(role, activity aid, line, loop depth, handler depth)])
-    link_ends: dict[tuple[int, str], list[tuple[str, int, int, tuple[int, ...], tuple[int, ...]]]] = field(
-        default_factory=dict
-    )
-    loop_stack: list[int] = field(default_factory=list)
-    handler_stack: list[int] = field(default_factory=list)
-    link_decl: dict[tuple[int, str], int] = field(default_factory=dict)
-    invoked: list[tuple[str, int]] = field(default_factory=list)
-
-    def error(self, line: int | None, message: str) -> None:
-        self.errors.append(f"{self.path}:{line or 0}: {message}")
-
-    def aid(self) -> int:
-        self.next_aid += 1
-        return self.next_aid
-
-
-@dataclass
-class ParsedFile:
-    """What parsing one file gives: the process name, its body, and the errors."""
-
-    name: str | None
-    body: Activity | None
-    version: str
-    errors: list[str]
-    invoked: list[tuple[str, int]]
-    context: _Context | None = None
-
-
-def _condition(ctx: _Context, el: etree._Element) -> Condition:
-    text = (el.text or "").strip()
-    if not text:
-        ctx.error(el.sourceline, f"<{_local(el)}> is empty; write an XPath 1.0 expression")
-    namespaces = tuple(sorted((p or "", u) for p, u in el.nsmap.items()))
-    return Condition(expression=text or "false()", line=el.sourceline or 0, namespaces=namespaces)
-
-
-def _elements(el: etree._Element) -> list[etree._Element]:
-    return [c for c in el if isinstance(c.tag, str)]
-
-
-def _standard(ctx: _Context, el: etree._Element, flow_aid: int | None = None) -> dict[str, Any]:
-    """Name, link targets/sources and join settings of any activity."""
-    targets: list[str] = []
-    sources: list[LinkSource] = []
-    join: Condition | None = None
-    for child in _elements(el):
-        local = _local(child)
-        if local == "targets":
-            for t in _elements(child):
-                if _local(t) == "joinCondition":
-                    join = _condition(ctx, t)
-                elif _local(t) == "target":
-                    name = t.get("linkName")
-                    if not name:
-                        ctx.error(t.sourceline, "<target> needs linkName")
-                        continue
-                    targets.append(name)
-                    _link_end(ctx, name, "target", t.sourceline)
-                else:
-                    ctx.error(t.sourceline, f"<targets> may hold <target> and <joinCondition>, not <{_local(t)}>")
-        elif local == "sources":
-            for s in _elements(child):
-                if _local(s) != "source" or not s.get("linkName"):
-                    ctx.error(s.sourceline, "<sources> holds <source linkName=...> elements")
-                    continue
-                cond = None
-                for sc in _elements(s):
-                    if _local(sc) == "transitionCondition":
-                        cond = _condition(ctx, sc)
-                name = s.get("linkName", "")
-                sources.append(LinkSource(link=name, condition=cond, line=s.sourceline or 0))
-                _link_end(ctx, name, "source", s.sourceline)
-    suppress = el.get("suppressJoinFailure")
-    return {
-        "line": el.sourceline or 0,
-        "name": el.get("name"),
-        "targets": tuple(targets),
-        "sources": tuple(sources),
-        "join_condition": join,
-        "suppress_join_failure": _yes(suppress, ctx.suppress_join_failure),
-    }
-
-
-def _link_end(ctx: _Context, name: str, role: str, line: int | None) -> None:
-    for frame in reversed(ctx.flows):
-        if name in frame.links:
-            ctx.link_ends.setdefault((frame.aid, name), []).append(
-                (role, ctx.next_aid + 1, line or 0, tuple(ctx.loop_stack), tuple(ctx.handler_stack))
-            )
-            return
-    ctx.error(line, f"link {name!r} is not declared in an enclosing <flow><links>; declare it there")
-
-
-def _with_suppress(ctx: _Context, el: etree._Element, fn: Callable[[], Activity | None]) -> Activity | None:
-    """Run ``fn`` with this element's ``suppressJoinFailure`` inherited by its children."""
-    saved = ctx.suppress_join_failure
-    ctx.suppress_join_failure = _yes(el.get("suppressJoinFailure"), saved)
-    try:
-        return fn()
-    finally:
-        ctx.suppress_join_failure = saved
-
-
-def parse_activity(ctx: _Context, el: etree._Element) -> Activity | None:
-    """Parse one activity element (``None`` when it is not one; error recorded)."""
-    local = _local(el)
-    ns = _ns(el)
-    parser = PARSERS.get(local)
-    if parser is None or (ns not in _ACTIVITY_NS and not (ns in _EXT_NS and local in _EXTENSION_TAGS)):
-        ctx.error(
-            el.sourceline,
-            f"unknown element <{el.prefix + ':' if el.prefix else ''}{local}>; "
-            f"expected one of: {', '.join(sorted(PARSERS))}",
-        )
-        return None
-    return _with_suppress(ctx, el, lambda: parser(ctx, el))
-
-
-def _activity_children(ctx: _Context, el: etree._Element, skip: set[str] = frozenset()) -> list[etree._Element]:  # type: ignore[assignment]
-    return [c for c in _elements(el) if _local(c) not in _STANDARD and _local(c) not in skip]
-
-
-def _one_activity(ctx: _Context, el: etree._Element, skip: set[str] = frozenset()) -> Activity | None:  # type: ignore[assignment]
-    kids = _activity_children(ctx, el, skip)
-    if len(kids) != 1:
-        ctx.error(
-            el.sourceline,
-            f"<{_local(el)}> must contain exactly one activity, found {len(kids)}"
-            + ("" if not kids else f" ({', '.join('<' + _local(k) + '>' for k in kids)}); wrap them in <sequence>"),
-        )
-        return parse_activity(ctx, kids[0]) if kids else None
-    return parse_activity(ctx, kids[0])
-
 
 def _parse_sequence(ctx: _Context, el: etree._Element) -> Activity:
     common = _standard(ctx, el)
@@ -315,79 +162,9 @@ def _parse_loop(ctx: _Context, el: etree._Element, cls: type[While] | type[Repea
     return cls(aid=aid, condition=_condition(ctx, conds[0]) if conds else None, body=body, **common)
 
 
-def _parse_foreach(ctx: _Context, el: etree._Element) -> Activity:
-    common = _standard(ctx, el)
-    aid = ctx.aid()
-    ignored = {"startCounterValue", "finalCounterValue", "completionCondition"}
-    for c in _elements(el):
-        if _local(c) in ignored:
-            # Running the body for other iterations than the author wrote would be
-            # worse than refusing the file.
-            ctx.error(c.sourceline, f"<forEach> runs its body once per record of the instance; <{_local(c)}> "
-                      "is not supported: remove it (select records with an <if> inside the body instead)")
-    ctx.loop_depth += 1
-    ctx.loop_stack.append(aid)
-    try:
-        body = _one_activity(ctx, el, ignored)
-    finally:
-        ctx.loop_depth -= 1
-        ctx.loop_stack.pop()
-    return ForEach(aid=aid, body=body, parallel=_yes(el.get("parallel")), counter_name=el.get("counterName"), **common)
-
-
-def _fault_name(value: str | None) -> str | None:
-    if value is None:
-        return None
-    return value.split(":", 1)[-1].strip()
-
-
-def _parse_handlers(ctx: _Context, el: etree._Element) -> list[Catch]:
-    handlers: list[Catch] = []
-    seen: set[str | None] = set()
-    ctx.handler_depth += 1
-    try:
-        for h in _elements(el):
-            local = _local(h)
-            if local not in {"catch", "catchAll"}:
-                ctx.error(h.sourceline, f"<faultHandlers> holds <catch> and <catchAll>, not <{local}>")
-                continue
-            name = _fault_name(h.get("faultName")) if local == "catch" else None
-            if local == "catch" and not name:
-                ctx.error(h.sourceline, "<catch> needs faultName (use <catchAll> to catch every fault)")
-                continue
-            if name in seen:
-                ctx.error(h.sourceline, f"a second handler for {name or 'catchAll'!r} in the same scope")
-            seen.add(name)
-            ctx.handler_stack.append(h.sourceline or 0)
-            try:
-                act = _one_activity(ctx, h)
-            finally:
-                ctx.handler_stack.pop()
-            if act is not None:
-                handlers.append(Catch(fault_name=name, activity=act, line=h.sourceline or 0))
-    finally:
-        ctx.handler_depth -= 1
-    # catchAll goes last so specific catches win regardless of document order.
-    return sorted(handlers, key=lambda c: c.fault_name is None)
-
-
-def _parse_scope(ctx: _Context, el: etree._Element) -> Activity:
-    common = _standard(ctx, el)
-    aid = ctx.aid()
-    handlers: list[Catch] = []
-    for c in _elements(el):
-        if _local(c) == "faultHandlers":
-            handlers = _parse_handlers(ctx, c)
-        elif _local(c) in _UNSUPPORTED_HANDLERS:
-            ctx.error(c.sourceline, f"<{_local(c)}> is not supported; remove it (use <faultHandlers>)")
-    skip = {"faultHandlers", *_DECLARATIONS, *_UNSUPPORTED_HANDLERS}
-    body = _one_activity(ctx, el, skip)
-    return Scope(aid=aid, body=body, handlers=tuple(handlers), **common)
-
-
 def _parse_throw(ctx: _Context, el: etree._Element) -> Activity:
     common = _standard(ctx, el)
-    name = _fault_name(el.get("faultName"))
+    name = fault_name(el.get("faultName"))
     if not name:
         ctx.error(el.sourceline, "<throw> needs faultName")
     return Throw(aid=ctx.aid(), fault_name=name or "fault", **common)
@@ -408,45 +185,6 @@ def _parse_simple(cls: type[Activity]) -> Callable[[_Context, etree._Element], A
     return parse
 
 
-# SMILA writes record attributes with XPath targets:
-# $request.records/rec:Record[1]/rec:Val[@key="x"]/text()  (or $record/Val[@key='x'])
-_RECORD_TARGET = re.compile(
-    r"""\$(?:request\.records/(?:\w+:)?Record\[(\d+)\]|record)/(?:\w+:)?Val\[@key=(?:"([^"]+)"|'([^']+)')\](?:/text\(\))?"""
-)
-
-
-def _copy_end(ctx: _Context, el: etree._Element, role: str) -> tuple[str, Any] | None:
-    attribute = el.get("attribute")
-    annotation = el.get("annotation")
-    if annotation is not None:
-        return ("annotation", (attribute or "", annotation))
-    if attribute is not None:
-        return ("attribute", attribute)
-    if el.get("variable") is not None:
-        return ("variable", el.get("variable"))
-    literal = [c for c in _elements(el) if _local(c) == "literal"]
-    if literal:
-        if role == "to":
-            ctx.error(el.sourceline, "<to> cannot be a <literal>")
-            return None
-        return ("literal", "".join(literal[0].itertext()))
-    text = (el.text or "").strip()
-    record_target = _RECORD_TARGET.fullmatch(text)
-    if record_target and role == "to":
-        index = int(record_target.group(1) or 1)
-        return ("record_attribute", (index, record_target.group(2) or record_target.group(3)))
-    if text.startswith("$") and text[1:].replace(".", "").replace("_", "").isalnum() and text not in {"$record", "$records"}:
-        return ("variable", text[1:])
-    if role == "from" and text:
-        return ("expression", _condition(ctx, el))
-    ctx.error(
-        el.sourceline,
-        f"<{role}> needs attribute=\"path\"{' or an XPath expression or <literal>' if role == 'from' else ''}"
-        " (annotation=\"name\" addresses an annotation)",
-    )
-    return None
-
-
 def _parse_assign(ctx: _Context, el: etree._Element) -> Activity:
     common = _standard(ctx, el)
     aid = ctx.aid()
@@ -459,105 +197,75 @@ def _parse_assign(ctx: _Context, el: etree._Element) -> Activity:
         if set(ends) != {"from", "to"}:
             ctx.error(c.sourceline, "<copy> needs one <from> and one <to>")
             continue
-        source = _copy_end(ctx, ends["from"], "from")
-        target = _copy_end(ctx, ends["to"], "to")
+        source = copy_end(ctx, ends["from"], "from")
+        target = copy_end(ctx, ends["to"], "to")
         if source is None or target is None:
             continue
-        if (source[0] == "variable") != (target[0] == "variable"):
-            ctx.error(
-                c.sourceline,
-                "<copy> between a BPEL variable and a record is not supported; "
-                "copy attributes with attribute=\"...\" on <from> and <to>",
-            )
+        if (source[0] == "records") != (target[0] == "records"):
+            ctx.error(c.sourceline, "<copy> between a records variable (proc:ProcessorMessage, such as $request) "
+                      "and another value: copy single values, from $request.records/rec:Record[n]/... or "
+                      "into $request.records/rec:Record[n]/rec:Val[@key='x']")
             continue
-        copies.append(CopySpec(source=source, target=target, line=c.sourceline or 0))
+        copies.append(CopySpec(source=source, target=target, line=c.sourceline or 0,
+                               keep_name=_yes(c.get("keepSrcElementName"))))
     if not copies:
         ctx.error(el.sourceline, "<assign> needs at least one <copy>")
     return Assign(aid=aid, copies=tuple(copies), **common)
 
 
-def _typed(ctx: _Context, text: str, kind: str, line: int | None) -> Any:
-    kind = kind.lower()
-    try:
-        if kind in {"long", "int", "integer"}:
-            return int(text)
-        if kind in {"double", "float"}:
-            return float(text)
-        if kind == "boolean":
-            if text.lower() not in {"true", "false"}:
-                raise ValueError(f"not a boolean: {text!r}")
-            return text.lower() == "true"
-    except ValueError as e:
-        ctx.error(line, f"configuration value of type {kind!r}: {e}")
-    return text
-
-
-def _config_value(ctx: _Context, el: etree._Element) -> Any:
-    local = _local(el)
-    if local == "Val":
-        return _typed(ctx, "".join(el.itertext()).strip(), el.get("type") or "string", el.sourceline)
-    if local == "Seq":
-        return [_config_value(ctx, c) for c in _elements(el)]
-    if local == "Map":
-        return _config_map(ctx, _elements(el))
-    ctx.error(el.sourceline, f"unexpected <{local}> in configuration; use rec:Val, rec:Seq, rec:Map or proc:param")
-    return None
-
-
-def _config_map(ctx: _Context, items: list[etree._Element]) -> dict[str, Any]:
-    config: dict[str, Any] = {}
-    for item in items:
-        local = _local(item)
-        named = local in {"param", "Property"}
-        key = item.get("name") if named else item.get("key")
-        if key is None:
-            ctx.error(item.sourceline, f"<{local}> in a configuration needs {'name' if named else 'key'}=")
-            continue
+def _merge_config(ctx: _Context, config: dict[str, Any], more: dict[str, Any], line: int | None) -> None:
+    for key, value in more.items():
         if key in config:
-            ctx.error(item.sourceline, f"configuration key {key!r} is given twice")
-        if local == "param":
-            config[key] = _param(ctx, item)
-        elif local == "Property":  # SMILA's older form: <proc:Property name=..><proc:Value>..</proc:Value>
-            values = [_typed(ctx, "".join(v.itertext()).strip(), item.get("type") or "string", v.sourceline)
-                      for v in _elements(item) if _local(v) == "Value"]
-            config[key] = values[0] if len(values) == 1 else values
-        elif _ns(item) in {RECORD_NS, ""} or local in {"Val", "Seq", "Map"}:
-            config[key] = _config_value(ctx, item)
+            ctx.error(line, f"configuration key {key!r} is given twice")
+        config[key] = value
+
+
+def _configuration(ctx: _Context, el: etree._Element, tag: str) -> dict[str, Any]:
+    """The configuration of an invokePipelet/invokeService from all its configuration elements."""
+    config: dict[str, Any] = {}
+    for c in _elements(el):
+        local = _local(c)
+        if local in {"configuration", "PipeletConfiguration"}:
+            _merge_config(ctx, config, config_map(ctx, _elements(c)), c.sourceline)
+        elif local == "setAnnotations":
+            _merge_config(ctx, config, annotations_config(ctx, c), c.sourceline)
+        elif local in {"pipelet", "service", "variables", "documentation"} or local in _STANDARD:
+            continue
         else:
-            ctx.error(item.sourceline, f"unexpected <{local}> in configuration")
+            ctx.error(c.sourceline, f"<{tag}> does not take <{local}>; expected "
+                      f"{'<pipelet>' if tag == 'invokePipelet' else '<service>'}, <configuration>, "
+                      "<PipeletConfiguration>, <setAnnotations>")
     return config
-
-
-def _param(ctx: _Context, el: etree._Element) -> Any:
-    kids = _elements(el)
-    if kids:
-        if len(kids) == 1:
-            return _config_value(ctx, kids[0])
-        return [_config_value(ctx, k) for k in kids]
-    return _typed(ctx, (el.text or "").strip(), el.get("type") or "string", el.sourceline)
 
 
 def _parse_invoke_pipelet(ctx: _Context, el: etree._Element) -> Activity:
     common = _standard(ctx, el)
     aid = ctx.aid()
     cls_name = ""
-    config: dict[str, Any] = {}
-    for c in _elements(el):
-        local = _local(c)
-        if local == "pipelet":
-            cls_name = (c.get("class") or "").strip()
-            if not cls_name:
-                ctx.error(c.sourceline, "<pipelet> needs class=\"package.module.Class\"")
-        elif local == "configuration":
-            config = _config_map(ctx, _elements(c))
-        elif local in {"variables", "setAnnotations", "documentation"}:
-            continue
-        elif local not in _STANDARD:
-            ctx.error(c.sourceline, f"<invokePipelet> does not take <{local}>; expected <pipelet>, <configuration>")
-    if not cls_name and not any(_local(c) == "pipelet" for c in _elements(el)):
+    found = [c for c in _elements(el) if _local(c) == "pipelet"]
+    for c in found:
+        cls_name = (c.get("class") or "").strip()
+        if not cls_name:
+            ctx.error(c.sourceline, "<pipelet> needs class=\"package.module.Class\"")
+    if not found:
         ctx.error(el.sourceline, "<invokePipelet> needs <proc:pipelet class=\"package.module.Class\"/>")
-    cls_name = ctx.aliases.get(cls_name, cls_name)
-    return InvokePipelet(aid=aid, pipelet_class=cls_name, config=config, **common)
+    config = _configuration(ctx, el, "invokePipelet")
+    return InvokePipelet(aid=aid, pipelet_class=ctx.aliases.get(cls_name, cls_name), config=config,
+                         requested=cls_name, **common)
+
+
+def _parse_invoke_service(ctx: _Context, el: etree._Element) -> Activity:
+    """SMILA's older ``invokeService``: a processing service by name, through the service table."""
+    common = _standard(ctx, el)
+    aid = ctx.aid()
+    services = [c for c in _elements(el) if _local(c) == "service"]
+    name = (services[0].get("name") or "").strip() if services else ""
+    if not name:
+        ctx.error(services[0].sourceline if services else el.sourceline,
+                  "<invokeService> needs <proc:service name=\"ServiceName\"/>")
+    config = _configuration(ctx, el, "invokeService")
+    target = ctx.services.get(name, name if "." in name else "")
+    return InvokePipelet(aid=aid, pipelet_class=target, config=config, requested=name, service=True, **common)
 
 
 def _parse_invoke_workflow(ctx: _Context, el: etree._Element) -> Activity:
@@ -570,23 +278,40 @@ def _parse_invoke_workflow(ctx: _Context, el: etree._Element) -> Activity:
 
 
 def _parse_invoke(ctx: _Context, el: etree._Element) -> Activity:
-    """BPEL ``invoke`` of another pipeline through a partner link (SMILA's superpipeline)."""
+    """BPEL ``invoke``: another pipeline through its partner link (SMILA's superpipeline), or a
+    partner service (a message service from the service table, by partner link name)."""
     common = _standard(ctx, el)
     link = el.get("partnerLink") or ""
-    if not ctx.partner_links.get(link):
+    has_role, pipeline = ctx.partner_links.get(link, (False, False))
+    if not has_role:
         ctx.error(
             el.sourceline,
-            f"<invoke partnerLink={link!r}>: only partner links with partnerRole name a sub-workflow; "
-            "use <proc:invokeWorkflow workflow=\"Name\"/>",
+            f"<invoke partnerLink={link!r}>: only partner links with partnerRole name a sub-workflow or a "
+            "service; use <proc:invokeWorkflow workflow=\"Name\"/>",
         )
-    ctx.invoked.append((link, el.sourceline or 0))
-    return InvokeWorkflow(aid=ctx.aid(), workflow=link, **common)
+    if pipeline or not has_role:
+        ctx.invoked.append((link, el.sourceline or 0))
+        return InvokeWorkflow(aid=ctx.aid(), workflow=link, **common)
+    for c in _elements(el):
+        if _local(c) in {"toParts", "fromParts", "correlations"}:
+            ctx.error(c.sourceline, f"<invoke> with <{_local(c)}> is not supported; use inputVariable= "
+                      "and outputVariable=")
+    variables = {}
+    for attr in ("inputVariable", "outputVariable"):
+        name = el.get(attr)
+        if name is not None and not ctx.declared(name):
+            ctx.error(el.sourceline, f"<invoke {attr}={name!r}>: the variable is not declared")
+        variables[attr] = name
+    return InvokeService(aid=ctx.aid(), partner_link=link, operation=el.get("operation") or "",
+                         input_variable=variables["inputVariable"], output_variable=variables["outputVariable"],
+                         service_class=ctx.services.get(link, link if "." in link else ""), **common)
 
 
 def _parse_extension_activity(ctx: _Context, el: etree._Element) -> Activity | None:
     kids = _elements(el)
-    if len(kids) != 1 or _local(kids[0]) not in _EXTENSION_TAGS:
-        ctx.error(el.sourceline, "<extensionActivity> must hold one <proc:invokePipelet> or <proc:invokeWorkflow>")
+    if len(kids) != 1 or _local(kids[0]) not in EXTENSION_TAGS:
+        ctx.error(el.sourceline, "<extensionActivity> must hold one <proc:invokePipelet>, <proc:invokeService> "
+                  "or <proc:invokeWorkflow>")
         return None
     inner = kids[0]
     return _with_suppress(ctx, inner, lambda: PARSERS[_local(inner)](ctx, inner))
@@ -598,27 +323,29 @@ def _parse_ignored(ctx: _Context, el: etree._Element) -> Activity:
     return Empty(aid=ctx.aid(), **common)
 
 
-PARSERS: dict[str, Callable[[_Context, etree._Element], Activity | None]] = {
+PARSERS.update({
     "sequence": _parse_sequence,
     "flow": _parse_flow,
     "if": _parse_if,
     "while": lambda ctx, el: _parse_loop(ctx, el, While),
     "repeatUntil": lambda ctx, el: _parse_loop(ctx, el, RepeatUntil),
-    "forEach": _parse_foreach,
-    "scope": _parse_scope,
+    "forEach": parse_foreach,
+    "scope": parse_scope,
     "throw": _parse_throw,
     "rethrow": _parse_rethrow,
     "exit": _parse_simple(Exit),
     "empty": _parse_simple(Empty),
     "assign": _parse_assign,
     "invokePipelet": _parse_invoke_pipelet,
+    "invokeService": _parse_invoke_service,
     "invokeWorkflow": _parse_invoke_workflow,
     "extensionActivity": _parse_extension_activity,
     "invoke": _parse_invoke,
     "receive": _parse_ignored,
     "reply": _parse_ignored,
-}
-_EXTENSION_TAGS = {"invokePipelet", "invokeWorkflow"}
+    "compensate": parse_compensate,
+    "compensateScope": parse_compensate,
+})
 
 
 def _xml_parser() -> etree.XMLParser:
@@ -627,10 +354,30 @@ def _xml_parser() -> etree.XMLParser:
     )
 
 
-def parse_text(text: bytes, path: str, aliases: Mapping[str, str] | None = None) -> ParsedFile:
-    """Parse workflow XML ``text`` (read from ``path``) into specs; never raises for bad input."""
+def _partner_links(ctx: _Context, root: etree._Element) -> None:
+    for child in _elements(root):
+        if _local(child) == "partnerLinks":
+            for pl in _elements(child):
+                if not pl.get("name"):
+                    continue
+                ns, local = "", (pl.get("partnerLinkType") or "").strip()
+                if ":" in local:
+                    prefix, local = local.split(":", 1)
+                    ns = pl.nsmap.get(prefix) or ""
+                pipeline = ns == PROC_NS and local == "ProcessorPartnerLinkType"
+                ctx.partner_links[pl.get("name", "")] = (pl.get("partnerRole") is not None, pipeline)
+
+
+def parse_text(text: bytes, path: str, aliases: Mapping[str, str] | None = None,
+               services: Mapping[str, str] | None = None) -> ParsedFile:
+    """Parse workflow XML ``text`` (read from ``path``) into specs; never raises for bad input.
+
+    ``aliases`` maps pipelet class names (SMILA's Java names) to dotted Python
+    paths; ``services`` maps service names (``invokeService``, and partner
+    links of ``invoke``) to dotted Python paths.
+    """
     version = hashlib.sha256(text).hexdigest()
-    ctx = _Context(path=path, aliases=dict(aliases or {}))
+    ctx = _Context(path=path, aliases=dict(aliases or {}), services=dict(services or {}))
     try:
         root = etree.fromstring(text, _xml_parser())
     except etree.XMLSyntaxError as e:
@@ -649,21 +396,25 @@ def parse_text(text: bytes, path: str, aliases: Mapping[str, str] | None = None)
     if not name:
         ctx.error(root.sourceline, "<process> needs name=\"...\" (workflows are named by it)")
     ctx.suppress_join_failure = _yes(root.get("suppressJoinFailure"))
+    _partner_links(ctx, root)
+    declared: list[Variable] = []
     for child in _elements(root):
-        if _local(child) == "partnerLinks":
-            for pl in _elements(child):
-                if pl.get("name"):
-                    ctx.partner_links[pl.get("name", "")] = pl.get("partnerRole") is not None
+        if _local(child) == "variables":
+            declared += variable_decls(ctx, child)
+    ctx.var_scopes.append({v.name: v for v in declared})
     handlers: list[Catch] = []
     body_elements: list[etree._Element] = []
     for child in _elements(root):
         local = _local(child)
-        if local in _DECLARATIONS:
+        if local in _DECLARATIONS or local == "variables":
             continue
         if local == "faultHandlers":
-            handlers = _parse_handlers(ctx, child)
-        elif local in _UNSUPPORTED_HANDLERS:
-            ctx.error(child.sourceline, f"<{local}> is not supported; remove it")
+            handlers = parse_handlers(ctx, child)
+        elif local == "eventHandlers":
+            ctx.error(child.sourceline, _EVENT_HANDLERS)
+        elif local in {"compensationHandler", "terminationHandler"}:
+            ctx.error(child.sourceline, f"<{local}> belongs on a <scope>; a <process> has none (wrap the "
+                      "activities to undo in a <scope> with the handler)")
         else:
             body_elements.append(child)
     body: Activity | None = None
@@ -671,12 +422,28 @@ def parse_text(text: bytes, path: str, aliases: Mapping[str, str] | None = None)
         ctx.error(root.sourceline, f"<process> must hold exactly one activity, found {len(body_elements)}")
     if body_elements:
         body = parse_activity(ctx, body_elements[0])
+    check_compensation_targets(ctx, f"<process {name!r}>", body, [h.activity for h in handlers])
     if body is not None and handlers:
         body = Scope(aid=0, line=root.sourceline or 0, name=name, body=body, handlers=tuple(handlers))
-    return ParsedFile(name or None, body, version, ctx.errors, ctx.invoked, ctx)
+    if body is not None:
+        version = _version(text, body)
+    return ParsedFile(name or None, body, version, ctx.errors, ctx.invoked, ctx, tuple(declared))
 
 
-def parse_file(path: str | os.PathLike[str], aliases: Mapping[str, str] | None = None) -> ParsedFile:
+def _version(text: bytes, body: Activity) -> str:
+    """The file's hash with the classes the alias and service tables chose: the same file loaded with
+    other tables is another version (workers cache configured pipelets by version)."""
+    digest = hashlib.sha256(text)
+    for act in walk(body):
+        if isinstance(act, InvokePipelet):
+            digest.update(f"\0{act.aid}={act.pipelet_class}".encode())
+        elif isinstance(act, InvokeService):
+            digest.update(f"\0{act.aid}={act.service_class}".encode())
+    return digest.hexdigest()
+
+
+def parse_file(path: str | os.PathLike[str], aliases: Mapping[str, str] | None = None,
+               services: Mapping[str, str] | None = None) -> ParsedFile:
     """Read and parse ``path``."""
     p = os.fspath(path)
     try:
@@ -684,4 +451,4 @@ def parse_file(path: str | os.PathLike[str], aliases: Mapping[str, str] | None =
             text = f.read()
     except OSError as e:
         return ParsedFile(None, None, "", [f"{p}:0: cannot read the file: {e.strerror or e}"], [])
-    return parse_text(text, p, aliases)
+    return parse_text(text, p, aliases, services)

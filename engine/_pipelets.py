@@ -16,13 +16,22 @@ import importlib
 import logging
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from engine._specs import InvokePipelet, Workflow
-from pipelets.aliases import SMILA_ALIASES
+from engine._specs import InvokePipelet, InvokeService, Workflow
+from pipelets.aliases import SMILA_ALIASES, SMILA_SERVICES
 
-__all__ = ["DEFAULT_ALIASES", "configured_pipelet", "ensure_importable", "instantiate", "resolve_class"]
+__all__ = [
+    "DEFAULT_ALIASES",
+    "DEFAULT_SERVICES",
+    "configured_pipelet",
+    "configured_service",
+    "ensure_importable",
+    "instantiate",
+    "resolve_class",
+    "resolve_service_class",
+]
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +39,10 @@ log = logging.getLogger(__name__)
 #: built-in library's table.  Entries whose target does not import are
 #: reported as unknown pipelets at load time (with the Java name and the target).
 DEFAULT_ALIASES: dict[str, str] = dict(SMILA_ALIASES)
+
+#: Service names (SMILA's older ``invokeService``, and partner links of BPEL
+#: ``invoke``) -> dotted Python paths: the built-in service table.
+DEFAULT_SERVICES: dict[str, str] = dict(SMILA_SERVICES)
 
 _cache: dict[tuple[str, int], Any] = {}
 _cache_lock = threading.Lock()
@@ -42,8 +55,7 @@ def ensure_importable(paths: Iterable[str]) -> None:
             sys.path.append(p)
 
 
-def resolve_class(dotted: str) -> type:
-    """Import ``package.module.Class``; raise ``ImportError`` with a clear message."""
+def _import(dotted: str) -> Any:
     module_name, _, cls_name = dotted.rpartition(".")
     if not module_name or not cls_name:
         raise ImportError(f"{dotted!r} is not a dotted path 'package.module.Class'")
@@ -55,8 +67,22 @@ def resolve_class(dotted: str) -> type:
         cls = getattr(module, cls_name)
     except AttributeError as e:
         raise ImportError(f"module {module_name!r} has no class {cls_name!r}") from e
+    return cls
+
+
+def resolve_class(dotted: str) -> type:
+    """Import the pipelet class ``package.module.Class``; raise ``ImportError`` with a clear message."""
+    cls = _import(dotted)
     if not isinstance(cls, type) or not callable(getattr(cls, "process", None)):
         raise ImportError(f"{dotted!r} is not a pipelet class (it needs a process(blackboard, ids) method)")
+    return cls
+
+
+def resolve_service_class(dotted: str) -> type:
+    """Import a message service class (BPEL ``invoke``): it needs ``invoke(operation, parts)``."""
+    cls = _import(dotted)
+    if not isinstance(cls, type) or not callable(getattr(cls, "invoke", None)):
+        raise ImportError(f"{dotted!r} is not a service class (it needs an invoke(operation, parts) method)")
     return cls
 
 
@@ -70,16 +96,37 @@ def instantiate(spec: InvokePipelet) -> Any:
     return pipelet
 
 
+def _cached(workflow: Workflow, aid: int, make: Callable[[], Any]) -> Any:
+    """The object cached for ``(workflow version, activity)`` in this process, made on first use."""
+    key = (workflow.version, aid)
+    made = _cache.get(key)
+    if made is None:
+        with _cache_lock:
+            made = _cache.get(key)
+            if made is None:
+                ensure_importable(workflow.search_path)
+                made = _cache[key] = make()
+    return made
+
+
+def _service(spec: InvokeService) -> Any:
+    service = resolve_service_class(spec.service_class)()
+    configure = getattr(service, "configure", None)
+    if configure is not None:
+        configure({})
+    return service
+
+
+def configured_service(workflow: Workflow, spec: InvokeService) -> Any:
+    """The message service for ``spec`` in this process (made and configured on first use)."""
+    return _cached(workflow, spec.aid, lambda: _service(spec))
+
+
 def configured_pipelet(workflow: Workflow, spec: InvokePipelet) -> Any:
     """The configured pipelet for ``spec`` in this process (made on first use)."""
-    key = (workflow.version, spec.aid)
-    pipelet = _cache.get(key)
-    if pipelet is None:
-        with _cache_lock:
-            pipelet = _cache.get(key)
-            if pipelet is None:
-                ensure_importable(workflow.search_path)
-                pipelet = instantiate(spec)
-                _cache[key] = pipelet
-                log.debug("configured pipelet %s for %s", spec.pipelet_class, workflow.name)
-    return pipelet
+
+    def make() -> Any:
+        log.debug("configuring pipelet %s for %s", spec.pipelet_class, workflow.name)
+        return instantiate(spec)
+
+    return _cached(workflow, spec.aid, make)

@@ -16,6 +16,7 @@ __all__ = [
     "Activity",
     "Assign",
     "Catch",
+    "Compensate",
     "Condition",
     "CopySpec",
     "Empty",
@@ -24,6 +25,7 @@ __all__ = [
     "ForEach",
     "If",
     "InvokePipelet",
+    "InvokeService",
     "InvokeWorkflow",
     "LinkSource",
     "RepeatUntil",
@@ -31,6 +33,7 @@ __all__ = [
     "Scope",
     "Sequence",
     "Throw",
+    "Variable",
     "While",
     "Workflow",
 ]
@@ -38,11 +41,34 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Condition:
-    """An XPath 1.0 expression over the workflow object, with its source line."""
+    """An XPath 1.0 expression over the workflow object, with its source line.
+
+    ``variables`` names the BPEL variables (and ``forEach`` counters) in scope
+    where the expression stands: the static check binds them, so a reference
+    to anything else is reported as undefined.
+    """
 
     expression: str
     line: int
     namespaces: tuple[tuple[str, str], ...] = ()
+    variables: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Variable:
+    """A BPEL ``<variable>`` declared on a process or scope.
+
+    ``kind`` is ``"records"`` for SMILA's ``proc:ProcessorMessage`` variables
+    (they all stand for the instance's records), ``"message"`` for another
+    WSDL message (a value per part), ``"element"`` for an element variable and
+    ``"simple"`` for an XML Schema simple type (a text value).  ``init`` is an
+    inline ``<from>`` (a copy source, see :class:`CopySpec`).
+    """
+
+    name: str
+    kind: str
+    line: int
+    init: tuple[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,12 +184,29 @@ class RepeatUntil(Activity):
 
 @dataclass(frozen=True, slots=True)
 class ForEach(Activity):
-    """Runs ``body`` once per record of the instance (``$record`` is that record)."""
+    """BPEL ``forEach``: ``body`` once per counter value, or once per record.
+
+    With ``start``/``final`` (``startCounterValue``/``finalCounterValue``) the
+    body runs over the instance's records for each counter value from start to
+    final, the counter bound as ``$<counter_name>``.  Without them it runs once
+    per record of the instance (``$record`` is that record; the counter is the
+    record's position, from 1).  ``branches`` is the ``completionCondition``:
+    the loop ends once that many branches completed (successfully only, with
+    ``successful_only``).
+    """
 
     body: Activity | None = None
     parallel: bool = False
     counter_name: str | None = None
+    start: Condition | None = None
+    final: Condition | None = None
+    branches: Condition | None = None
+    successful_only: bool = False
     kind = "forEach"
+
+    @property
+    def counted(self) -> bool:
+        return self.start is not None
 
     def children(self) -> tuple[Activity, ...]:
         return (self.body,) if self.body is not None else ()
@@ -180,13 +223,39 @@ class Catch:
 
 @dataclass(frozen=True, slots=True)
 class Scope(Activity):
+    """A scope: its body, fault handlers, variables, compensation and termination handlers.
+
+    ``compensation``/``termination`` are the handlers' activities (None: the
+    default handler, which compensates the scope's completed inner scopes).
+    """
+
     body: Activity | None = None
     handlers: tuple[Catch, ...] = ()
+    variables: tuple[Variable, ...] = ()
+    compensation: Activity | None = None
+    termination: Activity | None = None
     kind = "scope"
 
     def children(self) -> tuple[Activity, ...]:
         own = (self.body,) if self.body is not None else ()
-        return own + tuple(h.activity for h in self.handlers)
+        extra = tuple(a for a in (self.compensation, self.termination) if a is not None)
+        return own + tuple(h.activity for h in self.handlers) + extra
+
+
+@dataclass(frozen=True, slots=True)
+class Compensate(Activity):
+    """``compensate`` (every completed inner scope) or ``compensateScope target=``.
+
+    Allowed only in a fault, compensation or termination handler; it undoes
+    the completed scopes directly inside the scope the handler belongs to, in
+    the reverse order of their completion.
+    """
+
+    target: str | None = None
+    kind = "compensate"
+
+    def label(self) -> str:
+        return f"<compensateScope {self.target!r}>" if self.target else "<compensate>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,18 +264,26 @@ class CopySpec:
 
     ``source`` is one of ``("literal", text)``, ``("expression", Condition)``,
     ``("attribute", path)``, ``("annotation", (path or "", name))``,
-    ``("variable", name)``; ``target`` one of ``("attribute", path)``,
-    ``("annotation", (path or "", name))``, ``("variable", name)``, or
+    ``("xml", serialized element)`` (an element ``<literal>``),
+    ``("variable", (name, part, query))``; ``target`` one of
+    ``("attribute", path)``, ``("annotation", (path or "", name))``,
+    ``("variable", (name, part, query))`` (``<to>$hi.parameters/arg0</to>``
+    becomes part ``parameters`` of ``hi`` with the query ``arg0``),
+    ``("records", None)`` (SMILA's
+    ``proc:ProcessorMessage`` variables: the instance's records),
     ``("record_attribute", (n, key))`` -- attribute ``key`` of the instance's
-    n-th record (1-based), SMILA's ``$request.records/rec:Record[n]/rec:Val[@key=...]``;
-    then the source is evaluated once over all the instance's records.
-    A copy between BPEL variables (``$request`` to ``$result`` in SMILA's echo
-    pipelines) carries no meaning here and does nothing.
+    n-th record (1-based), SMILA's ``$request.records/rec:Record[n]/rec:Val[@key=...]``
+    or ``.../rec:A[@n=...]/rec:L/rec:V`` -- or ``("record_annotation", (n, name))``
+    (``.../rec:An[@n=...]``); for those the source is evaluated once over all
+    the instance's records.  ``query`` is a :class:`Condition` (``<query>``)
+    or None.  A copy between two records variables (``$request`` to
+    ``$result`` in SMILA's echo pipelines) does nothing: both are the records.
     """
 
     source: tuple[str, Any]
     target: tuple[str, Any]
     line: int
+    keep_name: bool = False  # keepSrcElementName="yes"
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,14 +294,41 @@ class Assign(Activity):
 
 @dataclass(frozen=True, slots=True)
 class InvokePipelet(Activity):
-    """Call ``pipelet_class`` (a dotted path, aliases resolved) with ``config``."""
+    """Call ``pipelet_class`` (a dotted path, aliases resolved) with ``config``.
+
+    ``requested`` is the class (or, for SMILA's older ``invokeService``, the
+    service name) as the file wrote it, before the alias tables;
+    ``service`` is True for ``invokeService``.
+    """
 
     pipelet_class: str = ""
     config: dict[str, Any] = field(default_factory=dict)
+    requested: str = ""
+    service: bool = False
     kind = "invokePipelet"
 
     def label(self) -> str:
-        return f"<invokePipelet {self.name or self.pipelet_class!r}>"
+        tag = "invokeService" if self.service else "invokePipelet"
+        return f"<{tag} {self.name or self.requested or self.pipelet_class!r}>"
+
+
+@dataclass(frozen=True, slots=True)
+class InvokeService(Activity):
+    """BPEL ``invoke`` of a partner service (not a pipeline): a message service.
+
+    ``service_class`` (from the service table, by partner link name) gets the
+    input variable's parts and returns the output variable's parts.
+    """
+
+    partner_link: str = ""
+    operation: str = ""
+    input_variable: str | None = None
+    output_variable: str | None = None
+    service_class: str = ""
+    kind = "invoke"
+
+    def label(self) -> str:
+        return f"<invoke {self.name or self.partner_link!r}>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +354,7 @@ class Workflow:
     (transitively), so a worker needs nothing but this object.
     ``search_path`` lists directories to put on ``sys.path`` before importing
     pipelet classes (the workflow directory and the working directory).
+    ``variables`` are the process's ``<variables>``.
     """
 
     name: str
@@ -259,6 +364,7 @@ class Workflow:
     search_path: tuple[str, ...] = ()
     subworkflows: tuple[tuple[str, Workflow], ...] = ()
     invoked: tuple[tuple[str, int], ...] = ()
+    variables: tuple[Variable, ...] = ()
 
     def activities(self) -> Iterator[Activity]:
         """Every activity of this workflow (not of its sub-workflows)."""

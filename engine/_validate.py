@@ -1,7 +1,7 @@
 """Static checks of a parsed workflow, each error with ``file:line`` and the fix.
 
-Checks: pipelet classes import and accept their configuration; every XPath
-compiles and evaluates over an empty record; BPEL 2.0 link rules (declared,
+Checks: pipelet classes (and services) import and accept their configuration;
+every XPath compiles and evaluates over an empty record; BPEL 2.0 link rules (declared,
 exactly one source and one target, not crossing a loop or handler boundary,
 no cycles -- networkx); unreachable activities.  Sub-workflow checks
 (unknown name, recursion) need the other workflows and live in ``_loader``.
@@ -15,32 +15,64 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import networkx as nx
 
 from engine import _conditions
 from engine._graph import unreachable
 from engine._parser import ParsedFile
-from engine._pipelets import ensure_importable, instantiate
+from engine._pipelets import ensure_importable, instantiate, resolve_service_class
 from engine._specs import (
     Activity,
     Assign,
     Catch,
     Condition,
     Flow,
+    ForEach,
     If,
     InvokePipelet,
+    InvokeService,
     RepeatUntil,
     Scope,
     Sequence,
+    Variable,
     While,
     walk,
 )
 
-__all__ = ["check"]
+__all__ = ["Unknown", "check"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """A pipelet class or service with no Python class behind it (the migration to-do list).
+
+    ``kind`` is ``"pipelet"`` (``invokePipelet`` class), ``"service"`` (SMILA's
+    ``invokeService`` name) or ``"partner"`` (a partner service of ``invoke``);
+    ``name`` is the name as the file writes it (a Java class for SMILA files).
+    """
+
+    kind: str
+    name: str
+    path: str
+    line: int
+    error: str = ""  # the error line reported for it
+
+
+def _copy_conditions(end: tuple[str, object]) -> Iterator[Condition]:
+    kind, arg = end
+    if kind == "expression" and isinstance(arg, Condition):
+        yield arg
+    elif kind == "variable" and isinstance(arg, tuple) and isinstance(arg[2], Condition):
+        yield arg[2]
+
+
+def _variable_conditions(variables: tuple[Variable, ...]) -> list[tuple[Condition, tuple[str, ...]]]:
+    return [(c, ()) for v in variables if v.init is not None for c in _copy_conditions(v.init)]
 
 
 def _conditions_of(a: Activity) -> list[tuple[Condition, tuple[str, ...]]]:
@@ -56,25 +88,63 @@ def _conditions_of(a: Activity) -> list[tuple[Condition, tuple[str, ...]]]:
         out.append((a.condition, ()))
     if isinstance(a, Assign):
         for copy in a.copies:
-            if copy.source[0] == "expression":
-                out.append((copy.source[1], ()))
+            for end in (copy.source, copy.target):
+                out.extend((c, ()) for c in _copy_conditions(end))
+    if isinstance(a, ForEach):
+        out.extend((c, ()) for c in (a.start, a.final, a.branches) if c is not None)
+    if isinstance(a, Scope):
+        out.extend(_variable_conditions(a.variables))
     return out
 
 
-def _check_pipelets(body: Activity, path: str, errors: list[str]) -> None:
+def _check_pipelets(body: Activity, path: str, errors: list[str], unknown: list[Unknown]) -> None:
     for a in walk(body):
-        if not isinstance(a, InvokePipelet) or not a.pipelet_class:
+        if isinstance(a, InvokeService):
+            _check_partner(a, path, errors, unknown)
+        if not isinstance(a, InvokePipelet):
+            continue
+        if a.service and not a.pipelet_class:
+            if a.requested:
+                errors.append(
+                    f"{path}:{a.line}: {a.label()}: unknown service {a.requested!r}: map it to a pipelet "
+                    "class in the service table ([workflows.services] in chalk.toml: "
+                    f"{a.requested} = \"package.module.Class\")"
+                )
+                unknown.append(Unknown("service", a.requested, path, a.line, errors[-1]))
+            continue
+        if not a.pipelet_class:
             continue
         try:
             instantiate(a)
         except ImportError as e:
+            mapped = f" (mapped from {a.requested!r})" if a.requested and a.requested != a.pipelet_class else ""
             errors.append(
-                f"{path}:{a.line}: {a.label()}: unknown pipelet class {a.pipelet_class!r}: {e}; "
+                f"{path}:{a.line}: {a.label()}: unknown pipelet class {a.pipelet_class!r}{mapped}: {e}; "
                 "put the class in an importable module (the workflow directory and the working "
                 "directory are on the path) or map the name in the alias table"
             )
+            unknown.append(Unknown("service" if a.service else "pipelet", a.requested or a.pipelet_class,
+                                   path, a.line, errors[-1]))
         except Exception as e:  # the pipelet's own validation: any exception is a rejection
             errors.append(f"{path}:{a.line}: {a.label()}: configuration rejected by {a.pipelet_class}: {e}")
+
+
+def _check_partner(a: InvokeService, path: str, errors: list[str], unknown: list[Unknown]) -> None:
+    problem = ""
+    if not a.service_class:
+        problem = "no service class is mapped to it"
+    else:
+        try:
+            resolve_service_class(a.service_class)
+        except ImportError as e:
+            problem = f"{a.service_class!r}: {e}"
+    if problem:
+        errors.append(
+            f"{path}:{a.line}: {a.label()}: unknown partner service {a.partner_link!r} ({problem}); map the "
+            "partner link to a class with invoke(operation, parts) in the service table "
+            f"([workflows.services] in chalk.toml: {a.partner_link} = \"package.module.Class\")"
+        )
+        unknown.append(Unknown("partner", a.partner_link, path, a.line, errors[-1]))
 
 
 def _check_conditions(body: Activity, path: str, errors: list[str]) -> None:
@@ -201,21 +271,30 @@ def _rebuild(a: Activity, fn: Callable[[Activity], Activity]) -> Activity:
         changes["handlers"] = tuple(
             Catch(fault_name=h.fault_name, activity=_rebuild(h.activity, fn), line=h.line) for h in a.handlers
         )
+        for name in ("compensation", "termination"):
+            handler = getattr(a, name)
+            if handler is not None:
+                changes[name] = _rebuild(handler, fn)
     elif hasattr(a, "body") and a.body is not None:
         changes["body"] = _rebuild(a.body, fn)
     return fn(dataclasses.replace(a, **changes) if changes else a)  # type: ignore[arg-type]
 
 
-def check(parsed: ParsedFile, search_path: tuple[str, ...]) -> tuple[Activity | None, list[str]]:
-    """Every static check on a parsed file; returns the final body and all errors."""
+def check(parsed: ParsedFile, search_path: tuple[str, ...]) -> tuple[Activity | None, list[str], list[Unknown]]:
+    """Every static check on a parsed file; returns the final body, all errors and the unknown classes."""
     errors = list(parsed.errors)
+    unknown: list[Unknown] = []
     body = parsed.body
     if body is None:
-        return None, errors
+        return None, errors, unknown
     path = parsed.context.path if parsed.context else "?"
     ensure_importable(search_path)
-    _check_pipelets(body, path, errors)
+    _check_pipelets(body, path, errors, unknown)
     _check_conditions(body, path, errors)
+    for cond, _ in _variable_conditions(parsed.variables):
+        message = _conditions.check(cond)
+        if message:
+            errors.append(f"{path}:{cond.line}: <variable>: {message}")
     orders = _check_links(parsed, body, errors)
     for a in unreachable(body):
         errors.append(
@@ -228,4 +307,4 @@ def check(parsed: ParsedFile, search_path: tuple[str, ...]) -> tuple[Activity | 
             return dataclasses.replace(a, order=orders[a.aid])
         return a
 
-    return _rebuild(body, set_order), errors
+    return _rebuild(body, set_order), errors, unknown

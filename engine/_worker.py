@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from engine._interpreter import Instance, Interpreter, State
-from engine._pipelets import configured_pipelet
+from engine._pipelets import configured_pipelet, configured_service
 from engine._specs import Workflow
 
 __all__ = [
@@ -220,7 +220,7 @@ def _run_group(workflow: Workflow, group: list[InstanceInput]) -> tuple[list[Ins
     for inp in group:
         bb.bind_instance(inp.index, inp.ids)
     instances = [Instance(key=inp.index, ids=list(inp.ids)) for inp in group]
-    Interpreter(bb, workflow, configured_pipelet).run(instances)
+    Interpreter(bb, workflow, configured_pipelet, configured_service).run(instances)
 
     members: dict[Any, list[str]] = {}
     for rid in bb.ids():

@@ -68,6 +68,7 @@ class Settings:
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     workflows_dir: str = "workflows"
     aliases: Mapping[str, str] = field(default_factory=dict)
+    services: Mapping[str, str] = field(default_factory=dict)  # [workflows.services]: service name -> class
     runner: str = "spark"              # or "local"
     batch_timeout: float = 300.0
     isolation_budget: float = 900.0    # seconds a batch may spend isolating a failing instance
@@ -159,7 +160,7 @@ def load_settings(path: str | os.PathLike[str] | None = None,
     _check_keys(bb, {"url", "lease_seconds"}, f"{where} [blackboard]")
     _check_keys(broker, {"url", "queue_type", "delivery_limit", "process"}, f"{where} [broker]")
     _check_keys(spark, {"master", "conf"}, f"{where} [spark]")
-    _check_keys(wf, {"dir", "aliases"}, f"{where} [workflows]")
+    _check_keys(wf, {"dir", "aliases", "services"}, f"{where} [workflows]")
     _check_keys(engine, {"runner", "batch_timeout", "isolation_budget", "concurrent_batches",
                          "dataframe_forms", "local_below"},
                 f"{where} [engine]")
@@ -202,6 +203,7 @@ def load_settings(path: str | os.PathLike[str] | None = None,
         workflows_dir=env.get("CHALK_WORKFLOWS_DIR")
         or _take(wf, "dir", str, f"{where} [workflows]", defaults.workflows_dir),
         aliases=dict(_take(wf, "aliases", dict, f"{where} [workflows]", {})),
+        services=dict(_take(wf, "services", dict, f"{where} [workflows]", {})),
         runner=runner,
         batch_timeout=float(_take(engine, "batch_timeout", (int, float), f"{where} [engine]",
                                   defaults.batch_timeout)),

@@ -107,7 +107,7 @@ class Service:
         router = Router(s.routers)
         store = self.store = ServiceStore(SqlStore(s.blackboard_url))
         registry = self.registry = self._registry or engine.WorkflowRegistry(
-            s.workflows_dir, aliases=s.aliases)
+            s.workflows_dir, aliases=s.aliases, services=s.services)
         for problem in registry.errors:
             log.error("%s", problem)
         runner: Runner = self._runner or make_runner(s, self._spark)

@@ -3,7 +3,8 @@
 Write your own by subclassing :class:`Pipelet` (see ``docs/pipelets.md``).
 The built-in ones live in modules by idea (``text``, ``values``, ``html``,
 ``xml``, ``identify``, ``language``, ``split``, ``fingerprint``,
-``filtering``); workflow files name them by dotted path, e.g.
+``filtering``, ``index``, and ``smila`` for SMILA's own test and example
+pipelets); workflow files name them by dotted path, e.g.
 ``pipelets.text.Lowercase``.  ``pipelets.aliases.SMILA_ALIASES`` maps
 Java SMILA pipelet classes to them.
 """
@@ -15,19 +16,36 @@ from pipelets.filtering import Filter
 from pipelets.fingerprint import Fingerprint
 from pipelets.html import HtmlToText
 from pipelets.identify import MimeTypeIdentify
+from pipelets.index import FullTextIndex, FullTextSearch
 from pipelets.language import LanguageIdentify
-from pipelets.split import DocumentSplitter
+from pipelets.smila import AddLiteral, ErrorOnDemand, HelloWorld, Splitter
+from pipelets.split import DocumentSplitter, XmlSplit
 from pipelets.text import Lowercase, NormalizeWhitespace, RegexExtract, Replace, WordCount
-from pipelets.values import AddValues, Copy, RemoveAttribute, Rename, SetValue, SubAttributeExtract
+from pipelets.values import (
+    AddValues,
+    Copy,
+    FileUri,
+    RemoveAttribute,
+    Rename,
+    SetAttributes,
+    SetValue,
+    SubAttributeExtract,
+)
 from pipelets.xml import XPathExtract, XsltTransform
 
 __all__ = [
     "SMILA_ALIASES",
+    "AddLiteral",
     "AddValues",
     "Copy",
     "DocumentSplitter",
+    "ErrorOnDemand",
+    "FileUri",
     "Filter",
     "Fingerprint",
+    "FullTextIndex",
+    "FullTextSearch",
+    "HelloWorld",
     "HtmlToText",
     "LanguageIdentify",
     "Lowercase",
@@ -40,10 +58,13 @@ __all__ = [
     "RemoveAttribute",
     "Rename",
     "Replace",
+    "SetAttributes",
     "SetValue",
     "Settings",
+    "Splitter",
     "SubAttributeExtract",
     "WordCount",
     "XPathExtract",
+    "XmlSplit",
     "XsltTransform",
 ]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any
+from urllib.parse import quote
 
 from blackboard import Blackboard, Literal
 from pipelets._base import Pipelet
@@ -11,7 +13,8 @@ from pipelets._config import Settings
 from pipelets._frames import STRING, STRINGS, FrameIO, cached_column, frame_name
 from pipelets._literals import copy_attribute
 
-__all__ = ["AddValues", "Copy", "RemoveAttribute", "Rename", "SetValue", "SubAttributeExtract"]
+__all__ = ["AddValues", "Copy", "FileUri", "RemoveAttribute", "Rename", "SetAttributes", "SetValue",
+           "SubAttributeExtract", "text_of"]
 
 _TYPES = ("str", "int", "float", "bool", "date", "datetime")
 
@@ -21,7 +24,7 @@ def _convert(owner: str, param: str, value: Any, kind: str | None) -> Any:
     if kind is None:
         return value
     if kind == "str":
-        return _text_of(value)
+        return text_of(value)
     s = Settings(owner, {param: value})
     try:
         if kind == "int":
@@ -171,7 +174,7 @@ class Copy(Pipelet):
         if not bb.has_attribute(rid, self.input):
             return
         if self.output_type == "attachment":
-            texts = [lit.value if isinstance(lit.value, str) else _text_of(lit.value)
+            texts = [lit.value if isinstance(lit.value, str) else text_of(lit.value)
                      for lit in bb.get_literals(rid, self.input)]
             bb.set_attachment(rid, self.output, self.separator.join(texts).encode(self.encoding))
         else:
@@ -180,7 +183,8 @@ class Copy(Pipelet):
             bb.remove_attribute(rid, self.input)
 
 
-def _text_of(value: Any) -> str:
+def text_of(value: Any) -> str:
+    """A value as SMILA writes it in text: booleans lowercase, dates in ISO form."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (dt.date, dt.datetime)):
@@ -287,5 +291,87 @@ class SubAttributeExtract(Pipelet):
         elif self.mode == "LAST":
             found = found[-1:]
         elif self.mode == "ALL_AS_ONE":
-            found = [Literal(self.separator.join(_text_of(lit.value) for lit in found))]
+            found = [Literal(self.separator.join(text_of(lit.value) for lit in found))]
         blackboard.set_literals(rid, self.output, found)
+
+
+class SetAttributes(Pipelet):
+    """Write every configured value onto each record, as an attribute of the same name.
+
+    SMILA's ``bpel.pipelet.SimpleTestPipelet`` (its 2011 form copies its whole
+    configuration into each record's metadata).  Values keep their shape: a
+    ``rec:Val`` becomes one value, a ``rec:Seq`` several, a ``rec:Map`` a
+    sub-object; an attribute of that name is replaced.  Takes any parameter
+    names (they are the attributes).
+    """
+
+    def configure(self, config: dict[str, Any]) -> None:
+        super().configure(config)
+        for name, value in config.items():
+            if not isinstance(name, str) or not name.strip():
+                raise Settings(type(self).__name__, config).error(str(name), "is not an attribute name")
+            _check_value(type(self).__name__, name, value)
+        self.values = dict(config)
+
+    def process_record(self, blackboard: Blackboard, rid: str) -> None:
+        if self.values:
+            blackboard.set_attributes(rid, self.values)
+
+
+def _check_value(owner: str, name: str, value: Any) -> None:
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            _check_value(owner, f"{name}/{key}", inner)
+    elif isinstance(value, list):
+        for inner in value:
+            _check_value(owner, name, inner)
+    elif not isinstance(value, (str, int, float, bool)):
+        raise Settings(owner, {}).error(name, f"cannot be written to a record: {value!r}")
+
+
+class FileUri(Pipelet):
+    """Write the ``file:`` URI of a file path (SMILA's ontology ``CreateFileUriPipelet``).
+
+    The path comes from the ``filenameAttribute`` (SMILA's
+    ``_filenameAttribute``), else from the record ID (SMILA guessed it from the
+    ID key).  Relative paths are made absolute against the working directory,
+    as Java's ``File.toURI`` does; Windows paths (``C:\\docs\\a.txt``) become
+    ``file:/C:/docs/a.txt``.
+
+    Parameters:
+        filenameAttribute / _filenameAttribute: the attribute holding the path
+            (default: use the record ID).
+        output: the attribute written (default ``rdf:about``, as SMILA's
+            ``SesameRecordHelper``).
+    """
+
+    parameters = frozenset({"filenameAttribute", "_filenameAttribute", "output"})
+
+    def configure(self, config: dict[str, Any]) -> None:
+        super().configure(config)
+        s = Settings(type(self).__name__, config)
+        self.source: str | None = s.name("filenameAttribute", "_filenameAttribute", default=None)
+        self.output: str = s.name("output", default="rdf:about")
+
+    def process_record(self, blackboard: Blackboard, rid: str) -> None:
+        if self.source is None:
+            path = rid
+        elif blackboard.has_attribute(rid, self.source):
+            path = text_of(blackboard.get_literals(rid, self.source)[0].value)
+        else:
+            raise ValueError(f"attribute {self.source!r} (the file name) is missing")
+        blackboard.set_literal(rid, self.output, file_uri(path))
+
+
+def file_uri(path: str) -> str:
+    """``path`` as a ``file:`` URI in the form Java's ``File.toURI`` gives (``file:/abs/path``)."""
+    import os
+
+    text = path.strip()
+    if len(text) > 1 and text[1] == ":" and text[0].isalpha():  # a Windows drive path
+        parts = PureWindowsPath(text).as_posix()
+        return "file:/" + quote(parts, safe="/:")
+    posix = PurePosixPath(text.replace("\\", "/"))
+    if not posix.is_absolute():
+        posix = PurePosixPath(os.getcwd()) / posix
+    return "file:" + quote(str(posix), safe="/")

@@ -81,7 +81,8 @@ def cmd_process(args: argparse.Namespace) -> int:
     from blackboard import Blackboard
     from listener_router._records import chunked, read_records
     settings = _settings(args)
-    registry = engine.WorkflowRegistry(settings.workflows_dir, aliases=settings.aliases)
+    registry = engine.WorkflowRegistry(settings.workflows_dir, aliases=settings.aliases,
+                                       services=settings.services)
     for problem in registry.errors:
         print(problem, file=sys.stderr)
     workflow = registry.get(args.workflow)
@@ -128,18 +129,16 @@ def cmd_process(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     import engine
     settings = _settings(args)
-    problems = engine.validate_path(args.path, aliases=settings.aliases)
-    for problem in problems:
-        print(problem)
-    if not problems:
-        print(f"{args.path}: valid")
-    return 1 if problems else 0
+    report = engine.validate_tree(args.path, aliases=settings.aliases, services=settings.services, notes=True)
+    for line in report.lines(summary=args.summary, label=args.path):
+        print(line)
+    return 0 if report.valid else 1
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
     import engine
     settings = _settings(args)
-    workflow = engine.load_workflow(args.file, aliases=settings.aliases)
+    workflow = engine.load_workflow(args.file, aliases=settings.aliases, services=settings.services)
     graph = engine.workflow_graph(workflow)
     if args.output:
         engine.render_graph(graph, args.output)
@@ -224,7 +223,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_process)
 
     p = sub.add_parser("validate", parents=[common], help="check workflow files; exit 1 with file:line errors")
-    p.add_argument("path", help="a workflow file or a directory of them")
+    p.add_argument("path", help="a workflow file, or a directory: every file in its tree")
+    p.add_argument("--summary", action="store_true",
+                   help="group unknown pipelet classes and services by name, with counts and places "
+                        "(the migration to-do list)")
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("graph", parents=[common], help="draw a workflow's control-flow graph")

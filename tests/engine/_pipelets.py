@@ -173,3 +173,58 @@ class BrokenFrame(Pipelet):
         from pyspark.sql import functions as F
 
         return frame.withColumn("x", F.col("no_such_column"))
+
+
+class BatchSize(Pipelet):
+    """Append to ``batch`` the number of records of the call (shows batching across instances)."""
+
+    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
+        for rid in ids:
+            blackboard.add_literal(rid, "batch", len(ids))
+        return ids
+
+
+class Greeter:
+    """A message service for BPEL ``invoke``: ``sayHi`` answers "Hello <arg0>" (stands in for a web service)."""
+
+    def invoke(self, operation: str, parts: dict[str, Any]) -> dict[str, Any]:
+        from lxml import etree
+
+        if operation != "sayHi":
+            raise ValueError(f"unknown operation {operation!r}")
+        name = parts["parameters"].findtext("arg0") or ""
+        reply = etree.Element("sayHiResponse")
+        etree.SubElement(reply, "return").text = f"Hello {name}"
+        return {"parameters": reply}
+
+
+class Journal(Pipelet):
+    """Append a line per record to the file ``path``: ``value``, or the record's ``attribute`` (a side
+    effect outside the blackboard, which survives a failed instance)."""
+
+    parameters = frozenset({"path", "value", "attribute"})
+
+    def configure(self, config: dict[str, Any]) -> None:
+        super().configure(config)
+        self.path = str(config["path"])
+        self.value = config.get("value")
+        self.attribute = config.get("attribute")
+
+    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
+        with open(self.path, "a", encoding="utf-8") as f:
+            for rid in ids:
+                value = self.value
+                if self.attribute and blackboard.has_attribute(rid, self.attribute):
+                    value = blackboard.get_literal(rid, self.attribute).value
+                f.write(f"{value}\n")
+        return ids
+
+
+class StandIn(Pipelet):
+    """Stands in for a Java pipelet with no Python counterpart: takes any configuration,
+    appends ``stand-in`` to ``trail``."""
+
+    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
+        for rid in ids:
+            blackboard.add_literal(rid, "trail", "stand-in")
+        return ids

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +13,10 @@ import pytest
 from engine_helpers import BPEL_HEADER
 
 from engine import Workflow, load_workflow
+
+# Full-text indexes of SMILA files (LuceneIndexPipelet -> pipelets.index) go to a scratch
+# directory, set before any Spark worker starts so the workers see it too.
+os.environ.setdefault("CHALK_INDEX_DIR", tempfile.mkdtemp(prefix="chalk-test-indexes-"))
 
 
 @pytest.fixture

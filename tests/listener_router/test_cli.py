@@ -100,3 +100,61 @@ def test_dlq_list_show_and_purge(tmp_path, capsys, monkeypatch, broker, declare,
     assert main(["dlq", "purge", "--config", str(config)]) == 0
     assert "purged 1" in capsys.readouterr().out
     assert broker.depth(f"{queue}.dlq") == 0
+
+
+def _process(name: str, body: str) -> str:
+    return ('<process name="%s" xmlns="http://docs.oasis-open.org/wsbpel/2.0/process/executable" '
+            'xmlns:proc="http://www.eclipse.org/smila/processor" xmlns:rec="http://www.eclipse.org/smila/record">'
+            '%s</process>' % (name, body))
+
+
+def _java(cls: str) -> str:
+    return (f'<extensionActivity><proc:invokePipelet name="j"><proc:pipelet class="{cls}"/>'
+            "</proc:invokePipelet></extensionActivity>")
+
+
+def test_validate_walks_the_tree_and_lists_the_workflows_it_found(tmp_path, capsys):
+    (tmp_path / "sub" / "deeper").mkdir(parents=True)
+    (tmp_path / "top.bpel").write_text(_process("Top", '<proc:invokeWorkflow workflow="Deep"/>'))
+    (tmp_path / "sub" / "deeper" / "deep.xml").write_text(_process("Deep", "<empty/>"))
+    assert main(["validate", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == [f"{tmp_path}: valid: 2 workflow(s)", "  Top  top.bpel", "  Deep  sub/deeper/deep.xml"]
+
+
+def test_validate_prints_each_error_once_and_not_in_the_log(tmp_path, capsys):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "bad.bpel").write_text(_process("Bad", "<bogus/>"))
+    (tmp_path / "uses.bpel").write_text(_process("Uses", '<proc:invokeWorkflow workflow="Bad"/>'))
+    assert main(["validate", str(tmp_path)]) == 1
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert len(lines) == len(set(lines)) == 2
+    assert lines[0].startswith(f"{tmp_path / 'uses.bpel'}:1: <invokeWorkflow 'Bad'>: the sub-workflow has errors")
+    assert lines[1].startswith(f"{tmp_path / 'a' / 'bad.bpel'}:1: unknown element <bogus>")
+    assert "unknown element" not in captured.err
+
+
+def test_validate_summary_is_the_migration_to_do_list(tmp_path, capsys):
+    body = "<sequence>" + _java("com.acme.Indexer") + _java("com.acme.Indexer") + "</sequence>"
+    (tmp_path / "w.bpel").write_text(_process("W", body))
+    (tmp_path / "v.bpel").write_text(_process("V", "<sequence><bogus/></sequence>"))
+    assert main(["validate", "--summary", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "unknown pipelet class 'com.acme.Indexer'" not in out  # grouped below instead
+    assert "unknown element <bogus>" in out
+    assert "1 unknown pipelet class(es) and service(s), 2 use(s) in 1 file(s)" in out
+    assert "    2  pipelet  com.acme.Indexer" in out and "w.bpel:1" in out
+
+
+def test_workflows_services_in_the_configuration_map_invoke_service(tmp_path, capsys):
+    body = ('<extensionActivity><proc:invokeService name="s"><proc:service name="Marker"/>'
+            '<proc:setAnnotations><rec:An n="value"><rec:V>x</rec:V></rec:An></proc:setAnnotations>'
+            "</proc:invokeService></extensionActivity>")
+    (tmp_path / "flows").mkdir()
+    (tmp_path / "flows" / "svc.bpel").write_text(_process("Svc", body))
+    assert main(["validate", str(tmp_path / "flows")]) == 1
+    assert "unknown service 'Marker'" in capsys.readouterr().out
+    config = tmp_path / "chalk.toml"
+    config.write_text('[workflows.services]\nMarker = "tests.engine._pipelets.Mark"\n')
+    assert main(["validate", "--config", str(config), str(tmp_path / "flows")]) == 0

@@ -1,0 +1,125 @@
+"""``assign``/``copy`` for the interpreter: between records, annotations and BPEL variables.
+
+Three kinds of target:
+
+* Chalk's ``<to attribute="path"/>`` / ``annotation="name"``: written on
+  every record of the instance; an expression source is evaluated per record
+  (``$record`` is that record);
+* SMILA's record targets (``$request.records/rec:Record[n]/rec:Val[@key=...]``,
+  ``.../rec:A[@n=...]/rec:L/rec:V``, ``.../rec:An[@n=...]``): the n-th record
+  of the instance; an expression source is evaluated once over all of them
+  and every node it selects becomes a value;
+* BPEL variables (``variable=``/``part=``/``<query>``, ``$var.part/path``):
+  BPEL's copy semantics, see ``engine._variables``.
+
+A failing copy is the ``selectionFailure`` fault (``uninitializedVariable``
+for a variable read before it was assigned); copies before it in the same
+``assign`` stay done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from engine import _conditions, _variables
+from engine._errors import WorkflowFault
+from engine._specs import Assign, Workflow
+
+if TYPE_CHECKING:
+    from engine._interpreter import Instance
+
+__all__ = ["AssignMixin"]
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+class AssignMixin:
+    """``assign`` for :class:`engine._interpreter.Interpreter`."""
+
+    bb: Any
+    _documents: Callable[[Instance], list[dict[str, Any]]]
+
+    def _assign(self, wf: Workflow, act: Assign, cohort: list[Instance]) -> None:
+        for inst in cohort:
+            try:
+                for copy in act.copies:
+                    where = f"{wf.path}:{copy.line}: {act.label()}"
+                    kind = copy.target[0]
+                    if copy.source[0] == "records":
+                        continue  # records variable to records variable: the same records
+                    if kind in {"record_attribute", "record_annotation"}:
+                        self._copy_to_record(copy.source, copy.target, inst, where)
+                    elif kind == "variable":
+                        value = _variables.read_source(copy.source, inst.frame, self._documents(inst), where)
+                        _variables.write_target(copy.target, value, inst.frame, self._documents(inst),
+                                                copy.keep_name, where)
+                    else:
+                        for rid in inst.ids:
+                            self._copy_one(copy.source, copy.target, rid, inst, where)
+            except WorkflowFault as f:
+                inst.fail(f)
+            except Exception as e:
+                inst.fail(WorkflowFault(
+                    "selectionFailure", f"{wf.path}:{act.line}: {act.label()}: {type(e).__name__}: {e}"))
+
+    def _source_values(self, source: tuple[str, Any], inst: Instance, documents: list[dict[str, Any]],
+                       where: str) -> list[Any]:
+        kind, arg = source
+        if kind == "expression":
+            return _conditions.xpath_value_strings(_variables.evaluate(arg, documents, inst.frame, where))
+        if kind == "literal":
+            return [arg]
+        return _variables.as_texts(_variables.read_source(source, inst.frame, documents, where))
+
+    def _copy_to_record(self, source: tuple[str, Any], target: tuple[str, Any], inst: Instance,
+                        where: str) -> None:
+        from blackboard import Annotation
+
+        kind, (index, key) = target
+        if not 1 <= index <= len(inst.ids):
+            raise ValueError(f"the instance has {len(inst.ids)} record(s); there is no record {index}")
+        rid = inst.ids[index - 1]
+        if source[0] in {"attribute", "annotation"}:
+            values = self._record_values(source, rid)
+        else:
+            values = self._source_values(source, inst, self._documents(inst), where)
+        if kind == "record_annotation":
+            self.bb.set_annotation(rid, None, key, Annotation(values=[_plain(v) for v in values]))
+        elif values:
+            self.bb.set_literals(rid, key, values)
+        elif self.bb.has_attribute(rid, key):
+            self.bb.remove_attribute(rid, key)
+
+    def _record_values(self, source: tuple[str, Any], rid: str) -> list[Any]:
+        kind, arg = source
+        if kind == "attribute":
+            return list(self.bb.get_literals(rid, arg)) if self.bb.has_attribute(rid, arg) else []
+        path, name = arg
+        ann = self.bb.get_annotation(rid, path or None, name)
+        return list(ann.values) if ann is not None else []
+
+    def _copy_one(self, source: tuple[str, Any], target: tuple[str, Any], rid: str, inst: Instance,
+                  where: str) -> None:
+        from blackboard import Annotation
+
+        kind = source[0]
+        values: list[Any]
+        if kind in {"attribute", "annotation"}:
+            values = self._record_values(source, rid)
+        else:
+            values = self._source_values(source, inst, [self.bb.document(rid)], where)
+        tkind, targ = target
+        if tkind == "attribute":
+            if values:
+                self.bb.set_literals(rid, targ, values)
+            elif self.bb.has_attribute(rid, targ):
+                self.bb.remove_attribute(rid, targ)
+        else:
+            path, name = targ
+            plain = [getattr(v, "value", v) for v in values]
+            self.bb.set_annotation(rid, path or None, name, Annotation(values=[_plain(v) for v in plain]))
