@@ -40,7 +40,8 @@ def _aliases(aliases: Mapping[str, str] | None) -> dict[str, str]:
 def _load_unresolved(path: str, aliases: Mapping[str, str]) -> tuple[Workflow | None, list[str]]:
     """Parse and check one file; sub-workflow names are not resolved yet."""
     parsed = parse_file(path, aliases)
-    search_path = (str(Path(path).resolve().parent), os.getcwd())
+    workdir = os.getcwd()
+    search_path = (str(Path(path).resolve().parent), workdir)
     body, errors = check(parsed, search_path)
     if body is None or parsed.name is None:
         return None, errors
@@ -50,6 +51,7 @@ def _load_unresolved(path: str, aliases: Mapping[str, str]) -> tuple[Workflow | 
         body=body,
         version=parsed.version,
         search_path=search_path,
+        workdir=workdir,
         invoked=tuple(parsed.invoked),
     )
     return wf, errors
