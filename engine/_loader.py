@@ -61,7 +61,8 @@ class Loaded:
 def load_unresolved(path: str, t: _Tables) -> Loaded:
     """Parse and check one file; sub-workflow names are not resolved yet."""
     parsed = parse_file(path, t.aliases, t.services)
-    search_path = (str(Path(path).resolve().parent), os.getcwd())
+    workdir = os.getcwd()
+    search_path = (str(Path(path).resolve().parent), workdir)
     body, errors, unknown = check(parsed, search_path)
     if body is None or parsed.name is None:
         return Loaded(None, errors, unknown, parsed.name)
@@ -71,6 +72,7 @@ def load_unresolved(path: str, t: _Tables) -> Loaded:
         body=body,
         version=parsed.version,
         search_path=search_path,
+        workdir=workdir,
         invoked=tuple(parsed.invoked),
         variables=parsed.variables,
     )

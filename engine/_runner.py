@@ -29,6 +29,7 @@ from typing import Any
 
 from engine._errors import RunnerError
 from engine._frames import FramePlan, frame_plan
+from engine._shipping import ship_pipelet_code
 from engine._specs import Workflow
 from engine._worker import (
     CHUNK_DDL,
@@ -164,6 +165,11 @@ class SparkRunner:
         # less per 10,000 records of ~1 KB in local mode, for ~0.1 more in Python.
         self._compress = True
         self._unswept = 0  # batches finished since the last _sweep
+        # Executors of a cluster master may run on hosts without the workflow's
+        # directory: its pipelet modules travel with the jobs (engine._shipping).
+        self._ships = not str(spark.sparkContext.master).startswith("local")
+        self._shipped: set[str] = set()  # zip files added to the SparkContext
+        self._shipped_for: set[tuple[str, str]] = set()  # (workflow, version) checked
 
     def run(self, workflow: Workflow, blackboard: Any, instances: list[list[str]]) -> list[InstanceResult]:
         """Run ``workflow`` for each instance; see the module docstring."""
@@ -236,6 +242,7 @@ class SparkRunner:
 
         ``ids`` are the batch's record IDs where the caller needs them (``run_stream``).
         """
+        self._ship(workflow)
         plan = self._plan(workflow)
         pairs = list(enumerate(instances))
         with frozen_heap():
@@ -248,6 +255,16 @@ class SparkRunner:
             assert plan is not None
             batch.frame_job = self._submit_frame(plan, frame_rows)
         return batch
+
+    def _ship(self, workflow: Workflow) -> None:
+        """Add the workflow's own pipelet modules to the SparkContext (once per version; cluster masters)."""
+        key = (workflow.name, workflow.version)
+        if not self._ships or key in self._shipped_for:
+            return
+        with self._plans_lock:
+            if key not in self._shipped_for:
+                ship_pipelet_code(self.spark.sparkContext, workflow, self._shipped)
+                self._shipped_for.add(key)
 
     def _finish(self, workflow: Workflow, blackboard: Any, batch: _Batch) -> list[InstanceResult]:
         started = time.perf_counter()
@@ -487,35 +504,46 @@ def _exclude_local_folding(spark: Any) -> None:
         spark.conf.set("spark.sql.optimizer.excludedRules", ",".join([*rules, _LOCAL_FOLDING]))
 
 
-def _cores(master: str) -> int:
+def _cores(master: str) -> int | None:
+    """The cores a local master runs on; None for a cluster (its executors' cores count)."""
     m = re.fullmatch(r"local\[(\d+|\*)(?:,\s*\d+)?\]", master.strip())
     if m and m.group(1) != "*":
         return int(m.group(1))
-    return os.cpu_count() or 2
+    if master.strip().startswith("local"):
+        return os.cpu_count() or 2
+    return None
 
 
 def spark_session(master: str = "local[*]", conf: dict[str, str] | None = None, *, app_name: str = "chalk") -> Any:
     """A SparkSession for Chalk (get-or-create: one per process).
 
     Sets ``PYSPARK_PYTHON``/``PYSPARK_DRIVER_PYTHON`` to this interpreter (so
-    workers find pyarrow and the project), and defaults that fit: shuffle
-    partitions = cores, Arrow on, UI and console progress off, worker reuse on
-    (pipelets are configured once per worker).  ``conf`` overrides them.
+    workers find pyarrow and the project; ``conf["spark.pyspark.python"]``
+    names another one for executors, e.g. the path of the environment on
+    the worker hosts), and defaults that fit: on a local master parallelism
+    and shuffle partitions = cores (on a cluster Spark counts the executors'
+    cores), Arrow on, UI and console progress off, worker reuse on (pipelets
+    are configured once per worker).  ``conf`` overrides them.
     """
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    # PySpark sends the driver's PYSPARK_PYTHON with every task as the
+    # executors' interpreter; an in-process driver never reads spark.pyspark.python.
+    os.environ["PYSPARK_PYTHON"] = (conf or {}).get("spark.pyspark.python") or sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
     cores = _cores(master)
     settings = {
-        "spark.sql.shuffle.partitions": str(cores),
-        "spark.default.parallelism": str(cores),
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.python.worker.reuse": "true",
         "spark.sql.adaptive.enabled": "false",
     }
+    if cores is not None:
+        # A cluster's default parallelism is its executors' cores, which the
+        # runner reads per batch: the driver host's cores would leave the rest idle.
+        settings["spark.sql.shuffle.partitions"] = str(cores)
+        settings["spark.default.parallelism"] = str(cores)
     if master.startswith("local"):
         settings["spark.driver.bindAddress"] = "127.0.0.1"
         settings["spark.driver.host"] = "127.0.0.1"

@@ -355,6 +355,9 @@ class Workflow:
     ``search_path`` lists directories to put on ``sys.path`` before importing
     pipelet classes (the workflow directory and the working directory).
     ``variables`` are the process's ``<variables>``.
+    ``workdir`` is the working directory the workflow was loaded in: Spark
+    workers run its instances there (when it exists on their host), so a
+    pipelet's relative file paths mean what they meant when it was validated.
     """
 
     name: str
@@ -362,6 +365,7 @@ class Workflow:
     body: Activity
     version: str
     search_path: tuple[str, ...] = ()
+    workdir: str = ""
     subworkflows: tuple[tuple[str, Workflow], ...] = ()
     invoked: tuple[tuple[str, int], ...] = ()
     variables: tuple[Variable, ...] = ()

@@ -19,6 +19,8 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import os
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -461,10 +463,47 @@ def arrow_partition(workflow: Workflow, batches: Iterator[Any], compress: bool =
     inputs = inputs_from_arrow(batches)
     if not inputs:
         return
-    outputs = run_instances(workflow, inputs)
+    with working_directory(workflow.workdir):
+        outputs = run_instances(workflow, inputs)
     batch = outputs_to_arrow(outputs, compress)
     del inputs, outputs
     yield batch
+
+
+@contextmanager
+def working_directory(path: str) -> Iterator[None]:
+    """Run the block in ``path`` when it exists here and is not the current directory.
+
+    A Python worker of a local master starts in the driver's working
+    directory; one of a standalone (or YARN, Kubernetes) executor starts in
+    the executor's scratch directory (``work/app-…/<n>``).  Pipelets resolve
+    relative file names (``xslFile``) against the working directory, as
+    validation on the driver did: without this, a workflow that validated
+    fails every record on a cluster.  A PySpark worker runs one task at a
+    time, so changing its directory for the task touches nobody else.
+
+    Spark puts the files shipped with the job (``addPyFile``: the workflow's
+    pipelet modules) on ``sys.path`` relative to the executor's directory
+    (``./chalk-….zip``); those entries are made absolute first, or imports
+    in the task would look for them in ``path``.
+    """
+    try:
+        here = os.getcwd()
+    except OSError:  # the scratch directory is gone
+        here = None
+    if not path or path == here or here is None or not os.path.isdir(path):
+        yield
+        return
+    absolute = [p if os.path.isabs(p) else os.path.normpath(os.path.join(here, p)) for p in sys.path]
+    sys.path[:] = list(dict.fromkeys(absolute))
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        try:
+            os.chdir(here)
+        except OSError:
+            pass
 
 
 _worker_heap_frozen = False
