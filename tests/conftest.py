@@ -48,7 +48,7 @@ _queue_counter = itertools.count(1)
 _MARKERS = {
     "broker": {"broker_url", "amqp_queues"},
     "postgres": {"postgres_url", "pg_url"},
-    "spark": {"spark"},
+    "spark": {"spark", "spark_cluster"},
 }
 
 
