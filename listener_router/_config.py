@@ -14,6 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from listener_router._errors import ConfigError
+from listener_router.journal import (
+    JournalRule,
+    SubscriberRule,
+    parse_journals,
+    parse_subscribers,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -80,6 +86,8 @@ class Settings:
     node: str | None = None            # lease owner / cluster member name
     retention_days: float = 7.0        # processed-message and sent-outbox history kept
     source: str | None = None          # the file the settings came from
+    journals: tuple[JournalRule, ...] = ()        # [[journal]]: committed records to streams
+    subscribers: tuple[SubscriberRule, ...] = ()  # [[subscriber]]: agents reading a journal
 
     def with_overrides(self, **changes: Any) -> Settings:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
@@ -150,7 +158,7 @@ def load_settings(path: str | os.PathLike[str] | None = None,
             raise ConfigError(f"{candidate}: not valid TOML: {e}") from e
     where = source or "defaults"
     _check_keys(data, {"blackboard", "broker", "spark", "workflows", "listener", "router",
-                       "engine", "node"}, where)
+                       "engine", "node", "journal", "subscriber"}, where)
     bb = data.get("blackboard", {})
     broker = data.get("broker", {})
     spark = data.get("spark", {})
@@ -170,6 +178,8 @@ def load_settings(path: str | os.PathLike[str] | None = None,
                       for i, t in enumerate(data.get("listener", [])))
     routers = tuple(_router(t, f"{where} [[router]] #{i + 1}")
                     for i, t in enumerate(data.get("router", [])))
+    journals = parse_journals(_take(data, "journal", list, where, []), where)
+    subscribers = parse_subscribers(_take(data, "subscriber", list, where, []), where, journals)
     queue_type = _take(broker, "queue_type", str, f"{where} [broker]", defaults.queue_type)
     if queue_type not in ("quorum", "classic"):
         raise ConfigError(f"{where} [broker]: queue_type must be 'quorum' or 'classic'")
@@ -219,6 +229,8 @@ def load_settings(path: str | os.PathLike[str] | None = None,
         retention_days=float(_take(node, "retention_days", (int, float), f"{where} [node]",
                                    defaults.retention_days)),
         source=source,
+        journals=journals,
+        subscribers=subscribers,
     )
     return settings
 

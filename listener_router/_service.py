@@ -98,6 +98,7 @@ class Service:
         self._runners: ThreadPoolExecutor | None = None
         self._commit: CommitStage | None = None
         self._finish: FinishStage | None = None
+        self.journal: Any = None           # the journals' publisher, with [[journal]] rules
 
     # -- opening and closing ---------------------------------------------------------
     def open(self) -> Service:
@@ -137,6 +138,11 @@ class Service:
                                       consume=self.listeners.consumers(),
                                       prepare=functools.partial(declare_all, settings=s)).start()
         self.membership = Membership(store.nodes, node).start()
+        if s.journals:
+            from listener_router.journal import publisher_for
+            self.journal = publisher_for(s, store, node)
+            self.extensions.append(self.journal.writer)
+            self.journal.start(link)
 
         meter, held = Meter(self.stats), Held()
         loader = Loader(store, meter)
@@ -179,6 +185,8 @@ class Service:
                 self.inflight.stop()
             if self.membership is not None:
                 self.membership.stop()
+            if self.journal is not None:
+                self.journal.stop()  # what was committed goes out first
         if self.link is not None:
             self.link.stop()
         if self.store is not None:

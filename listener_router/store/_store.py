@@ -2,8 +2,8 @@
 
 :class:`ServiceStore` sits in the blackboard's database (one SQLAlchemy
 engine, taken from the blackboard's public :class:`~blackboard.SqlStore`):
-``outbox`` (inbox and outbox, written in the commit transaction) and
-``nodes`` (cluster heartbeats).  It also hands out the blackboards the
+``outbox`` (inbox and outbox, written in the commit transaction),
+``nodes`` (cluster heartbeats) and ``journal`` (the journal outbox).  It also hands out the blackboards the
 pipeline loads records on, and renews and purges record leases through the
 blackboard's own calls.
 
@@ -31,6 +31,7 @@ from listener_router._errors import (
     RecordsBusy,
     StoreUnavailable,
 )
+from listener_router.store._journal import JournalOutbox
 from listener_router.store._nodes import Nodes
 from listener_router.store._outbox import Outbox
 from listener_router.store._schema import create_schema
@@ -56,6 +57,7 @@ class ServiceStore:
         create_schema(sql.engine)
         self.outbox = Outbox(sql.engine)
         self.nodes = Nodes(sql.engine)
+        self.journal = JournalOutbox(sql.engine)
         self.writes: contextlib.AbstractContextManager[object] = (
             threading.Lock() if sql.dialect == "sqlite" else contextlib.nullcontext())
 
