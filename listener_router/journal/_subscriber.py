@@ -73,6 +73,7 @@ log = logging.getLogger(__name__)
 ApplyFn = Callable[[list[Entry], Connection], None]
 
 POLL_EVERY = 1.0          # seconds between looks at the row for operators' commands
+STALL_AFTER = 30.0        # idle this long while the stream has more: consume again
 CONFIRM_TIMEOUT = 30.0
 OUTAGE_BACKOFF = (0.5, 1.0, 2.0, 5.0, 10.0)
 
@@ -177,6 +178,7 @@ class Subscriber:
         self._retry_at = 0.0
         self._outage = 0
         self._gap: tuple[int, int] | None = None
+        self._last_delivery = time.monotonic()
         self.host = f"{socket.gethostname()}/{os.getpid()}"
 
     # -- opening and closing ---------------------------------------------------------
@@ -332,13 +334,29 @@ class Subscriber:
             deliveries = self.link.deliveries.get_batch(self.rule.batch_size, 0.2)
             if deliveries:
                 self._take_in(deliveries)
-                self.stats.last_activity = time.monotonic()
+                self.stats.last_activity = self._last_delivery = time.monotonic()
             elif self._gap is not None and not self.pending:
                 self._block_at_gap()
+            elif not self.pending and time.monotonic() - self._last_delivery > STALL_AFTER:
+                self._check_stall()
             elif idle_exit is not None and not self.pending and \
                     time.monotonic() - self.stats.last_activity > idle_exit:
                 break
         return self.stats
+
+    def _check_stall(self) -> None:
+        """Nothing arrived for a while: if the stream has entries after our position, consume
+        again (a reader that attached while retention removed its segment can wait forever)."""
+        self._last_delivery = time.monotonic()
+        try:
+            head = read_head(self.settings.broker_url, self.journal.stream)
+        except InfrastructureError as e:
+            log.debug("subscriber %s: reading the head failed: %s", self.rule.id, e)
+            return
+        position = -1 if self.position is None else self.position
+        if head is not None and head.offset > position:
+            self._resync(f"the stream has entries up to offset {head.offset} but none after "
+                         f"{position} arrived for {STALL_AFTER:.0f} s")
 
     # -- taking deliveries in --------------------------------------------------------------
     def _take_in(self, deliveries: list[Delivery]) -> None:
