@@ -17,8 +17,8 @@ again after a crash carries the same number.
 
 Large attachments never enter the log: one of at least ``inline_below``
 bytes travels as a reference that :class:`AttachmentSource` resolves,
-streamed, through the publisher's blackboard store (the seed's shared blob
-store).  The store keeps only a record's current attachments, so a
+streamed, through the publisher's blackboard store (the blob store publisher and
+subscribers share).  The store keeps only a record's current attachments, so a
 reference resolves while the record is still at the entry's version; after
 that :class:`AttachmentUnavailable` says so (``superseded``: a later entry
 of the record carries the content that replaced it).

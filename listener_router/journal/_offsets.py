@@ -1,6 +1,6 @@
 """A subscriber's own tables, in its own database: its position, its state, its failed entries.
 
-The seed's "offset stored with the data": the row of a subscriber in
+The offset is stored with the data: the row of a subscriber in
 ``chalk_journal_subscribers`` is updated in the transaction that writes
 the effects of the entries it applied, so the two commit together or not
 at all.  Each batch transaction first reads the row (``FOR UPDATE`` on

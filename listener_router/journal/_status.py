@@ -2,7 +2,7 @@
 
 Each subscriber agent publishes a status message to the journal's status
 stream every ``status_every`` seconds and whenever its state changes (the
-seed's discovery message: its last processed offset, running or blocked,
+discovery message: its last processed offset, running or blocked,
 its error count).  The publisher's side needs no registry of subscribers:
 :func:`journal_status` reads the status stream from ``forget_after``
 seconds ago, keeps each subscriber's latest message, reads the head of the
@@ -15,6 +15,7 @@ subscriber silent for longer than ``forget_after`` has left the view.
 from __future__ import annotations
 
 import datetime
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ from listener_router.journal._settings import JournalRule
 
 __all__ = ["Head", "SubscriberView", "journal_rule", "journal_status", "read_head",
            "read_stream", "status_body"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -69,15 +72,22 @@ def journal_rule(settings: Settings, name: str) -> JournalRule:
 
 def read_stream(url: str, stream: str, offset: Any, *, idle: float = 0.3,
                 wait_first: float = 1.5, limit: int | None = None,
-                keep: Callable[[int, bytes], bool] | None = None) -> list[tuple[int, bytes]]:
+                keep: Callable[[int, bytes], bool] | None = None,
+                stamp: str | None = None) -> list[tuple[int, bytes]]:
     """``(offset, body)`` of a stream's messages from ``offset`` (an x-stream-offset value),
-    until none arrived for ``idle`` seconds (``wait_first`` for the first one)."""
+    until none arrived for ``idle`` seconds (``wait_first`` for the first one).
+
+    ``stamp`` names a JSON field holding the time a message was written: reading stops
+    at the first message written after the read began (it has caught up with a stream
+    that is still being written, where a quiet moment may never come)."""
+    began = time.time()
     try:
         conn = pika.BlockingConnection(connection_parameters(url))
     except (pika.exceptions.AMQPError, OSError) as e:
         raise BrokerUnavailable(f"reading stream {stream}: {e}") from e
     found: list[tuple[int, bytes]] = []
     last = [time.monotonic()]
+    caught_up = [False]
     try:
         channel = conn.channel()
         channel.basic_qos(prefetch_count=1000)
@@ -88,10 +98,12 @@ def read_stream(url: str, stream: str, offset: Any, *, idle: float = 0.3,
                 found.append((position, body))
             ch.basic_ack(method.delivery_tag)
             last[0] = time.monotonic()
+            if stamp is not None and _written(body, stamp) >= began:
+                caught_up[0] = True
 
         channel.basic_consume(stream, on_message, arguments={"x-stream-offset": offset})
         started = time.monotonic()
-        while limit is None or len(found) < limit:
+        while (limit is None or len(found) < limit) and not caught_up[0]:
             conn.process_data_events(time_limit=0.05)
             quiet = time.monotonic() - last[0]
             if (found and quiet > idle) or (not found and time.monotonic() - started > wait_first):
@@ -104,14 +116,31 @@ def read_stream(url: str, stream: str, offset: Any, *, idle: float = 0.3,
     except (pika.exceptions.AMQPError, OSError) as e:
         raise BrokerUnavailable(f"reading stream {stream}: {e}") from e
     finally:
+        _close(conn)
+    return found
+
+
+def _written(body: bytes, stamp: str) -> float:
+    try:
+        return float(orjson.loads(body)[stamp])
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        return 0.0
+
+
+def _close(conn: Any) -> None:
+    """Close a reader's connection.  pika rejects the deliveries still buffered when it
+    cancels the consumer, and a stream refuses rejects (540, closing the channel): what
+    was read is complete all the same, so that is no error here."""
+    try:
         if conn.is_open:
             conn.close()
-    return found
+    except (pika.exceptions.AMQPError, OSError) as e:
+        log.debug("closing a stream reader: %s", e)
 
 
 def read_head(url: str, stream: str) -> Head | None:
     """The stream's last entry (None: the stream is empty)."""
-    found = read_stream(url, stream, "last")
+    found = read_stream(url, stream, "last", stamp="published_at")
     if not found:
         return None
     offset, body = max(found, key=lambda item: item[0])
@@ -140,7 +169,7 @@ def journal_status(settings: Settings, journal: str, *,
     head = read_head(settings.broker_url, rule.stream)
     latest: dict[str, dict[str, Any]] = {}
     for _offset, body in read_stream(settings.broker_url, rule.status_stream, _since(window + 1),
-                                     wait_first=0.5):
+                                     wait_first=0.5, stamp="at"):
         try:
             status = orjson.loads(body)
             latest[str(status["subscriber"])] = status

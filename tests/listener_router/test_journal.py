@@ -367,6 +367,48 @@ def test_status_shows_lag_and_forgets_a_subscriber_not_seen_lately(journal: Jour
     assert journal_status(journal.settings, journal.rule.name)[1] == []
 
 
+def test_the_head_and_the_status_of_a_journal_being_written_are_read_while_it_is_written(
+        journal: Journal) -> None:
+    """A stream written without pause never falls quiet: the readers stop once they have
+    caught up with the moment they began."""
+    import threading
+
+    from listener_router.journal import read_head
+
+    journal.publish(records(3))
+    rule = journal.subscriber("s")
+    journal.run(rule, until=lambda s: s.applied >= 3)
+    stop = threading.Event()
+
+    def write() -> None:
+        conn = pika.BlockingConnection(pika.URLParameters(journal.settings.broker_url))
+        channel = conn.channel()
+        seq = 1000
+        deadline = time.monotonic() + 90        # a reader waiting for quiet would wait this long
+        while not stop.is_set() and time.monotonic() < deadline:
+            channel.basic_publish("", journal.rule.stream, orjson.dumps(
+                {"seq": seq, "published_at": time.time(), "journal": journal.rule.name}))
+            channel.basic_publish("", journal.rule.status_stream, orjson.dumps(
+                {"subscriber": "busy", "state": "running", "offset": 0, "at": time.time()}))
+            seq += 1
+            time.sleep(0.005)
+        conn.close()
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    try:
+        time.sleep(2.0)
+        head = read_head(journal.settings.broker_url, journal.rule.stream)
+        _head, views = journal_status(journal.settings, journal.rule.name)
+        still_writing = writer.is_alive() and not stop.is_set()
+    finally:
+        stop.set()
+        writer.join(30)
+    assert still_writing
+    assert head is not None and head.seq > 1000
+    assert {v.subscriber for v in views} == {"s", "busy"}
+
+
 # -- configuration ----------------------------------------------------------------------------
 
 

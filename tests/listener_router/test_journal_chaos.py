@@ -1,4 +1,4 @@
-"""Exactly once under crashes: SIGKILLs of the subscriber and the publisher, a broker restart."""
+"""Exactly once under crashes: SIGKILLs of three subscribers and the publisher, a broker restart."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import orjson
 import pytest
 from _services import restart_broker
-from journal_helpers import APPLIED_DDL, Journal, applied_rows, records, wait_until
+from journal_helpers import APPLIED_DDL, Journal, applied_rows, read_entries, records, wait_until
 
 APPLY_MODULE = f'''
 import time
@@ -28,7 +29,21 @@ def apply(entries, conn):
 '''
 
 
-def _config(journal: Journal, path: Path, store: str) -> Path:
+# Three subscribers with different start points, each in its own process and database.
+STARTS = {"all": "first", "from1000": "1000", "from2500": "2500"}
+
+
+def _config(journal: Journal, path: Path, stores: dict[str, str]) -> Path:
+    subscribers = "".join(f"""
+[[subscriber]]
+id = "{name}"
+journal = "{journal.rule.name}"
+store = "{stores[name]}"
+apply = "jr_chaos_apply:apply"
+start = "{start}"
+batch_size = 20
+status_every = 1.0
+""" for name, start in STARTS.items())
     path.write_text(f"""
 [blackboard]
 url = "{journal.db}"
@@ -54,15 +69,7 @@ queue = "t.{journal.tag}.out"
 [[journal]]
 name = "{journal.rule.name}"
 stream = "{journal.rule.stream}"
-
-[[subscriber]]
-id = "chaos"
-journal = "{journal.rule.name}"
-store = "{store}"
-apply = "jr_chaos_apply:apply"
-batch_size = 20
-status_every = 1.0
-""")
+{subscribers}""")
     return path
 
 
@@ -91,42 +98,60 @@ def _count(store: str) -> int:
 
 @pytest.mark.slow
 @pytest.mark.chaos
-def test_each_entry_is_applied_once_across_kills_of_subscriber_and_publisher_and_a_broker_restart(
+def test_three_subscribers_apply_each_entry_once_across_kills_and_a_broker_restart(
         broker_url: str, tmp_path: Path) -> None:
+    """Each round SIGKILLs every subscriber at a random moment (12 rounds: 12 kills of each),
+    the publishing service in three of them, and restarts the broker in one."""
     journal = Journal(broker_url, tmp_path)
-    journal.subscribers.append("chaos")
+    journal.subscribers += list(STARTS)
     n = 3000
-    store = f"sqlite:///{tmp_path / 'subscriber.db'}"
-    config = _config(journal, tmp_path / "chalk.toml", store)
+    stores = {name: f"sqlite:///{tmp_path / (name + '.db')}" for name in STARTS}
+    config = _config(journal, tmp_path / "chalk.toml", stores)
     (tmp_path / "jr_chaos_apply.py").write_text(APPLY_MODULE)
     service_args = ("run", "--config", str(config))
-    subscriber_args = ("subscribe", "--config", str(config), "--subscriber", "chaos")
+
+    def start_subscribers() -> dict[str, subprocess.Popen[bytes]]:
+        return {name: _start(tmp_path, f"{name}.log", "subscribe", "--config", str(config),
+                             "--subscriber", name) for name in STARTS}
+
+    def total() -> int:
+        return sum(_count(store) for store in stores.values())
+
     rng = random.Random(20)
     journal.push(records(n))
     service = _start(tmp_path, "service.log", *service_args)
-    subscriber = _start(tmp_path, "subscriber.log", *subscriber_args)
+    subscribers = start_subscribers()
     kills = {"subscriber": 0, "service": 0}
-    applied_before_last_kill = 0
+    kills_with_work_left = 0
     try:
         for round_ in range(12):
-            before = _count(store)
-            wait_until(lambda before=before: _count(store) > before or before >= n,
-                       timeout=180, what=f"progress before kill {round_ + 1}")
+            before = total()
+            wait_until(lambda before=before: total() > before or _count(stores["all"]) >= n,
+                       timeout=180,
+                       what=f"progress before kill {round_ + 1}")
             time.sleep(rng.uniform(0.1, 1.2))
-            _kill(subscriber)
-            kills["subscriber"] += 1
-            applied_before_last_kill = _count(store)
+            for proc in subscribers.values():
+                _kill(proc)
+                kills["subscriber"] += 1
+            kills_with_work_left += _count(stores["all"]) < n
             if round_ in (1, 4, 8):
                 _kill(service)
                 kills["service"] += 1
                 service = _start(tmp_path, "service.log", *service_args)
             if round_ == 6:
                 restart_broker(broker_url)
-            subscriber = _start(tmp_path, "subscriber.log", *subscriber_args)
-        wait_until(lambda: _count(store) >= n, timeout=300, what="every entry applied")
+            subscribers = start_subscribers()
+        wait_until(lambda: _count(stores["all"]) >= n, timeout=300, what="every entry applied")
+        stream = read_entries(broker_url, journal.rule.stream)
+        # Where the offset starts begin, in entry numbers (a copy published again after a
+        # kill of the service takes offsets too: the numbers say which entries those are).
+        first_seq = {name: orjson.loads(dict(stream)[int(start)])["seq"] if start.isdigit()
+                     else 1 for name, start in STARTS.items()}
+        wait_until(lambda: all(_count(stores[name]) >= n - first_seq[name] + 1
+                               for name in STARTS), timeout=300, what="every subscriber done")
         time.sleep(2.0)   # copies published again after a kill would show now
     finally:
-        for proc in (subscriber, service):
+        for proc in (*subscribers.values(), service):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
                 try:
@@ -134,15 +159,19 @@ def test_each_entry_is_applied_once_across_kills_of_subscriber_and_publisher_and
                 except subprocess.TimeoutExpired:
                     _kill(proc)
         journal.delete()
-    rows = applied_rows(store)
-    assert applied_before_last_kill < n            # the kills landed while entries were left
-    by_record = Counter(row[1] for row in rows)
-    by_seq = Counter(row[0] for row in rows)
-    assert kills == {"subscriber": 12, "service": 3}
+    assert kills == {"subscriber": 36, "service": 3}
+    assert kills_with_work_left >= 10             # the kills landed while entries were left
+    copies = len(stream) - n
+    for name in STARTS:
+        rows = applied_rows(stores[name])
+        by_seq = Counter(row[0] for row in rows)
+        assert [seq for seq, times in by_seq.items() if times != 1] == [], name
+        assert sorted(by_seq) == list(range(first_seq[name], n + 1)), name   # nothing lost
+        offsets = [row[2] for row in rows]
+        assert offsets == sorted(offsets), name           # applied in the stream's order
+        if STARTS[name].isdigit():
+            assert offsets[0] == int(STARTS[name]), name       # began where it was told
+    by_record = Counter(row[1] for row in applied_rows(stores["all"]))
     assert set(by_record) == {f"doc-{i}" for i in range(n)}
     assert [rid for rid, times in by_record.items() if times != 1] == []
-    assert [seq for seq, times in by_seq.items() if times != 1] == []
-    assert sorted(by_seq) == list(range(1, n + 1))       # numbered densely, nothing lost
-    offsets = [row[2] for row in rows]
-    assert offsets == sorted(offsets)                    # applied in the stream's order
-
+    print(f"stream: {len(stream)} messages, {copies} copies published again after kills")
