@@ -41,6 +41,7 @@ class ListenerRule:
     backoff_ms: tuple[int, ...] = (1000, 5000, 30000)
     max_records: int = 1000            # records per message
     max_body_bytes: int = 1 << 20
+    create_missing: bool = False       # an ID-only message for an absent record creates it
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,7 @@ def _listener(table: Mapping[str, Any], where: str, position: int) -> ListenerRu
         values[key] = _take(table, key, int, where, getattr(base, key))
         if values[key] < (0 if key in ("max_retries", "max_wait_ms") else 1):
             raise ConfigError(f"{where}: {key!r} must be positive, got {values[key]}")
+    values["create_missing"] = _take(table, "create_missing", bool, where, base.create_missing)
     backoff = _take(table, "backoff_ms", (list, int), where, list(base.backoff_ms))
     values["backoff_ms"] = tuple(backoff if isinstance(backoff, list) else [backoff])
     return ListenerRule(**values)
