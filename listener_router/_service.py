@@ -75,7 +75,7 @@ def check_workflows(settings: Settings, registry: engine.WorkflowRegistry) -> No
             continue
         known = ", ".join(registry.names()) or "none"
         problems = registry.file_errors(rule.workflow)
-        why = (f"the file(s) defining it have errors:\n  " + "\n  ".join(problems) if problems
+        why = ("the file(s) defining it have errors:\n  " + "\n  ".join(problems) if problems
                else f"no file in {settings.workflows_dir} defines it; known workflows: {known}")
         raise ConfigError(f"{where}: listener rule {rule.name!r} names workflow "
                           f"{rule.workflow!r}, which cannot run: {why}")

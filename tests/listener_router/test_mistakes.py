@@ -7,7 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
-from listener_router_helpers import records_of, stored_attributes, write_config, write_test_workflows
+from listener_router_helpers import (
+    records_of,
+    stored_attributes,
+    write_config,
+    write_test_workflows,
+)
 
 from listener_router import ListenerRule, Service, push_records
 from listener_router.broker import dlq_name
