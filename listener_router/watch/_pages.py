@@ -35,8 +35,11 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .refused { background: #fdecea; border: 1px solid #d88; padding: .4em .8em; }
 .muted { color: #777; }
 .error { color: #a22; }
-.wf { border: 1px solid #ddd; padding: .4em .8em; margin: .5em 0; }
-.svgbox { overflow: auto; max-height: 560px; }
+.wfs { display: flex; flex-wrap: wrap; gap: .8em; align-items: flex-start; }
+.wf { border: 1px solid #ddd; padding: .3em .8em; flex: 0 1 380px; }
+.wf h3 { font-size: 1em; margin: .3em 0; }
+.svgbox { overflow: auto; max-height: 520px; }
+.svgbox svg { max-width: 100%; height: auto; }
 svg text.axis, svg text.legend { font: 10px sans-serif; fill: #555; }
 svg text.node { font: 11px sans-serif; } svg text.edge { font: 10px sans-serif; }
 code { font-size: 12px; }
@@ -142,12 +145,13 @@ messages that routed it){% else %}no processed messages yet{% endif %}</p>
 <p>{% for q in queues %}<button type="submit" name="target" value="{{ [q, ''] | tojson | forceescape }}">Replay all of {{ q }}</button> {% endfor %}</p>
 {% endif %}{% if not token_set %}<p class="muted">replay is off: set <code>[http] token</code> in the configuration</p>{% endif %}
 """,
-    "workflows.html": """{% for w in views %}<div class="wf" data-workflow="{{ w.name }}">
-<h3>{{ w.name }} <span class="muted">version <code>{{ w.version[:12] }}</code> · {{ w.path }}</span></h3>
+    "workflows.html": """<div class="wfs">{% for w in views %}<div class="wf" data-workflow="{{ w.name }}">
+<h3>{{ w.name }} <span class="muted">version <code>{{ w.version[:12] }}</code></span></h3>
+<p class="muted"><code>{{ w.path }}</code></p>
 {% if w.errors %}<p class="error">the file has errors; the last good version (above) keeps running:</p>
 <ul>{% for e in w.errors %}<li class="error"><code>{{ e }}</code></li>{% endfor %}</ul>{% endif %}
 <div class="svgbox">{{ w.svg | safe }}</div></div>
-{% else %}<p class="muted">no workflow loaded</p>{% endfor %}
+{% else %}<p class="muted">no workflow loaded</p>{% endfor %}</div>
 {% if orphans %}<p class="error">files with errors that run nothing:</p>
 <ul>{% for e in orphans %}<li class="error"><code>{{ e }}</code></li>{% endfor %}</ul>{% endif %}
 """,

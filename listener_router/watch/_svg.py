@@ -32,7 +32,7 @@ def _number(value: float) -> str:
 
 
 def line_chart(series: Sequence[tuple[str, str, Sequence[tuple[float, float]]]], *,
-               start: float, end: float, width: int = 360, height: int = 90,
+               start: float, end: float, width: int = 320, height: int = 72,
                unit: str = "") -> str:
     """Lines over ``[start, end]`` (seconds): ``series`` is ``(name, colour, [(t, value)])``.
 
