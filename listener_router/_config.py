@@ -38,7 +38,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 __all__ = ["Settings", "ListenerRule", "RouterRule", "ConfigError", "SECTIONS", "load_settings",
-           "make_runner", "settings_keys"]
+           "make_runner", "parse_listen", "settings_keys"]
 
 DEFAULT_BROKER = "amqp://guest:guest@localhost:5672/%2F"
 
@@ -54,7 +54,22 @@ SECTIONS = {
                 "(a list: the first rule whose queue and condition match takes a message).",
     "router": "Where each result record of a successful workflow goes "
               "(a list: the first matching rule per record; no match, no message).",
+    "http": "Prometheus metrics (`/metrics`) and the read-only dashboard of `chalk run` "
+            "(`chalk run --http HOST:PORT` sets `listen` too).",
 }
+
+
+def parse_listen(listen: str, where: str = "listen") -> tuple[str, int]:
+    """``"host:port"`` (``"[::1]:9187"`` for IPv6) as ``(host, port)``; port 0 picks a free one.
+
+    Raises:
+        ConfigError: not of that form (``where`` names the setting).
+    """
+    host, sep, port = listen.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"{where}: {listen!r} is not host:port (e.g. \"127.0.0.1:9187\")")
+    return host, int(port)
 
 
 @dataclass(frozen=True)
@@ -168,6 +183,12 @@ class Settings:
         "stable across restarts)", section="node", key="name", env=("CHALK_NODE",))
     retention_days: float = setting(7.0, "processed-message and sent-outbox history kept",
                                     section="node", minimum=0, positive=True)
+    http_listen: str | None = setting(
+        None, "`host:port` (`[::1]:9187` for IPv6; port 0: any free one) where metrics and the "
+        "dashboard are served; unset: off", section="http", key="listen", check=parse_listen)
+    http_token: str | None = setting(
+        None, "the token the dashboard asks for before it replays dead letters; unset: "
+        "replay from the page is refused", section="http", key="token")
     source: str | None = field(default=None, metadata={"internal": "the file read"})
 
     def with_overrides(self, **changes: Any) -> Settings:

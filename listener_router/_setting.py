@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass
 from typing import Any
 
@@ -51,14 +51,18 @@ class Key:
     choices: tuple[Any, ...] = ()
     minimum: float | None = None
     positive: bool = False             # more than ``minimum`` (> 0 with minimum=0)
+    check: Callable[[Any, str], object] | None = None  # check(value, where) raises ConfigError
 
 
 def setting(default: Any = MISSING, doc: str = "", *, section: str | None = None,
             key: str | None = None, default_factory: Any = MISSING,
             env: tuple[str, ...] = (), choices: tuple[Any, ...] = (),
-            minimum: float | None = None, positive: bool = False) -> Any:
-    """A dataclass field that is a setting (see the module doc).  ``doc`` is its one line."""
-    meta = {"chalk": Key(doc, section, key, env, choices, minimum, positive)}
+            minimum: float | None = None, positive: bool = False,
+            check: Callable[[Any, str], object] | None = None) -> Any:
+    """A dataclass field that is a setting (see the module doc).  ``doc`` is its one line;
+    ``check(value, where)``, when given, raises :class:`ConfigError` on a value the other
+    rules let through (its message starts with ``where``)."""
+    meta = {"chalk": Key(doc, section, key, env, choices, minimum, positive, check)}
     if default_factory is not MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     if default is MISSING:
@@ -149,6 +153,8 @@ def check_value(kind: Any, key: Key, value: Any, where: str) -> Any:
     if key.minimum is not None and (value <= key.minimum if key.positive else value < key.minimum):
         bound = f"more than {key.minimum:g}" if key.positive else f"{key.minimum:g} or more"
         raise ConfigError(f"{where} must be {bound}, got {value!r}")
+    if key.check is not None:
+        key.check(value, where)
     return value
 
 

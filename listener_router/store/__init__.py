@@ -10,8 +10,10 @@ service's :class:`~listener_router.StoreUnavailable` (retry later) or
 """
 
 from listener_router.store._dead_letters import DeadLetter, DeadLetters
+from listener_router.store._joblog import Job, JobLog
 from listener_router.store._nodes import Member, Nodes
 from listener_router.store._outbox import Outbox
 from listener_router.store._store import ServiceStore, commit_failure, unavailable
 
-__all__ = ["DeadLetter", "DeadLetters", "Member", "Nodes", "Outbox", "ServiceStore", "commit_failure", "unavailable"]
+__all__ = ["DeadLetter", "DeadLetters", "Job", "JobLog", "Member", "Nodes", "Outbox", "ServiceStore",
+           "commit_failure", "unavailable"]

@@ -132,6 +132,8 @@ def _other_value(kind, key, default):
 
     from listener_router._setting import _strip_none
     kind = _strip_none(kind)
+    if key.name == "listen":
+        return "127.0.0.1:9999", "127.0.0.1:9999"
     if key.choices:
         value = next(c for c in key.choices if c != default)
         return value, value
