@@ -1,5 +1,9 @@
 """``[[journal]]`` and ``[[subscriber]]`` tables of ``chalk.toml``: read once, then frozen.
 
+Each field is declared with :func:`~listener_router._setting.setting`, so
+``load_settings`` reads, checks and documents these tables as it does
+``[[listener]]`` (docs/configuration.md); :func:`check_journals` adds what
+one table cannot say alone (names unique, a subscriber's journal exists).
 Light on purpose: ``_config`` imports this module, and the broker I/O
 process imports ``_config``.
 """
@@ -7,14 +11,14 @@ process imports ``_config``.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from listener_router._errors import ConfigError
+from listener_router._setting import setting
 
-__all__ = ["JournalRule", "SubscriberRule", "parse_journals", "parse_subscribers",
-           "parse_start", "stream_name"]
+__all__ = ["JournalRule", "SubscriberRule", "check_journals", "parse_start", "stream_name"]
 
 _AGE = re.compile(r"^\d+[YMDhms]$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -25,21 +29,67 @@ def stream_name(journal: str) -> str:
     return f"chalk.journal.{journal}"
 
 
+def _check_name(value: str, where: str) -> None:
+    if value and not _NAME.match(value):
+        raise ConfigError(f"{where}: {value!r} must be letters, digits, '_', '.' or '-' "
+                          "(up to 100)")
+
+
+def _check_age(value: str, where: str) -> None:
+    if not _AGE.match(value):
+        raise ConfigError(f"{where} must be a number and a unit Y, M, D, h, m or s "
+                          f"(e.g. \"7D\"), got {value!r}")
+
+
+def _check_condition(value: str | None, where: str) -> None:
+    if not value:
+        return
+    import engine  # compiled here so a bad condition fails at start, with its place
+
+    try:
+        engine.compile_condition(value)
+    except engine.WorkflowDefinitionError as e:
+        raise ConfigError(f"{where} {value!r}: {e}") from e
+
+
+def _check_start(value: str, where: str) -> None:
+    parse_start(value, where)
+
+
 @dataclass(frozen=True)
 class JournalRule:
     """Which commits go to which stream, and what an entry holds (``[[journal]]``)."""
 
-    name: str
-    stream: str = ""                       # default chalk.journal.<name>
-    workflow: str | None = None            # only commits of this workflow
-    condition: str | None = None           # XPath over the record; None: every record
-    attributes: tuple[str, ...] | None = None   # None: all of the record's attributes
-    attachments: bool = True               # carry the record's attachments (inline or by reference)
-    inline_below: int = 65536              # attachments smaller than this travel in the entry
-    max_age: str = "7D"                    # stream retention by age (x-max-age)
-    max_bytes: int = 20_000_000_000        # stream retention by size (x-max-length-bytes)
-    segment_bytes: int = 100_000_000       # x-stream-max-segment-size-bytes: retention's unit
-    forget_after: float = 60.0             # a subscriber silent this long leaves the status view
+    name: str = setting("", "the journal's name, as subscribers name it (required)",
+                        check=_check_name)
+    stream: str = setting("", "the RabbitMQ stream (default `chalk.journal.<name>`); its "
+                          "status stream is `<stream>.status`", check=_check_name)
+    workflow: str | None = setting(None, "only commits of this workflow")
+    condition: str | None = setting(
+        None, "XPath over the committed record (`$record/Val[@key='lang'] = 'de'`); "
+        "absent: every record", check=_check_condition)
+    attributes: tuple[str, ...] | None = setting(
+        None, "the attributes an entry carries (absent: all of the record's)")
+    attachments: bool = setting(True, "carry the record's attachments (small ones inline, "
+                                "large ones by reference)")
+    inline_below: int = setting(65536, "attachments smaller than this (bytes) travel inside "
+                                "the entry; larger ones as a reference", minimum=0)
+    max_age: str = setting("7D", "retention of the stream by age (`x-max-age`: a number and "
+                           "Y, M, D, h, m or s)", check=_check_age)
+    max_bytes: int = setting(20_000_000_000, "retention of the stream by size "
+                             "(`x-max-length-bytes`)", minimum=0, positive=True)
+    segment_bytes: int = setting(100_000_000, "the stream's segment size "
+                                 "(`x-stream-max-segment-size-bytes`), retention's unit",
+                                 minimum=0, positive=True)
+    forget_after: float = setting(60.0, "seconds after which a silent subscriber leaves the "
+                                  "status view", minimum=0, positive=True)
+
+    def __post_init__(self) -> None:
+        if not self.stream and self.name:
+            object.__setattr__(self, "stream", stream_name(self.name))
+
+    def problem(self) -> str | None:
+        return None if self.name else "'name' is required"
 
     @property
     def status_stream(self) -> str:
@@ -58,46 +108,46 @@ class JournalRule:
 class SubscriberRule:
     """One subscriber agent (``[[subscriber]]``): where it reads, applies and keeps its offset."""
 
-    id: str
-    journal: str
-    store: str = ""                        # its database: effects, offset, errors (required)
-    apply: str | None = None               # "module:function" called with (entries, connection)
-    workflow: str | None = None            # or a workflow run on a blackboard over ``store``
-    source: str | None = None              # the publisher's blackboard (attachment references)
-    start: str = "first"                   # first | last | next | <offset> | <ISO time or epoch>
-    batch_size: int = 100
-    prefetch: int = 1000
-    max_retries: int = 3
-    backoff_ms: tuple[int, ...] = (500, 2000, 10000)
-    on_error: str = "queue"                # or "block"
-    on_gap: str = "block"                  # or "continue"
-    status_every: float = 5.0
-    events_exchange: str = ""              # e.g. "chalk.events": journal.subscriber.blocked
+    id: str = setting("", "the subscriber's name, unique per journal (required)",
+                      check=_check_name)
+    journal: str = setting("", "the `[[journal]]` it reads (required)")
+    store: str = setting("", "its database URL: its effects, its offset and its error log in "
+                         "one transaction (required here or as `chalk subscribe --store`)")
+    apply: str | None = setting(None, "`module:function` called with (entries, connection)")
+    workflow: str | None = setting(None, "or a workflow run over the entries' records on a "
+                                   "blackboard over `store`")
+    source: str | None = setting(None, "the publisher's blackboard URL, read for attachment "
+                                 "references (default: `[blackboard] url`)")
+    start: str = setting("first", "where a new subscriber starts: `first`, `last`, `next`, an "
+                         "offset (`\"42\"`) or a time (`2024-05-01T12:00:00+00:00`)",
+                         check=_check_start)
+    batch_size: int = setting(100, "entries per transaction", minimum=1)
+    prefetch: int = setting(1000, "entries the broker sends ahead", minimum=1)
+    max_retries: int = setting(3, "retries of a failing entry before it goes to the error "
+                               "queue (or blocks)", minimum=0)
+    backoff_ms: tuple[int, ...] = setting((500, 2000, 10000), "waits before retry 1, 2, 3… "
+                                          "(the last one repeats)", minimum=0)
+    on_error: str = setting("queue", "`queue`: to the error queue, go on; `block`: stop at "
+                            "the entry until `chalk journal skip` or `retry`",
+                            choices=("queue", "block"))
+    on_gap: str = setting("block", "entries retention removed before they were read: `block` "
+                          "until skipped, or `continue` (recorded as an error)",
+                          choices=("block", "continue"))
+    status_every: float = setting(5.0, "seconds between status messages", minimum=0,
+                                  positive=True)
+    events_exchange: str = setting("", "a topic exchange for `journal.subscriber.blocked` "
+                                   "events (e.g. `chalk.events`); empty: none")
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "start", parse_start(self.start))
 
-def _take(table: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str,
-          default: Any) -> Any:
-    if key not in table:
-        return default
-    value = table[key]
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise ConfigError(f"{where}: {key!r} must be {names}, got {value!r}")
-    return value
-
-
-def _keys(table: Mapping[str, Any], fields: Mapping[str, Any], where: str) -> None:
-    unknown = sorted(set(table) - set(fields))
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; "
-                          f"known: {', '.join(sorted(fields))}")
-
-
-def _name(value: str, key: str, where: str) -> str:
-    if not _NAME.match(value):
-        raise ConfigError(f"{where}: {key} {value!r} must be letters, digits, '_', '.' or '-' "
-                          "(up to 100)")
-    return value
+    def problem(self) -> str | None:
+        for key in ("id", "journal"):
+            if not getattr(self, key):
+                return f"{key!r} is required"
+        if self.apply and self.workflow:
+            return "give 'apply' (a callable) or 'workflow', not both"
+        return None
 
 
 def parse_start(value: str | int, where: str = "start") -> str:
@@ -139,97 +189,20 @@ def _is_float(text: str) -> bool:
     return True
 
 
-def _journal(table: Mapping[str, Any], where: str) -> JournalRule:
-    _keys(table, JournalRule.__dataclass_fields__, where)
-    if "name" not in table:
-        raise ConfigError(f"{where}: 'name' is required")
-    base = JournalRule(name="x")
-    name = _name(_take(table, "name", str, where, ""), "name", where)
-    values: dict[str, Any] = {"name": name}
-    values["stream"] = _name(_take(table, "stream", str, where, stream_name(name)), "stream", where)
-    for key in ("workflow", "condition"):
-        values[key] = _take(table, key, str, where, None) or None
-    attributes = _take(table, "attributes", list, where, None)
-    if attributes is not None:
-        if not all(isinstance(a, str) for a in attributes):
-            raise ConfigError(f"{where}: 'attributes' must be a list of attribute names")
-        values["attributes"] = tuple(attributes)
-    values["attachments"] = _take(table, "attachments", bool, where, base.attachments)
-    for key in ("inline_below", "max_bytes", "segment_bytes"):
-        values[key] = _take(table, key, int, where, getattr(base, key))
-        if values[key] < 0 or (key != "inline_below" and values[key] == 0):
-            raise ConfigError(f"{where}: {key!r} must be positive, got {values[key]}")
-    values["max_age"] = _take(table, "max_age", str, where, base.max_age)
-    if not _AGE.match(values["max_age"]):
-        raise ConfigError(f"{where}: 'max_age' must be a number and a unit Y, M, D, h, m or s "
-                          f"(e.g. \"7D\"), got {values['max_age']!r}")
-    values["forget_after"] = float(_take(table, "forget_after", (int, float), where,
-                                         base.forget_after))
-    rule = JournalRule(**values)
-    if rule.condition:
-        import engine  # compiled here so a bad condition fails at start, with its place
-
-        try:
-            engine.compile_condition(rule.condition)
-        except engine.WorkflowDefinitionError as e:
-            raise ConfigError(f"{where}: condition {rule.condition!r}: {e}") from e
-    return rule
-
-
-def _subscriber(table: Mapping[str, Any], where: str) -> SubscriberRule:
-    _keys(table, SubscriberRule.__dataclass_fields__, where)
-    for key in ("id", "journal"):
-        if key not in table:
-            raise ConfigError(f"{where}: {key!r} is required")
-    base = SubscriberRule(id="x", journal="x")
-    values: dict[str, Any] = {}
-    values["id"] = _name(_take(table, "id", str, where, ""), "id", where)
-    values["journal"] = _take(table, "journal", str, where, "")
-    for key in ("store", "events_exchange"):
-        values[key] = _take(table, key, str, where, getattr(base, key))
-    for key in ("apply", "workflow", "source"):
-        values[key] = _take(table, key, str, where, None) or None
-    values["start"] = parse_start(_take(table, "start", (str, int), where, base.start),
-                                  f"{where}: start")
-    for key in ("batch_size", "prefetch", "max_retries"):
-        values[key] = _take(table, key, int, where, getattr(base, key))
-        if values[key] < (0 if key == "max_retries" else 1):
-            raise ConfigError(f"{where}: {key!r} must be positive, got {values[key]}")
-    backoff = _take(table, "backoff_ms", (list, int), where, list(base.backoff_ms))
-    values["backoff_ms"] = tuple(backoff if isinstance(backoff, list) else [backoff])
-    for key, allowed in (("on_error", ("queue", "block")), ("on_gap", ("block", "continue"))):
-        values[key] = _take(table, key, str, where, getattr(base, key))
-        if values[key] not in allowed:
-            raise ConfigError(f"{where}: {key!r} must be {' or '.join(map(repr, allowed))}, "
-                              f"got {values[key]!r}")
-    values["status_every"] = float(_take(table, "status_every", (int, float), where,
-                                         base.status_every))
-    rule = SubscriberRule(**values)
-    if rule.apply and rule.workflow:
-        raise ConfigError(f"{where}: give 'apply' (a callable) or 'workflow', not both")
-    return rule
-
-
-def parse_journals(tables: Sequence[Mapping[str, Any]], where: str) -> tuple[JournalRule, ...]:
-    rules = tuple(_journal(t, f"{where} [[journal]] #{i + 1}") for i, t in enumerate(tables))
+def check_journals(journals: Sequence[JournalRule], subscribers: Sequence[SubscriberRule],
+                   where: str) -> None:
+    """What the tables cannot check one by one: journal names and streams are unique, each
+    subscriber's journal is one of them."""
     for kind in ("name", "stream"):
         seen: set[str] = set()
-        for rule in rules:
+        for rule in journals:
             value = getattr(rule, kind)
             if value in seen:
                 raise ConfigError(f"{where} [[journal]]: two journals with {kind} {value!r} "
                                   "(a stream has one journal: entry numbers are per stream)")
             seen.add(value)
-    return rules
-
-
-def parse_subscribers(tables: Sequence[Mapping[str, Any]], where: str,
-                      journals: Sequence[JournalRule]) -> tuple[SubscriberRule, ...]:
-    rules = tuple(_subscriber(t, f"{where} [[subscriber]] #{i + 1}")
-                  for i, t in enumerate(tables))
     names = {j.name for j in journals}
-    for i, rule in enumerate(rules):
-        if rule.journal not in names:
-            raise ConfigError(f"{where} [[subscriber]] #{i + 1}: journal {rule.journal!r} is not "
+    for i, sub in enumerate(subscribers):
+        if sub.journal not in names:
+            raise ConfigError(f"{where} [[subscriber]] #{i + 1}: journal {sub.journal!r} is not "
                               f"a [[journal]] of this file (known: {', '.join(sorted(names)) or 'none'})")
-    return rules

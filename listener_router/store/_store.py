@@ -3,7 +3,8 @@
 :class:`ServiceStore` sits in the blackboard's database (one SQLAlchemy
 engine, taken from the blackboard's public :class:`~blackboard.SqlStore`):
 ``outbox`` (inbox and outbox, written in the commit transaction),
-``nodes`` (cluster heartbeats) and ``journal`` (the journal outbox).  It also hands out the blackboards the
+``nodes`` (cluster heartbeats), ``dead_letters`` (those ``chalk dlq`` took off
+the dead-letter queues) and ``journal`` (the journal outbox).  It also hands out the blackboards the
 pipeline loads records on, and renews and purges record leases through the
 blackboard's own calls.
 
@@ -31,6 +32,7 @@ from listener_router._errors import (
     RecordsBusy,
     StoreUnavailable,
 )
+from listener_router.store._dead_letters import DeadLetters
 from listener_router.store._journal import JournalOutbox
 from listener_router.store._nodes import Nodes
 from listener_router.store._outbox import Outbox
@@ -42,7 +44,7 @@ _OUTAGES = (OperationalError, InterfaceError, SqlTimeoutError, OSError)
 
 
 class ServiceStore:
-    """Inbox, outbox and nodes in the blackboard's database (see the module doc).
+    """Inbox, outbox, nodes and dead letters in the blackboard's database (see the module doc).
 
     Opening it creates (or upgrades) the tables.  ``writes`` is held around
     every write transaction of this process: SQLite has one writer, and
@@ -58,6 +60,7 @@ class ServiceStore:
         self.outbox = Outbox(sql.engine)
         self.nodes = Nodes(sql.engine)
         self.journal = JournalOutbox(sql.engine)
+        self.dead_letters = DeadLetters(sql.engine)
         self.writes: contextlib.AbstractContextManager[object] = (
             threading.Lock() if sql.dialect == "sqlite" else contextlib.nullcontext())
 

@@ -424,12 +424,12 @@ def test_journal_and_subscriber_tables_are_read_with_clear_errors(tmp_path: Path
     [sub] = settings.subscribers
     assert (sub.start, sub.on_error) == ("time:1714564800.0", "block")
     for body, message in [
-            ('[[journal]]\nname = "a"\nmax_age = "week"\n', "'max_age' must be"),
+            ('[[journal]]\nname = "a"\nmax_age = "week"\n', "max_age must be"),
             ('[[journal]]\nname = "a"\ncondition = "$record/["\n', "condition"),
             ('[[journal]]\nname = "a"\n[[journal]]\nname = "a"\n', "two journals"),
             ('[[subscriber]]\nid = "x"\njournal = "nope"\n', "journal 'nope' is not"),
             ('[[journal]]\nname = "a"\n[[subscriber]]\nid = "x"\njournal = "a"\n'
-             'on_error = "retry"\n', "'on_error' must be"),
+             'on_error = "retry"\n', "on_error must be one of"),
             ('[[journal]]\nname = "a"\nretention = 3\n', "unknown key(s) retention")]:
         config.write_text(body)
         with pytest.raises(ConfigError) as caught:
