@@ -26,6 +26,9 @@ Passes, each on a fresh stream:
    cannot.  The lag (entries) of the slow one and of the others, sampled
    each second from the status view.
 
+Every subscriber declares an error queue (a quorum queue); the bench deletes
+them with the streams, or a few runs would leave hundreds on the broker.
+
 Output: a table on stdout, the same as Markdown in ``--markdown`` and a
 plot in ``--plot`` (PNG; needs matplotlib, ``pip install -e .[bench]``).
 
@@ -172,6 +175,7 @@ class Publisher:
         self.relay = JournalRelay(self.settings.journals, self.store, self.link, args.broker,
                                   "bench-pub")
         self.written = 0
+        self.subscribers: list[str] = []     # their error queues go with the streams
 
     def write(self, n: int) -> None:
         bodies = [entry_body(self.written + i) for i in range(n)]
@@ -191,7 +195,9 @@ class Publisher:
         conn = pika.BlockingConnection(connection_parameters(self.settings.broker_url))
         try:
             channel = conn.channel()
-            for name in (self.stream, f"{self.stream}.status"):
+            rule = self.settings.journals[0]
+            for name in (self.stream, rule.status_stream,
+                         *(rule.error_queue(s) for s in self.subscribers)):
                 channel.queue_delete(name)
         finally:
             conn.close()
@@ -237,6 +243,7 @@ def pass_subscribers(args: argparse.Namespace, pub: Publisher, folder: Path,
     sub_dir = folder / f"subs{count}"
     sub_dir.mkdir()
     names = [(f"s{count}-{i}", 0.0) for i in range(count)]
+    pub.subscribers += [name for name, _ in names]
     stop = threading.Event()
     samples: list[tuple[float, list[Any]]] = []
     peak = [rss_mb()]
@@ -264,6 +271,7 @@ def pass_lag(args: argparse.Namespace, folder: Path, per_sub: float) -> dict[str
     sub_dir.mkdir()
     stop_file = str(sub_dir / "stop")
     names = [("slow", 9.0 / per_sub)] + [(f"fast-{i}", 0.0) for i in range(9)]
+    pub.subscribers += [name for name, _ in names]
     workers = start_workers(args, pub.stream, pub.db, sub_dir, names, 1 << 60, stop_file)
     stop = threading.Event()
     samples: list[tuple[float, list[Any]]] = []
