@@ -13,6 +13,7 @@ from journal_helpers import (  # noqa: F401  (journal_fixture: the journal fixtu
     Journal,
     journal_fixture,
 )
+from test_docs import blocks_of
 
 from listener_router import load_settings
 
@@ -27,18 +28,7 @@ def _journal_section() -> str:
 
 
 def _blocks(language: str) -> list[str]:
-    blocks, current, kind = [], None, ""
-    for line in _journal_section().splitlines(keepends=True):
-        if line.startswith("```"):
-            if current is None:
-                current, kind = [], line[3:].strip()
-            else:
-                if kind == language:
-                    blocks.append("".join(current))
-                current = None
-        elif current is not None:
-            current.append(line)
-    return blocks
+    return blocks_of(_journal_section(), language)
 
 
 def _chalk(cwd: Path, line: str) -> subprocess.CompletedProcess[str]:
