@@ -109,18 +109,23 @@ def bench_apply(slow: float) -> Any:
 
 def worker(spec: dict[str, Any]) -> None:
     """A worker process: ``spec["subscribers"]`` agents as threads until each applied
-    ``spec["want"]`` entries or ``spec["stop_file"]`` appears; prints one JSON line each."""
+    ``spec["want"]`` entries or ``spec["stop_file"]`` appears; prints one JSON line each.
+
+    The agents open (connect, start consuming) only once every worker is ready and the
+    bench says go, and each one's clock starts before it opens."""
     settings = settings_for(spec["broker"], spec["db"], spec["stream"])
     results: list[dict[str, Any]] = []
-    go = threading.Event()
+    folder = Path(spec["dir"])
+    (folder / f"ready-{os.getpid()}").touch()
+    while not (folder / "go").exists():
+        time.sleep(0.05)
 
     def one(name: str, slow: float) -> None:
-        rule = SubscriberRule(id=name, journal="bench", store=f"sqlite:///{spec['dir']}/{name}.db",
+        rule = SubscriberRule(id=name, journal="bench", store=f"sqlite:///{folder}/{name}.db",
                               batch_size=spec["batch"], status_every=1.0)
         stop_file = Path(spec["stop_file"]) if spec.get("stop_file") else None
+        started = time.time()
         with Subscriber(settings, rule, apply=bench_apply(slow)) as sub:
-            go.wait()
-            started = time.time()
             stats = sub.run(until=lambda s: s.applied >= spec["want"] or
                             (stop_file is not None and stop_file.exists()))
             results.append({"subscriber": name, "applied": stats.applied, "started": started,
@@ -130,8 +135,6 @@ def worker(spec: dict[str, Any]) -> None:
                for name, slow in spec["subscribers"]]
     for t in threads:
         t.start()
-    time.sleep(1.0)
-    go.set()
     for t in threads:
         t.join()
     for r in results:
@@ -149,6 +152,12 @@ def start_workers(args: argparse.Namespace, stream: str, db: str, folder: Path,
                 "subscribers": group, "want": want, "batch": args.batch, "stop_file": stop_file}
         out.append(subprocess.Popen([sys.executable, __file__, "--worker", json.dumps(spec)],
                                     stdout=subprocess.PIPE, text=True, cwd=ROOT))
+    deadline = time.monotonic() + 300
+    while len(list(folder.glob("ready-*"))) < len(out):       # every worker imported
+        if time.monotonic() > deadline or any(p.poll() is not None for p in out):
+            raise SystemExit("the subscriber workers did not start")
+        time.sleep(0.1)
+    (folder / "go").touch()
     return out
 
 
