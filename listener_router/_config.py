@@ -33,9 +33,9 @@ class ListenerRule:
     queue: str = "chalk.in"
     workflow: str = "Demo"
     condition: str | None = None
-    batch_size: int = 500
-    max_wait_ms: int = 200
-    prefetch: int = 2000
+    batch_size: int | None = None      # None: adaptive (``pipeline/_sizing.py``); N: at most N
+    max_wait_ms: int | None = None     # None: adaptive; how long a batch waits to fill while more wait
+    prefetch: int | None = None        # None: derived from the largest batch
     consumers: int = 1                 # consumers on the queue (one channel, shared prefetch)
     max_retries: int = 3
     backoff_ms: tuple[int, ...] = (1000, 5000, 30000)
@@ -74,7 +74,8 @@ class Settings:
     isolation_budget: float = 900.0    # seconds a batch may spend isolating a failing instance
     concurrent_batches: int = 1        # batches whose workflows run at once (Spark: try 2 on >2 cores)
     dataframe_forms: bool = True       # Spark runs pipelets' DataFrame forms where a workflow allows
-    local_below: int = 0               # batches of fewer records run in the service's process (0: none)
+    local_below: int | None = None     # None: small batches of workflows whose pipelets allow it run
+                                       # in the service's process; N: batches under N records do; 0: none
     listeners: tuple[ListenerRule, ...] = (ListenerRule(name="default"),)
     routers: tuple[RouterRule, ...] = (RouterRule(queue="chalk.out"),)
     node: str | None = None            # lease owner / cluster member name
@@ -112,8 +113,12 @@ def _listener(table: Mapping[str, Any], where: str, position: int) -> ListenerRu
     for key in ("batch_size", "max_wait_ms", "prefetch", "consumers", "max_retries",
                 "max_records", "max_body_bytes"):
         values[key] = _take(table, key, int, where, getattr(base, key))
-        if values[key] < (0 if key in ("max_retries", "max_wait_ms") else 1):
+        if values[key] is not None and \
+                values[key] < (0 if key in ("max_retries", "max_wait_ms") else 1):
             raise ConfigError(f"{where}: {key!r} must be positive, got {values[key]}")
+    if values["prefetch"] is not None and values["prefetch"] > 65535:
+        raise ConfigError(f"{where}: 'prefetch' must be at most 65535 (AMQP's limit), "
+                          f"got {values['prefetch']}")
     backoff = _take(table, "backoff_ms", (list, int), where, list(base.backoff_ms))
     values["backoff_ms"] = tuple(backoff if isinstance(backoff, list) else [backoff])
     return ListenerRule(**values)
@@ -178,9 +183,12 @@ def load_settings(path: str | os.PathLike[str] | None = None,
     if concurrent < 1:
         raise ConfigError(f"{where} [engine]: concurrent_batches must be 1 or more, "
                           f"got {concurrent}")
-    local_below = _take(engine, "local_below", int, f"{where} [engine]", defaults.local_below)
-    if local_below < 0:
-        raise ConfigError(f"{where} [engine]: local_below must be 0 or more, got {local_below}")
+    local_below = _take(engine, "local_below", (int, str), f"{where} [engine]", "auto")
+    if local_below == "auto":
+        local_below = None
+    elif isinstance(local_below, str) or isinstance(local_below, bool) or local_below < 0:
+        raise ConfigError(f"{where} [engine]: local_below must be \"auto\" or a number of "
+                          f"records (0 or more), got {local_below!r}")
     runner = _take(engine, "runner", str, f"{where} [engine]", defaults.runner)
     if runner not in ("spark", "local"):
         raise ConfigError(f"{where} [engine]: runner must be 'spark' or 'local'")

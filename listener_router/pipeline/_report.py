@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-__all__ = ["Stats", "BatchReport", "BatchObserver", "Observers", "Meter"]
+__all__ = ["Stats", "BatchReport", "BatchObserver", "Observers", "Meter", "WorkflowRun"]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,16 @@ class Stats:
         return self.counts[key]
 
 
+@dataclass(frozen=True, slots=True)
+class WorkflowRun:
+    """One run of a workflow over a group of a batch: where, how many records, how long."""
+
+    workflow: str
+    local: bool                    # in the service's process (else a Spark job)
+    records: int
+    seconds: float
+
+
 @dataclass(eq=False)
 class BatchReport:
     """What one batch did, handed to observers once it is finished.
@@ -60,7 +70,8 @@ class BatchReport:
     outcome: Counter[tuple[str, str]] = field(default_factory=Counter)  # (queue, state) → messages
     records: Counter[tuple[str, str]] = field(default_factory=Counter)  # (workflow, committed|invalidated)
     published: int = 0             # messages published for it (routed, retry copies, dead letters)
-    local_runs: int = 0            # workflow runs in the service's process (``local_below``)
+    local_runs: int = 0            # workflow runs in the service's process
+    runs: list[WorkflowRun] = field(default_factory=list)  # each run of a workflow, in order
     seconds: dict[str, float] = field(default_factory=dict)
     finished: float = 0.0          # wall clock, when observers got it
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)

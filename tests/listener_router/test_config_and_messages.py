@@ -19,7 +19,9 @@ def test_defaults_work_with_no_file(tmp_path, monkeypatch):
     assert [r.queue for r in settings.routers] == ["chalk.out"]
     assert settings.source is None
     assert settings.dataframe_forms is True
-    assert settings.local_below == 0
+    assert settings.local_below is None  # "auto": where the workflow's pipelets allow it
+    (rule,) = settings.listeners
+    assert (rule.batch_size, rule.max_wait_ms, rule.prefetch) == (None, None, None)  # adaptive
 
 
 def test_file_and_environment_are_read(tmp_path):
@@ -62,7 +64,8 @@ attributes = ["a"]
     ("[[router]]\nattributes = ['a']\n", "give 'queue'"),
     ("[broker]\nqueue_type = 'stream'\n", "queue_type must be"),
     ("[engine]\ndataframe_forms = 'yes'\n", "'dataframe_forms' must be bool"),
-    ("[engine]\nlocal_below = -1\n", "local_below must be 0 or more"),
+    ("[engine]\nlocal_below = -1\n", "local_below must be \"auto\" or a number of records"),
+    ("[engine]\nlocal_below = 'often'\n", "local_below must be \"auto\" or a number of records"),
     ("not = toml = at all\n", "not valid TOML"),
 ])
 def test_bad_configuration_names_file_and_key(tmp_path, text, message):
