@@ -55,7 +55,15 @@ from typing import Any
 import pika
 from _measure import broker_pid, cpu_seconds, descendants, machine, median, named, percentile
 
-from listener_router import BatchSizing, ListenerRule, RouterRule, Service, Settings
+from listener_router import (
+    BatchObserver,
+    BatchReport,
+    BatchSizing,
+    ListenerRule,
+    RouterRule,
+    Service,
+    Settings,
+)
 from listener_router.broker import (
     AmqpLink,
     OutMessage,
@@ -157,6 +165,16 @@ def bare_round_trip(url: str, queue_type: str, n: int) -> float:
     return n / elapsed
 
 
+class Sizes(BatchObserver):
+    """The size of every finished batch."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+
+    def batch_finished(self, report: BatchReport) -> None:
+        self.sizes.append(report.messages)
+
+
 class Bench:
     """The service's side: settings on fresh queues, one SparkSession, passes over them."""
 
@@ -191,7 +209,8 @@ class Bench:
         purge(settings.broker_url, settings.routers[0].queue)
         publish(settings.broker_url, self.rule.queue, [body_for(first + i) for i in range(n)],
                 uuid.uuid4().hex[:6])
-        with Service(settings, spark=self.spark, sizing=sizing) as service:
+        sizes = Sizes()
+        with Service(settings, spark=self.spark, sizing=sizing, observers=[sizes]) as service:
             below = descendants(os.getpid())
             jvm = named(below, "java")
             found = {"service": os.getpid(), "broker I/O": getattr(service.link, "child_pid", None),
@@ -212,7 +231,7 @@ class Bench:
         counts = dict(stats.counts)
         return {"messages": n, "seconds": elapsed, "rate": stats["committed"] / elapsed,
                 "committed": stats["committed"], "batches": counts.get("batches", 0),
-                "local_batches": counts.get("local_batches", 0),
+                "local_batches": counts.get("local_batches", 0), "sizes": sizes.sizes,
                 "cpu_us": {k: (after[k] - before.get(k, 0.0)) / n * 1e6 for k in after},
                 "phases_ms": {k[:-3]: v for k, v in counts.items() if k.endswith("_ms")}}
 
@@ -329,7 +348,8 @@ def main() -> int:
             runs.append({"bare": bare, **chalk, "ratio": chalk["rate"] / bare})
             print(f"run {i + 1}: bare {bare:,.0f} msg/s, chalk {chalk['rate']:,.0f} records/s, "
                   f"ratio {chalk['rate'] / bare:.2f}; {chalk['batches']} batches "
-                  f"({chalk['local_batches']} in the service's process); CPU µs/message: "
+                  f"(largest {max(chalk['sizes'], default=0):,}, "
+                  f"{chalk['local_batches']} in the service's process); CPU µs/message: "
                   f"{_cpu_line(chalk['cpu_us'])}", flush=True)
         out["runs"] = runs
         lat = []

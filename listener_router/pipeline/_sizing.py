@@ -14,7 +14,8 @@ fill to ``size``.
 
 *How large* ``size`` *is.*  A run of ``n`` records takes about ``F + c·n``
 seconds: ``F`` is fixed per Spark job (planning, scheduling, py4j round
-trips: 0.05-0.25 s on a warm session, ~0.1 CPU-s in the JVM), ``c`` the cost
+trips: 0.05-0.25 s on a warm session, ~0.1 CPU-s in the JVM; taken as at
+least ``MIN_FIXED``), ``c`` the cost
 of a record.  ``size`` is the smallest batch whose fixed cost is at most
 ``FIXED_SHARE`` of its run, ``F / (FIXED_SHARE·c)``, within ``MIN_SIZE`` …
 ``MAX_SIZE`` and short enough that a run lasts at most ``MAX_RUN`` seconds
@@ -67,6 +68,7 @@ DEFAULT_MAX_WAIT = 1.0     # seconds a batch waits to fill while more messages w
 PREFETCH_BATCHES = 4       # prefetch: one batch gathering, one running, two committing/acking
 MAX_PREFETCH = 65_535      # AMQP's prefetch count is 16 bits
 PRIOR_FIXED = 0.1          # seconds: a warm Spark job's fixed cost, before any is measured
+MIN_FIXED = 0.05           # seconds: no Spark job costs less (py4j round trips, scheduling)
 PRIOR_PER_RECORD = 50e-6   # seconds per record on Spark, before any is measured
 PRIOR_LOCAL = 300e-6       # seconds per record in the service's process, before any is measured
 DECAY = 0.95               # weight of a run after the next one (about the last twenty count)
@@ -96,7 +98,9 @@ class RunCost:
             return
         per_record = (s0 * t1 - s1 * t0) / det
         self.per_record = max(per_record, 1e-7)
-        self.fixed = max((t0 - self.per_record * s1) / s0, 0.0)
+        # A loaded machine makes single runs slow at random; the intercept of a few
+        # such runs can fall to nothing, and no job costs nothing.
+        self.fixed = max((t0 - self.per_record * s1) / s0, MIN_FIXED)
 
     def add_local(self, records: int, seconds: float) -> None:
         if records <= 0:
@@ -150,7 +154,12 @@ class AdaptiveSizing(BatchSizing):
                 else:
                     cost.add_spark(run.records, run.seconds)
             if self.limit is None:
-                self.size = min(cost.best_size() for cost in self.costs.values())
+                size = min(cost.best_size() for cost in self.costs.values())
+                if abs(size - self.size) > self.size / 5:
+                    log.debug("batch size %d (was %d): %s", size, self.size, "; ".join(
+                        f"{name} {cost.fixed:.3f} s + {cost.per_record * 1e6:.1f} µs/record"
+                        for name, cost in self.costs.items()))
+                self.size = size
 
 
 def default_sizing(rules: Sequence[ListenerRule]) -> AdaptiveSizing:

@@ -22,7 +22,14 @@ from listener_router.pipeline import (
     default_sizing,
     prefetch_for,
 )
-from listener_router.pipeline._sizing import MAX_LOCAL, MAX_PREFETCH, MAX_SIZE, MIN_SIZE, RunCost
+from listener_router.pipeline._sizing import (
+    MAX_LOCAL,
+    MAX_PREFETCH,
+    MAX_SIZE,
+    MIN_FIXED,
+    MIN_SIZE,
+    RunCost,
+)
 
 
 def _spark_runs(cost: RunCost, fixed: float, per_record: float) -> None:
@@ -53,6 +60,17 @@ def test_one_size_of_runs_still_gives_an_answer():
         cost.add_spark(10_000, 0.6)
     assert 0 < cost.fixed < 0.6 and cost.per_record > 0
     assert cost.fixed + cost.per_record * 10_000 == pytest.approx(0.6, rel=0.05)
+
+
+def test_slow_small_runs_never_make_a_job_free():
+    # A loaded machine: the large runs were slowed, the small ones not, and the line
+    # through them meets zero records below zero seconds.
+    cost = RunCost()
+    for _ in range(10):
+        cost.add_spark(1_000, 0.05)
+        cost.add_spark(10_000, 1.5)
+    assert cost.fixed == MIN_FIXED
+    assert cost.best_size() >= MIN_SIZE
 
 
 def test_small_batches_run_here_while_a_run_here_is_quicker_than_a_job():
