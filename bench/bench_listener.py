@@ -31,6 +31,12 @@ settings, ≥ 0.6 with ``--batch-size 2000``; p50 ≤ 100 ms and p99 ≤ 500 ms 
 1,000 msg/s).  On a shared machine absolute rates move with the load (it is
 printed); the ratios, measured bare and chalk interleaved, move less.
 
+With ``--http HOST:PORT`` (e.g. ``127.0.0.1:0``) the runs are followed by
+``--ab-rounds`` rounds of two passes each, without and with the metrics and
+dashboard served (``[http] listen``; ``/metrics`` scraped every 5 s as
+Prometheus would), and the ratio of the median rates is printed: what
+watching the service costs its hot path.
+
 Run: ``.venv/bin/python bench/bench_listener.py`` (defaults: 100,000
 messages, 3 runs, 3 latency runs of 20 s); ``--batch-size 2000``;
 ``--messages 20000 --runs 1 --latency-runs 1`` for a quick look; ``--json
@@ -165,6 +171,14 @@ def bare_round_trip(url: str, queue_type: str, n: int) -> float:
     return n / elapsed
 
 
+def scrape(url: str, every: float, stop: threading.Event) -> None:
+    """GET ``url`` every ``every`` seconds until ``stop`` (what Prometheus does)."""
+    import urllib.request
+    while not stop.wait(every):
+        with urllib.request.urlopen(url, timeout=30) as response:
+            response.read()
+
+
 class Sizes(BatchObserver):
     """The size of every finished batch."""
 
@@ -203,7 +217,8 @@ class Bench:
     def run(self, n: int, settings: Settings | None = None,
             sizing: BatchSizing | None = None) -> dict[str, Any]:
         """``n`` messages published, then the service started: records/s, counters, CPU
-        seconds per message by process."""
+        seconds per message by process (with ``settings.http_listen``, its metrics are
+        scraped every 5 s meanwhile)."""
         settings = settings or self.settings
         first, self.first = self.first, self.first + n
         purge(settings.broker_url, settings.routers[0].queue)
@@ -224,9 +239,14 @@ class Bench:
                 return out
 
             before = cpu()
+            stop = threading.Event()
+            if service.watch is not None:
+                threading.Thread(target=scrape, args=(service.watch.url + "metrics", 5.0, stop),
+                                 daemon=True).start()
             started = time.perf_counter()
             stats = service.run(until=lambda s: s["committed"] >= n, idle_exit=60)
             elapsed = time.perf_counter() - started
+            stop.set()
             after = cpu()
         counts = dict(stats.counts)
         return {"messages": n, "seconds": elapsed, "rate": stats["committed"] / elapsed,
@@ -321,6 +341,11 @@ def main() -> int:
         "CHALK_BENCH_BROKER", "amqp://guest:guest@127.0.0.1:5672/%2F"))
     parser.add_argument("--runner", choices=["spark", "local"], default="spark")
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--http", metavar="HOST:PORT",
+                        help="after the runs, compare passes without and with the metrics "
+                             "and dashboard served there (e.g. 127.0.0.1:0)")
+    parser.add_argument("--ab-rounds", type=int, default=3,
+                        help="rounds of the --http comparison (one pass without, one with, each)")
     parser.add_argument("--json", metavar="FILE", help="write every figure here")
     args = parser.parse_args()
     ensure_local_broker(args.broker)
@@ -352,6 +377,17 @@ def main() -> int:
                   f"{chalk['local_batches']} in the service's process); CPU µs/message: "
                   f"{_cpu_line(chalk['cpu_us'])}", flush=True)
         out["runs"] = runs
+        if args.http:
+            rates: dict[str, list[float]] = {"without": [], "with": []}
+            for _round in range(args.ab_rounds):
+                for name, pass_settings in (("without", bench.settings),
+                                            ("with", replace(bench.settings, http_listen=args.http))):
+                    rates[name].append(bench.run(args.messages, pass_settings)["rate"])
+            plain, watched = median(rates["without"]), median(rates["with"])
+            out["http"] = {**rates, "ratio": watched / plain}
+            print(f"metrics and dashboard served (--http {args.http}), {args.ab_rounds} round(s): "
+                  f"without {plain:,.0f} records/s, with {watched:,.0f} records/s (medians)   "
+                  f"ratio with/without {watched / plain:.3f}", flush=True)
         lat = []
         for i in range(args.latency_runs):
             one = bench.latency(args.rate, args.seconds)

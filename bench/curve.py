@@ -14,7 +14,8 @@ From there, one axis at a time:
 
 Each point: its messages published, then the service process(es) — each
 with its SparkSession kept warm from the points before — let go; the time
-from then until every routed message is in the output queue.  CPU per record
+from then until every routed message (one per record) is in the output
+queue.  CPU per record
 is the CPU every process spent meanwhile (the services and all below them:
 broker I/O, Spark's JVM and Python workers; the RabbitMQ node; the
 PostgreSQL server) over the records: on two cores that sum bounds the rate.
@@ -223,7 +224,8 @@ class Curve:
         conn = pika.BlockingConnection(connection_parameters(settings.broker_url))
         channel = conn.channel()
         deadline = time.monotonic() + self.args.timeout
-        while channel.queue_declare(out, passive=True).method.message_count < messages:
+        # One routed message per record.
+        while channel.queue_declare(out, passive=True).method.message_count < records:
             if time.monotonic() > deadline:
                 raise SystemExit(f"{point}: not every message routed in {self.args.timeout} s")
             time.sleep(0.05)

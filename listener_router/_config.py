@@ -20,7 +20,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Settings", "ListenerRule", "RouterRule", "ConfigError", "load_settings", "make_runner"]
+__all__ = ["Settings", "ListenerRule", "RouterRule", "ConfigError", "load_settings", "make_runner",
+           "parse_listen"]
 
 DEFAULT_BROKER = "amqp://guest:guest@localhost:5672/%2F"
 
@@ -80,6 +81,8 @@ class Settings:
     routers: tuple[RouterRule, ...] = (RouterRule(queue="chalk.out"),)
     node: str | None = None            # lease owner / cluster member name
     retention_days: float = 7.0        # processed-message and sent-outbox history kept
+    http_listen: str | None = None     # [http] listen: "host:port" of metrics and dashboard (off: None)
+    http_token: str | None = None      # [http] token: needed to replay dead letters from the page
     source: str | None = None          # the file the settings came from
 
     def with_overrides(self, **changes: Any) -> Settings:
@@ -155,13 +158,15 @@ def load_settings(path: str | os.PathLike[str] | None = None,
             raise ConfigError(f"{candidate}: not valid TOML: {e}") from e
     where = source or "defaults"
     _check_keys(data, {"blackboard", "broker", "spark", "workflows", "listener", "router",
-                       "engine", "node"}, where)
+                       "engine", "node", "http"}, where)
     bb = data.get("blackboard", {})
     broker = data.get("broker", {})
     spark = data.get("spark", {})
     wf = data.get("workflows", {})
     engine = data.get("engine", {})
     node = data.get("node", {})
+    http = data.get("http", {})
+    _check_keys(http, {"listen", "token"}, f"{where} [http]")
     _check_keys(bb, {"url", "lease_seconds"}, f"{where} [blackboard]")
     _check_keys(broker, {"url", "queue_type", "delivery_limit", "process"}, f"{where} [broker]")
     _check_keys(spark, {"master", "conf"}, f"{where} [spark]")
@@ -192,6 +197,10 @@ def load_settings(path: str | os.PathLike[str] | None = None,
     runner = _take(engine, "runner", str, f"{where} [engine]", defaults.runner)
     if runner not in ("spark", "local"):
         raise ConfigError(f"{where} [engine]: runner must be 'spark' or 'local'")
+    http_listen = env.get("CHALK_HTTP_LISTEN") or _take(http, "listen", str, f"{where} [http]", None)
+    if http_listen is not None:
+        parse_listen(http_listen, f"{where} [http] listen")
+    http_token = env.get("CHALK_HTTP_TOKEN") or _take(http, "token", str, f"{where} [http]", None)
     settings = Settings(
         blackboard_url=env.get("CHALK_BLACKBOARD_URL")
         or _take(bb, "url", str, f"{where} [blackboard]", defaults.blackboard_url),
@@ -226,9 +235,24 @@ def load_settings(path: str | os.PathLike[str] | None = None,
         node=env.get("CHALK_NODE") or _take(node, "name", str, f"{where} [node]", None),
         retention_days=float(_take(node, "retention_days", (int, float), f"{where} [node]",
                                    defaults.retention_days)),
+        http_listen=http_listen,
+        http_token=http_token or None,
         source=source,
     )
     return settings
+
+
+def parse_listen(listen: str, where: str = "listen") -> tuple[str, int]:
+    """``"host:port"`` (``"[::1]:9187"`` for IPv6) as ``(host, port)``; port 0 picks a free one.
+
+    Raises:
+        ConfigError: not of that form (``where`` names the setting).
+    """
+    host, sep, port = listen.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"{where}: {listen!r} is not host:port (e.g. \"127.0.0.1:9187\")")
+    return host, int(port)
 
 
 def make_runner(settings: Settings, spark: Any = None) -> Any:

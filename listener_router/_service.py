@@ -101,6 +101,7 @@ class Service:
         self._runners: ThreadPoolExecutor | None = None
         self._commit: CommitStage | None = None
         self._finish: FinishStage | None = None
+        self.watch: Any = None  # listener_router.watch.Watch, when [http] listen is set
 
     # -- opening and closing ---------------------------------------------------------
     def open(self) -> Service:
@@ -166,6 +167,9 @@ class Service:
             Retention(store, s.retention_days), ForgetDeadMembers(self.membership),
             *self.leader_tasks])
         self._last_refresh = time.monotonic()
+        if s.http_listen:  # metrics and the dashboard (their imports only when asked for)
+            from listener_router.watch import Watch
+            self.watch = Watch(self).start()
         log.info("service %s up: queues %s, workflows %s", node,
                  ", ".join(self.listeners.queues), ", ".join(registry.names()))
         return self
@@ -174,6 +178,11 @@ class Service:
         try:
             self.drain()
         finally:
+            if self.watch is not None:
+                try:
+                    self.watch.stop()
+                except Exception:  # never keeps the rest from closing
+                    log.exception("stopping the metrics and dashboard failed")
             if self._runners is not None:
                 self._runners.shutdown(wait=True)
             for stage in (self._commit, self._finish):

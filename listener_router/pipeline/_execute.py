@@ -34,7 +34,7 @@ from listener_router._errors import RunnerUnusable
 from listener_router.pipeline._batch import Batch, Group
 from listener_router.pipeline._commit import CommitStage, Executed
 from listener_router.pipeline._loading import Loader
-from listener_router.pipeline._report import BatchReport, Meter, WorkflowRun
+from listener_router.pipeline._report import BatchReport, Meter
 from listener_router.pipeline._retries import fail
 from listener_router.pipeline._settle import Settlement
 from listener_router.pipeline._sizing import Placement
@@ -129,6 +129,7 @@ class ExecuteStage:
         local = self.local_runner is not None and self.placement is not None and \
             self.placement.runs_here(workflow, works, records)
         started = time.perf_counter()
+        where = "local" if local or not isinstance(self.runner, engine.SparkRunner) else "spark"
         try:
             if local:
                 assert self.local_runner is not None
@@ -147,9 +148,10 @@ class ExecuteStage:
         seconds = time.perf_counter() - started
         self.meter.time("run", seconds, report)
         if report is not None:
-            with report.lock:
-                report.runs.append(WorkflowRun(name, local, records, seconds))
-                report.local_runs += local
+            report.add_run(name, where, seconds, records)
+            if local:
+                with report.lock:
+                    report.local_runs += 1
         return list(results)
 
     def _isolate(self, group: Group, works: list[Work], error: str) -> None:

@@ -47,9 +47,13 @@ class WorkflowRun:
     """One run of a workflow over a group of a batch: where, how many records, how long."""
 
     workflow: str
-    local: bool                    # in the service's process (else a Spark job)
-    records: int
+    runner: str                    # "spark" (a Spark job) or "local" (in the service's process)
     seconds: float
+    records: int = 0
+
+    @property
+    def local(self) -> bool:
+        return self.runner == "local"
 
 
 @dataclass(eq=False)
@@ -70,8 +74,9 @@ class BatchReport:
     outcome: Counter[tuple[str, str]] = field(default_factory=Counter)  # (queue, state) → messages
     records: Counter[tuple[str, str]] = field(default_factory=Counter)  # (workflow, committed|invalidated)
     published: int = 0             # messages published for it (routed, retry copies, dead letters)
-    local_runs: int = 0            # workflow runs in the service's process
+    sent: Counter[str] = field(default_factory=Counter)  # routed messages by target queue
     runs: list[WorkflowRun] = field(default_factory=list)  # each run of a workflow, in order
+    local_runs: int = 0            # workflow runs in the service's process
     seconds: dict[str, float] = field(default_factory=dict)
     finished: float = 0.0          # wall clock, when observers got it
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -84,6 +89,16 @@ class BatchReport:
         if n:
             with self.lock:
                 self.records[(workflow, kind)] += n
+
+    def count_sent(self, targets: Iterable[str]) -> None:
+        """Routed messages published, one target (queue, or ``exchange/key``) each."""
+        with self.lock:
+            self.sent.update(targets)
+
+    def add_run(self, workflow: str, runner: str, seconds: float, records: int = 0) -> None:
+        """One workflow run of the batch: ``runner`` is ``spark`` or ``local``."""
+        with self.lock:
+            self.runs.append(WorkflowRun(workflow, runner, seconds, records))
 
     def states(self) -> Counter[str]:
         """Messages by the state they were settled in (committed, duplicate, retrying, …)."""

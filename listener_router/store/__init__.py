@@ -8,8 +8,9 @@ service's :class:`~listener_router.StoreUnavailable` (retry later) or
 :class:`~listener_router.CommitRefused` (the data's fault) here.
 """
 
+from listener_router.store._joblog import Job, JobLog
 from listener_router.store._nodes import Member, Nodes
 from listener_router.store._outbox import Outbox
 from listener_router.store._store import ServiceStore, commit_failure, unavailable
 
-__all__ = ["Member", "Nodes", "Outbox", "ServiceStore", "commit_failure", "unavailable"]
+__all__ = ["Job", "JobLog", "Member", "Nodes", "Outbox", "ServiceStore", "commit_failure", "unavailable"]

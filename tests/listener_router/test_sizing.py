@@ -106,8 +106,8 @@ def test_finished_batches_set_the_size_the_heaviest_workflow_wins():
     sizing = AdaptiveSizing()
     assert sizing.size == MAX_SIZE  # before any run: the prior says large
     for n in (200, 2_000, 800, 1_500) * 5:
-        sizing.batch_finished(_report(WorkflowRun("light", False, n, 0.2 + 5e-6 * n),
-                                      WorkflowRun("heavy", False, n, 0.2 + 1e-3 * n)))
+        sizing.batch_finished(_report(WorkflowRun("light", "spark", 0.2 + 5e-6 * n, n),
+                                      WorkflowRun("heavy", "spark", 0.2 + 1e-3 * n, n)))
     assert 1_500 <= sizing.size <= 2_500
     assert sizing.local_limit("light") >= 0 and sizing.local_limit("unknown") > 0
 
@@ -115,7 +115,7 @@ def test_finished_batches_set_the_size_the_heaviest_workflow_wins():
 def test_a_batch_size_in_the_rules_fixes_the_size():
     sizing = default_sizing([ListenerRule(name="a", batch_size=2000, max_wait_ms=50)])
     for n in (200, 2_000) * 5:
-        sizing.batch_finished(_report(WorkflowRun("heavy", False, n, 0.2 + 1e-3 * n)))
+        sizing.batch_finished(_report(WorkflowRun("heavy", "spark", 0.2 + 1e-3 * n, n)))
     assert (sizing.size, sizing.max_wait) == (2000, 0.05)
     assert default_sizing([ListenerRule(name="a", batch_size=2000),
                            ListenerRule(name="b")]).limit is None  # one rule leaves it open
