@@ -18,7 +18,7 @@ from engine._errors import (
     WorkflowFault,
 )
 from engine._graph import render_graph, to_dot, workflow_graph
-from engine._loader import WorkflowRegistry, load_workflow
+from engine._loader import WorkflowRegistry, WorkflowVersion, load_workflow
 from engine._pipelets import DEFAULT_ALIASES, DEFAULT_SERVICES, classes_not_in_service
 from engine._pipelets import instantiate as instantiate_pipelet
 from engine._runner import InstanceResult, LocalRunner, SparkRunner, spark_session
@@ -44,6 +44,7 @@ __all__ = [
     "WorkflowDefinitionError",
     "WorkflowFault",
     "WorkflowRegistry",
+    "WorkflowVersion",
     "classes_not_in_service",
     "compile_condition",
     "instantiate_pipelet",
