@@ -11,6 +11,9 @@ From there, one axis at a time:
 * pipelets in the workflow: 1, 3, 10, 30 (the three above, repeated);
 * store: SQLite, PostgreSQL (``--pg URL``; skipped without one);
 * service processes: 1, 2 (on PostgreSQL, as a cluster; skipped without one).
+  Here the messages are published once the processes consume, and the time
+  includes publishing: a backlog already waiting when they start would go
+  to the first consumer, up to its prefetch (65,535 by default).
 
 Each point: its messages published, then the service process(es) — each
 with its SparkSession kept warm from the points before — let go; the time
@@ -89,6 +92,7 @@ class Point:
     pipelets: int = 3
     store: str = "sqlite"
     processes: int = 1
+    live: bool = False  # published once the services consume (else: before they start)
 
 
 def points(with_pg: bool) -> list[Point]:
@@ -98,7 +102,8 @@ def points(with_pg: bool) -> list[Point]:
     out += [Point("pipelets", str(n), n, pipelets=n) for n in (1, 3, 10, 30)]
     if with_pg:
         out += [Point("store", s, x, store=s) for s, x in (("sqlite", 0), ("postgresql", 1))]
-        out += [Point("service processes", str(n), n, store="postgresql", processes=n) for n in (1, 2)]
+        out += [Point("service processes", str(n), n, store="postgresql", processes=n, live=True)
+                for n in (1, 2)]
     return out
 
 
@@ -207,7 +212,9 @@ class Curve:
         declare_all(conn, settings)
         conn.close()
         records = record_count(point, records)
-        messages = self._publish(settings, point, records)
+        messages = records // point.per_message
+        if not point.live:
+            messages = self._publish(settings, point, records)
         records = messages * point.per_message
         used = self.workers[:point.processes]
         self.stop.clear()
@@ -220,6 +227,8 @@ class Curve:
         started = time.perf_counter()
         for _process, pipe in used:
             pipe.send("go")
+        if point.live:
+            self._publish(settings, point, records)
         out = settings.routers[0].queue or ""
         conn = pika.BlockingConnection(connection_parameters(settings.broker_url))
         channel = conn.channel()
