@@ -20,9 +20,11 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Settings", "ListenerRule", "RouterRule", "ConfigError", "load_settings", "make_runner"]
+__all__ = ["Settings", "ListenerRule", "RouterRule", "EventSettings", "ConfigError",
+           "load_settings", "make_runner"]
 
 DEFAULT_BROKER = "amqp://guest:guest@localhost:5672/%2F"
+EVENTS_EXCHANGE = "chalk.events"
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,26 @@ class RouterRule:
 
 
 @dataclass(frozen=True)
+class EventSettings:
+    """``[events]``: which distributed events the service writes (each kind off by default)."""
+
+    exchange: str = EVENTS_EXCHANGE    # a topic exchange
+    committed: bool = False            # record.committed.<workflow>, one per committed record
+    invalidated: bool = False          # record.invalidated.<workflow>, one per record of a failed instance
+    dead_lettered: bool = False        # message.dead_lettered.<queue>, one per dead letter
+    topology: bool = False             # topology.changed, one per established cluster view
+    job_finished: bool = False         # job.finished.<schedule>, from scheduled jobs
+
+    @property
+    def any(self) -> bool:
+        """Whether any kind is on (the exchange is declared then)."""
+        return any(getattr(self, kind) for kind in _EVENT_KINDS)
+
+
+_EVENT_KINDS = ("committed", "invalidated", "dead_lettered", "topology", "job_finished")
+
+
+@dataclass(frozen=True)
 class Settings:
     blackboard_url: str = "sqlite:///chalk.db"
     lease_seconds: float = 60.0
@@ -79,6 +101,9 @@ class Settings:
     routers: tuple[RouterRule, ...] = (RouterRule(queue="chalk.out"),)
     node: str | None = None            # lease owner / cluster member name
     retention_days: float = 7.0        # processed-message and sent-outbox history kept
+    heartbeat_seconds: float = 5.0     # between a member's heartbeats
+    ttl_seconds: float = 30.0          # a member silent this long is gone (failover)
+    events: EventSettings = field(default_factory=EventSettings)
     source: str | None = None          # the file the settings came from
 
     def with_overrides(self, **changes: Any) -> Settings:
@@ -133,6 +158,33 @@ def _router(table: Mapping[str, Any], where: str) -> RouterRule:
     return rule
 
 
+def _heartbeat(node: Mapping[str, Any], where: str, defaults: Settings) -> tuple[float, float]:
+    """``heartbeat_seconds`` and ``ttl_seconds``: positive, the time-to-live above the interval."""
+    heartbeat = float(_take(node, "heartbeat_seconds", (int, float), where,
+                            defaults.heartbeat_seconds))
+    ttl = float(_take(node, "ttl_seconds", (int, float), where, defaults.ttl_seconds))
+    if heartbeat <= 0 or ttl <= 0:
+        raise ConfigError(f"{where}: heartbeat_seconds and ttl_seconds must be positive, "
+                          f"got {heartbeat:g} and {ttl:g}")
+    if ttl <= heartbeat:
+        raise ConfigError(f"{where}: ttl_seconds ({ttl:g}) must be more than heartbeat_seconds "
+                          f"({heartbeat:g}); three heartbeats or more is safe")
+    return heartbeat, ttl
+
+
+def _events(table: Any, where: str) -> EventSettings:
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{where}: must be a table, got {table!r}")
+    _check_keys(table, {"exchange", *_EVENT_KINDS}, where)
+    defaults = EventSettings()
+    exchange = _take(table, "exchange", str, where, defaults.exchange)
+    if not exchange or exchange.startswith("amq."):
+        raise ConfigError(f"{where}: 'exchange' must name a topic exchange of Chalk's own, "
+                          f"got {exchange!r}")
+    return EventSettings(exchange=exchange, **{
+        kind: _take(table, kind, bool, where, getattr(defaults, kind)) for kind in _EVENT_KINDS})
+
+
 def load_settings(path: str | os.PathLike[str] | None = None,
                   env: Mapping[str, str] | None = None) -> Settings:
     """Read ``path`` (default ``chalk.toml`` when present) and the CHALK_* environment."""
@@ -150,7 +202,7 @@ def load_settings(path: str | os.PathLike[str] | None = None,
             raise ConfigError(f"{candidate}: not valid TOML: {e}") from e
     where = source or "defaults"
     _check_keys(data, {"blackboard", "broker", "spark", "workflows", "listener", "router",
-                       "engine", "node"}, where)
+                       "engine", "node", "events"}, where)
     bb = data.get("blackboard", {})
     broker = data.get("broker", {})
     spark = data.get("spark", {})
@@ -164,7 +216,8 @@ def load_settings(path: str | os.PathLike[str] | None = None,
     _check_keys(engine, {"runner", "batch_timeout", "isolation_budget", "concurrent_batches",
                          "dataframe_forms", "local_below"},
                 f"{where} [engine]")
-    _check_keys(node, {"name", "retention_days"}, f"{where} [node]")
+    _check_keys(node, {"name", "retention_days", "heartbeat_seconds", "ttl_seconds"},
+                f"{where} [node]")
     defaults = Settings()
     listeners = tuple(_listener(t, f"{where} [[listener]] #{i + 1}", i + 1)
                       for i, t in enumerate(data.get("listener", [])))
@@ -181,6 +234,8 @@ def load_settings(path: str | os.PathLike[str] | None = None,
     local_below = _take(engine, "local_below", int, f"{where} [engine]", defaults.local_below)
     if local_below < 0:
         raise ConfigError(f"{where} [engine]: local_below must be 0 or more, got {local_below}")
+    heartbeat, ttl = _heartbeat(node, f"{where} [node]", defaults)
+    events = _events(data.get("events", {}), f"{where} [events]")
     runner = _take(engine, "runner", str, f"{where} [engine]", defaults.runner)
     if runner not in ("spark", "local"):
         raise ConfigError(f"{where} [engine]: runner must be 'spark' or 'local'")
@@ -218,6 +273,9 @@ def load_settings(path: str | os.PathLike[str] | None = None,
         node=env.get("CHALK_NODE") or _take(node, "name", str, f"{where} [node]", None),
         retention_days=float(_take(node, "retention_days", (int, float), f"{where} [node]",
                                    defaults.retention_days)),
+        heartbeat_seconds=heartbeat,
+        ttl_seconds=ttl,
+        events=events,
         source=source,
     )
     return settings
