@@ -43,6 +43,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -173,6 +174,22 @@ def _named(pids: list[int], comm: str) -> int | None:
     return None
 
 
+def _broker_pid(url: str) -> int | None:
+    """The RabbitMQ node serving ``url``: of the machine's beam.smp processes, the one
+    whose RABBITMQ_NODE_PORT is the URL's port (none set: 5672)."""
+    port = str(urllib.parse.urlsplit(url).port or 5672)
+    beams = subprocess.run(["pgrep", "-x", "beam.smp"], capture_output=True, text=True).stdout
+    for pid in beams.split():
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+        except OSError:
+            continue
+        if env.get(b"RABBITMQ_NODE_PORT", b"5672").decode() == port:
+            return int(pid)
+    return None
+
+
 def purge(url: str, queue: str) -> None:
     conn = pika.BlockingConnection(connection_parameters(url))
     conn.channel().queue_purge(queue)
@@ -188,10 +205,9 @@ def chalk_run(settings: Settings, n: int, spark: Any) -> tuple[float, dict[str, 
     publish(settings.broker_url, queue, [body_for(first + i) for i in range(n)], uuid.uuid4().hex[:6])
     with Service(settings, spark=spark) as service:
         child = getattr(service.link, "child_pid", None)
-        beam = subprocess.run(["pgrep", "-x", "beam.smp"], capture_output=True, text=True).stdout.split()
         found = {"service": os.getpid(), "broker I/O": child,
                  "JVM": _named(_descendants(os.getpid()), "java"),
-                 "RabbitMQ": int(beam[0]) if beam else None}
+                 "RabbitMQ": _broker_pid(settings.broker_url)}
         processes = {name: pid for name, pid in found.items() if pid is not None}
         before = {name: cpu_seconds(pid) for name, pid in processes.items()}
         started = time.perf_counter()

@@ -205,7 +205,7 @@ class Membership:
             state = self._lead(live, state)
             if self._epoch is not None:
                 try:
-                    state = self._settle(live, state)
+                    state = self._settle(rows, live, state)
                 except NotLeader:
                     state = self.cluster.read()
             self._observe(rows, live, state)
@@ -235,7 +235,7 @@ class Membership:
         self._leader = state.leader
         return state
 
-    def _settle(self, live: list[Member], state: ClusterRow) -> ClusterRow:
+    def _settle(self, rows: list[Member], live: list[Member], state: ClusterRow) -> ClusterRow:
         """As leader: fail over the members gone and establish the view of the live ones."""
         pairs = [(m.name, m.incarnation) for m in live]
         if tuple(pairs) == state.view_members:
@@ -258,9 +258,13 @@ class Membership:
                 "joined": [n for n, i in pairs if (n, i) not in set(state.view_members)],
             }, key=(state.cluster_id, str(seq)))
         if failed.members:
-            log.warning("failover of %s: %d record lease(s) released, %d unsent outbox "
-                        "batch(es) to publish", ", ".join(failed.members), failed.leases,
-                        len(failed.batches))
+            lapsed = {m.name for m in rows}  # a clean leave deleted its row
+            if failed.leases or failed.batches or lapsed & set(failed.members):
+                log.warning("failover of %s: %d record lease(s) released, %d unsent outbox "
+                            "batch(es) to publish", ", ".join(failed.members), failed.leases,
+                            len(failed.batches))
+            else:
+                log.info("%s left the cluster", ", ".join(failed.members))
             if failed.batches:
                 self._hand_over(failed.batches)
         with unavailable():

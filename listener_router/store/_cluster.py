@@ -70,7 +70,7 @@ class ClusterState:
         if conn is not None:
             row = conn.execute(query).one()
         else:
-            with self.engine.connect() as own:
+            with self.engine.connect().execution_options(chalk_readonly=True) as own:
                 row = own.execute(query).one()
         return ClusterRow(row.cluster_id, row.leader, row.leader_incarnation, row.epoch,
                           row.view_seq, tuple(tuple(m) for m in orjson.loads(row.view_members)),

@@ -107,7 +107,8 @@ class Nodes:
         if conn is not None:
             rows = conn.execute(query).all()
         else:
-            with self.engine.connect() as own:
+            # read-only: on SQLite a plain BEGIN, not the writers' BEGIN IMMEDIATE
+            with self.engine.connect().execution_options(chalk_readonly=True) as own:
                 rows = own.execute(query).all()
         return [_member(r) for r in rows]
 

@@ -234,3 +234,30 @@ def test_the_leader_writes_topology_changed_with_a_deterministic_id(pg_url):
     assert body["members"][1]["queues"] == ["in"]
     assert last.headers["event.application"] == "a" and last.exchange == "chalk.events"
     assert last.message_id == event_id(EventKind.TOPOLOGY_CHANGED, body["cluster_id"], "2")
+
+
+def test_the_scheduled_job_example_emits_job_finished_only_while_leading(pg_url):
+    from test_docs import DOCS, block_with
+
+    namespace: dict = {}
+    exec(compile(block_with(DOCS / "internals.md", "python", "class Nightly"), "nightly", "exec"),
+         namespace)
+    published: list[dict[str, list[OutMessage]]] = []
+    events = Events(EventSettings(job_finished=True), "a")
+    a = member(pg_url, "a", publish=published.append, events=events)
+    b = member(pg_url, "b")
+    a.beat()
+    b.beat()
+    a.beat()
+    assert LeaderTasks(a, [namespace["Nightly"]()]).run_all() == {"nightly": 1}
+    (event,) = [m for batch in published for ms in batch.values() for m in ms
+                if m.routing_key.startswith("job.")]
+    body = json.loads(event.body)
+    assert event.routing_key == "job.finished.nightly" and body["outcome"] == "ok"
+    assert event.message_id == event_id(EventKind.JOB_FINISHED, "nightly", body["day"])
+
+    lapse(a)          # frozen past the ttl: b takes over; a's job is refused, nothing sent
+    b.beat()
+    published.clear()
+    assert LeaderTasks(a, [namespace["Nightly"]()]).run_all() == {}
+    assert published == []
