@@ -11,8 +11,8 @@ under its name and the next round begins.
 
 With failover the leader notices the lapsed heartbeat after the
 time-to-live, drops the dead member's leases and establishes the new view;
-the other members' held messages are gathered again at once.  With
-``--no-failover`` (a time-to-live of an hour: nobody is seen to die) the
+the other members' held messages are gathered again at once.  In the
+baseline (a time-to-live of an hour: nobody is seen to die) the
 records wait for their leases to expire (``--lease-seconds``, 60 by
 default, as in ``[blackboard] lease_seconds``): the behaviour before
 failover, the baseline.
@@ -20,8 +20,8 @@ failover, the baseline.
 Run (the broker and PostgreSQL of scripts/services.sh; the exports pick a
 private node and cluster)::
 
-    .venv/bin/python bench/bench_failover.py               # 5 rounds, median and max
-    .venv/bin/python bench/bench_failover.py --no-failover --rounds 3   # the baseline
+    .venv/bin/python bench/bench_failover.py     # 5 rounds, 3 of the baseline, the ratio
+    .venv/bin/python bench/bench_failover.py --only failover   # without the baseline
 """
 
 from __future__ import annotations
@@ -151,7 +151,8 @@ def committed(store: ServiceStore, ids: list[str]) -> bool:
     return len(found) == len(ids) and all(version >= 2 for _doc, version in found.values())
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: argparse.Namespace, *, no_failover: bool,
+        rounds_wanted: int) -> dict[str, Any]:
     broker = args.broker or services("broker-url")
     base = make_url(args.postgres or services("start-postgres"))
     dbname = f"bench_failover_{uuid.uuid4().hex[:8]}"
@@ -160,7 +161,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{dbname}"'))
     db = base.set(database=dbname).render_as_string(hide_password=False)
-    ttl = 3600.0 if args.no_failover else args.ttl
+    ttl = 3600.0 if no_failover else args.ttl
     queue = f"bench.failover.{uuid.uuid4().hex[:6]}"
     names = [f"m{i + 1}" for i in range(args.members)]
     rounds: list[dict[str, Any]] = []
@@ -181,7 +182,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             wait(lambda: len(store.cluster.read().view_members) == len(names), 120,
                  "the view of every member")
             number = 0
-            while len(rounds) < args.rounds:
+            while len(rounds) < rounds_wanted:
                 number += 1
                 ids = [f"r{number}-{i:04d}" for i in range(args.records)]
                 push_records(settings, queue, [{"id": i, "attributes": {}} for i in ids])
@@ -216,7 +217,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             _delete_queues(broker, [queue, f"{queue}.out", f"{queue}.dlq", f"{queue}.out.dlq"]
                            + [f"{queue}.retry.{i}" for i in (1, 2, 3)])
     times = [r["seconds"] for r in rounds]
-    return {"mode": "lease expiry (no failover)" if args.no_failover else "failover",
+    return {"mode": "lease expiry (no failover)" if no_failover else "failover",
             "members": args.members, "heartbeat_seconds": args.heartbeat,
             "ttl_seconds": ttl, "lease_seconds": args.lease_seconds, "rounds": rounds,
             "median_seconds": round(statistics.median(times), 2), "max_seconds": max(times)}
@@ -243,28 +244,41 @@ def _delete_queues(broker: str, queues: list[str]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=5, help="rounds with failover")
+    parser.add_argument("--baseline-rounds", type=int, default=3,
+                        help="rounds of the lease-expiry baseline")
+    parser.add_argument("--only", choices=("failover", "baseline"),
+                        help="run one of the two (default: both, and their ratio)")
     parser.add_argument("--members", type=int, default=2)
     parser.add_argument("--records", type=int, default=300, help="records pushed per round")
     parser.add_argument("--heartbeat", type=float, default=1.0, help="[node] heartbeat_seconds")
     parser.add_argument("--ttl", type=float, default=5.0, help="[node] ttl_seconds")
     parser.add_argument("--lease-seconds", type=float, default=60.0,
                         help="[blackboard] lease_seconds")
-    parser.add_argument("--no-failover", action="store_true",
-                        help="the baseline: nobody is seen to die, leases expire")
     parser.add_argument("--broker", help="AMQP URL (default: scripts/services.sh broker-url)")
     parser.add_argument("--postgres", help="SQLAlchemy URL of a database to create the "
                         "bench's own next to (default: scripts/services.sh start-postgres)")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    result = run(args)
+    results = []
+    if args.only != "baseline":
+        results.append(run(args, no_failover=False, rounds_wanted=args.rounds))
+    if args.only != "failover":
+        results.append(run(args, no_failover=True, rounds_wanted=args.baseline_rounds))
     if args.json:
-        print(json.dumps(result, indent=2))
-    print(f"{result['mode']}: heartbeat {args.heartbeat:g} s, ttl {result['ttl_seconds']:g} s, "
-          f"lease {args.lease_seconds:g} s, {args.members} members, {args.rounds} rounds: "
-          f"SIGKILL -> records committed by another member: median "
-          f"{result['median_seconds']:.2f} s, max {result['max_seconds']:.2f} s")
+        print(json.dumps(results, indent=2))
+    for result in results:
+        print(f"{result['mode']}: heartbeat {args.heartbeat:g} s, ttl {result['ttl_seconds']:g} s, "
+              f"lease {args.lease_seconds:g} s, {args.members} members, "
+              f"{len(result['rounds'])} rounds: SIGKILL -> records committed by another "
+              f"member: median {result['median_seconds']:.2f} s, "
+              f"max {result['max_seconds']:.2f} s")
+    if len(results) == 2:
+        fast, slow = results
+        print(f"failover / lease-expiry baseline, medians: "
+              f"{fast['median_seconds'] / slow['median_seconds']:.2f} "
+              f"({slow['median_seconds'] / fast['median_seconds']:.1f}x sooner)")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,69 @@
+"""Pure logic: the cluster's and the events' configuration ([node] heartbeat and
+time-to-live, [events]), read and refused with the file and the key named."""
+
+from __future__ import annotations
+
+import pytest
+
+from listener_router import ConfigError, load_settings
+from listener_router.events import EventKind, Events, EventSettings
+
+
+def test_heartbeat_ttl_and_events_default_to_five_thirty_and_all_off(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    settings = load_settings(env={})
+    assert (settings.heartbeat_seconds, settings.ttl_seconds) == (5.0, 30.0)
+    assert settings.events == EventSettings()
+    assert settings.events.exchange == "chalk.events"
+    assert settings.events.any is False
+    events = Events(settings.events, "a")
+    assert not any(events.enabled(kind) for kind in EventKind)
+
+
+def test_node_and_events_are_read(tmp_path):
+    path = tmp_path / "chalk.toml"
+    path.write_text("""
+[node]
+name = "m1"
+heartbeat_seconds = 1
+ttl_seconds = 5.5
+[events]
+exchange = "site.events"
+committed = true
+dead_lettered = true
+""")
+    settings = load_settings(path, env={})
+    assert (settings.node, settings.heartbeat_seconds, settings.ttl_seconds) == ("m1", 1.0, 5.5)
+    assert settings.events == EventSettings(exchange="site.events", committed=True,
+                                            dead_lettered=True)
+    assert settings.events.any is True
+    events = Events(settings.events, settings.node)
+    assert {kind for kind in EventKind if events.enabled(kind)} == {
+        EventKind.COMMITTED, EventKind.DEAD_LETTERED}
+    message = events.message(EventKind.COMMITTED, "W", {"record": "r1"}, key=("q", "m", "r1"))
+    assert message is not None
+    assert (message.exchange, message.routing_key) == ("site.events", "record.committed.W")
+    assert message.headers == {"event.application": "m1", "event.topic": "record.committed"}
+    assert events.message(EventKind.INVALIDATED, "W", {}, key=("x",)) is None
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[node]\nheartbeat_seconds = 5\nttl_seconds = 5\n",
+     "ttl_seconds (5) must be more than heartbeat_seconds (5)"),
+    ("[node]\nttl_seconds = 2\n", "ttl_seconds (2) must be more than heartbeat_seconds (5)"),
+    ("[node]\nheartbeat_seconds = 0\n", "must be positive, got 0 and 30"),
+    ("[node]\nheartbeat_seconds = '1s'\n", "'heartbeat_seconds' must be"),
+    ("[node]\nheartbeat = 1\n", "unknown key(s) heartbeat"),
+    ("[events]\ncommitted = 'yes'\n", "'committed' must be bool"),
+    ("[events]\nrecord_committed = true\n", "unknown key(s) record_committed"),
+    ("[events]\nexchange = 'amq.topic'\n", "must name a topic exchange of Chalk's own"),
+    ("[events]\nexchange = ''\n", "must name a topic exchange of Chalk's own"),
+    ("events = true\n", "[events]: must be a table"),
+])
+def test_bad_node_and_events_settings_name_file_and_key(tmp_path, text, message):
+    path = tmp_path / "chalk.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path, env={})
+    assert str(path) in str(caught.value)
+    assert message in str(caught.value)
