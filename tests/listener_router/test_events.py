@@ -14,13 +14,11 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-import pika
 import pytest
-from listener_router_helpers import write_config, write_test_workflows
+from listener_router_helpers import bind_subscriber, write_config, write_test_workflows
 
 from listener_router import Commit, CommitExtension, push_records
-from listener_router.broker import connection_parameters
-from listener_router.events import EventKind, EventSettings, declare_exchange, event_id
+from listener_router.events import EventKind, EventSettings, event_id
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
@@ -31,14 +29,7 @@ ALL = EventSettings(committed=True, invalidated=True, dead_lettered=True)
 def subscriber(broker, qname) -> str:
     """A durable queue bound to chalk.events with '#': every event from now on."""
     queue = qname("events")
-    conn = pika.BlockingConnection(connection_parameters(broker.url))
-    try:
-        channel = conn.channel()
-        declare_exchange(channel, "chalk.events")
-        channel.queue_declare(queue, durable=True)
-        channel.queue_bind(queue, "chalk.events", routing_key="#")
-    finally:
-        conn.close()
+    bind_subscriber(broker.url, queue)
     return queue
 
 

@@ -19,9 +19,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import pika
 import pytest
 from listener_router_helpers import (
+    bind_subscriber,
     kill_group,
     message_ids_by_record,
     start_service,
@@ -32,8 +32,6 @@ from listener_router_helpers import (
 )
 
 from listener_router import ListenerRule, Settings, push_records
-from listener_router.broker import connection_parameters
-from listener_router.events import declare_exchange
 from listener_router.store import ServiceStore
 
 pytestmark = [pytest.mark.slow, pytest.mark.chaos, pytest.mark.broker, pytest.mark.postgres]
@@ -125,17 +123,6 @@ class Cluster:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGCONT)  # a frozen one too
             kill_group(proc)
-
-
-def bind_subscriber(broker_url: str, queue: str) -> None:
-    conn = pika.BlockingConnection(connection_parameters(broker_url))
-    try:
-        channel = conn.channel()
-        declare_exchange(channel, "chalk.events")
-        channel.queue_declare(queue, durable=True)
-        channel.queue_bind(queue, "chalk.events", routing_key="#")
-    finally:
-        conn.close()
 
 
 def push_over_time(settings: Settings, queue: str, data: list[dict], chunks: int,
