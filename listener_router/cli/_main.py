@@ -28,6 +28,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         overrides["runner"] = "local"
     if getattr(args, "blackboard", None):
         overrides["blackboard_url"] = args.blackboard
+    if getattr(args, "http", None):
+        overrides["http_listen"] = args.http
     return settings.with_overrides(**overrides)
 
 
@@ -165,10 +167,14 @@ def cmd_dlq(args: argparse.Namespace) -> int:
     from listener_router.cli import _admin
     settings = _settings(args)
     queues = [args.queue] if args.queue else [r.queue for r in settings.listeners]
+    where = ", ".join(f"{q}.dlq" for q in queues)
     if args.action == "list":
         _admin.dlq_list(settings, queues, limit=args.limit)
     elif args.action == "show":
-        _admin.dlq_show(settings, queues, args.message_id)
+        if not _admin.dlq_show(settings, queues, args.message_id):
+            what = f"with message ID {args.message_id!r}" if args.message_id else "at all"
+            print(f"no dead letter {what} (looked in {where})", file=sys.stderr)
+            return 1
     elif args.action == "replay":
         n = _admin.dlq_replay(settings, queues, message_id=args.message_id)
         print(f"replayed {n} message(s)")
@@ -222,6 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--local", action="store_true", help="run workflows in-process instead of on Spark")
     p.add_argument("--idle-exit", type=float, metavar="SECONDS",
                    help="stop after this many seconds without messages")
+    p.add_argument("--http", metavar="HOST:PORT",
+                   help="serve Prometheus metrics (/metrics) and the dashboard (/) there, "
+                        "e.g. 127.0.0.1:9187 (default: [http] listen; off)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("push", parents=[common], help="store records from JSONL and publish their IDs")

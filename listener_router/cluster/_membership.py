@@ -380,6 +380,15 @@ class Membership:
         return self._epoch
 
     @property
+    def live(self) -> tuple[str, ...]:
+        """Names of the members of the established view as of the last heartbeat, the
+        leader first."""
+        view = self._view
+        if view is None:
+            return ()
+        return tuple(sorted(view.names, key=lambda name: name != view.leader))
+
+    @property
     def is_leader(self) -> bool:
         """Whether this process leads the cluster (as of its last heartbeat; leader work
         checks again, in its own transaction: :meth:`fenced`)."""

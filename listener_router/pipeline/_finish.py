@@ -164,6 +164,8 @@ class FinishStage:
         report = job.batch.report if job.batch is not None else None
         started = time.perf_counter()
         try:
+            if any(w.state is State.DUPLICATE and w.outgoing for w in done):
+                routed = self._still_unsent(done)
             extra: list[OutMessage] = []
             extra_batch = None
             if self.extensions:
@@ -185,6 +187,8 @@ class FinishStage:
                     return
                 if report is not None:
                     report.published += len(routed) + len(side) + len(extra)
+                    report.count_sent(m.routing_key if not m.exchange
+                                      else f"{m.exchange}/{m.routing_key}" for m in routed)
                 batches = sorted({w.batch for w in done if w.batch}
                                  | ({extra_batch} if extra_batch else set()))
                 try:
@@ -223,6 +227,21 @@ class FinishStage:
         with self.store.writes, unavailable(), self.store.engine.begin() as conn:
             batch = Outbox.write(conn, [], [(None, m) for m in extra], writer=self.writer)
         return extra, batch
+
+    def _still_unsent(self, done: list[Work]) -> list[OutMessage]:
+        """The outgoing messages of ``done``, less those of duplicates whose outbox batch was
+        marked sent after their inbox check (the original's publish ran ahead on this lane).
+        Asked of the database: if it cannot say, they are published again (receivers dedupe)."""
+        again = {w.batch for w in done if w.state is State.DUPLICATE and w.batch}
+        try:
+            with unavailable():
+                unsent = set(self.store.outbox.unsent(again))
+        except InfrastructureError:
+            unsent = again
+        for w in done:
+            if w.state is State.DUPLICATE and w.batch and w.batch not in unsent:
+                w.outgoing, w.batch = [], None
+        return [m for w in done for m in w.outgoing]
 
     def _publish_orphans(self, orphans: dict[str, list[OutMessage]]) -> None:
         messages = [m for batch in orphans.values() for m in batch]

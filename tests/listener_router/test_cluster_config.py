@@ -20,7 +20,7 @@ def test_heartbeat_ttl_and_events_default_to_five_thirty_and_all_off(tmp_path, m
     assert not any(events.enabled(kind) for kind in EventKind)
 
 
-def test_node_and_events_are_read(tmp_path):
+def test_node_and_events_are_read_from_the_file_and_the_environment(tmp_path):
     path = tmp_path / "chalk.toml"
     path.write_text("""
 [node]
@@ -36,6 +36,13 @@ dead_lettered = true
     assert (settings.node, settings.heartbeat_seconds, settings.ttl_seconds) == ("m1", 1.0, 5.5)
     assert settings.events == EventSettings(exchange="site.events", committed=True,
                                             dead_lettered=True)
+    overridden = load_settings(path, env={"CHALK_NODE_TTL_SECONDS": "10",
+                                          "CHALK_EVENTS_DEAD_LETTERED": "false",
+                                          "CHALK_EVENTS_TOPOLOGY": "true"})
+    assert overridden.ttl_seconds == 10.0
+    assert overridden.events == EventSettings(exchange="site.events", committed=True,
+                                              topology=True)
+    assert overridden.with_events(EventSettings()).events == EventSettings()
     assert settings.events.any is True
     events = Events(settings.events, settings.node)
     assert {kind for kind in EventKind if events.enabled(kind)} == {
@@ -49,16 +56,16 @@ dead_lettered = true
 
 @pytest.mark.parametrize("text, message", [
     ("[node]\nheartbeat_seconds = 5\nttl_seconds = 5\n",
-     "ttl_seconds (5) must be more than heartbeat_seconds (5)"),
+     "[node] ttl_seconds (5) must be more than heartbeat_seconds (5)"),
     ("[node]\nttl_seconds = 2\n", "ttl_seconds (2) must be more than heartbeat_seconds (5)"),
-    ("[node]\nheartbeat_seconds = 0\n", "must be positive, got 0 and 30"),
-    ("[node]\nheartbeat_seconds = '1s'\n", "'heartbeat_seconds' must be"),
+    ("[node]\nheartbeat_seconds = 0\n", "[node] heartbeat_seconds must be more than 0, got 0"),
+    ("[node]\nheartbeat_seconds = '1s'\n", "[node] heartbeat_seconds must be number"),
     ("[node]\nheartbeat = 1\n", "unknown key(s) heartbeat"),
-    ("[events]\ncommitted = 'yes'\n", "'committed' must be bool"),
+    ("[events]\ncommitted = 'yes'\n", "[events] committed must be boolean"),
     ("[events]\nrecord_committed = true\n", "unknown key(s) record_committed"),
     ("[events]\nexchange = 'amq.topic'\n", "must name a topic exchange of Chalk's own"),
     ("[events]\nexchange = ''\n", "must name a topic exchange of Chalk's own"),
-    ("events = true\n", "[events]: must be a table"),
+    ("events = true\n", "[events] must be a table"),
 ])
 def test_bad_node_and_events_settings_name_file_and_key(tmp_path, text, message):
     path = tmp_path / "chalk.toml"
