@@ -1,11 +1,10 @@
 """Pure logic: the cluster's and the events' configuration ([node] heartbeat and
-time-to-live, [events]), read and refused with the file and the key named."""
+time-to-live, [events]) as read from the file and the environment (refused values:
+test_config_and_messages.py)."""
 
 from __future__ import annotations
 
-import pytest
-
-from listener_router import ConfigError, load_settings
+from listener_router import load_settings
 from listener_router.events import EventKind, Events, EventSettings
 
 
@@ -52,25 +51,3 @@ dead_lettered = true
     assert (message.exchange, message.routing_key) == ("site.events", "record.committed.W")
     assert message.headers == {"event.application": "m1", "event.topic": "record.committed"}
     assert events.message(EventKind.INVALIDATED, "W", {}, key=("x",)) is None
-
-
-@pytest.mark.parametrize("text, message", [
-    ("[node]\nheartbeat_seconds = 5\nttl_seconds = 5\n",
-     "[node] ttl_seconds (5) must be more than heartbeat_seconds (5)"),
-    ("[node]\nttl_seconds = 2\n", "ttl_seconds (2) must be more than heartbeat_seconds (5)"),
-    ("[node]\nheartbeat_seconds = 0\n", "[node] heartbeat_seconds must be more than 0, got 0"),
-    ("[node]\nheartbeat_seconds = '1s'\n", "[node] heartbeat_seconds must be number"),
-    ("[node]\nheartbeat = 1\n", "unknown key(s) heartbeat"),
-    ("[events]\ncommitted = 'yes'\n", "[events] committed must be boolean"),
-    ("[events]\nrecord_committed = true\n", "unknown key(s) record_committed"),
-    ("[events]\nexchange = 'amq.topic'\n", "must name a topic exchange of Chalk's own"),
-    ("[events]\nexchange = ''\n", "must name a topic exchange of Chalk's own"),
-    ("events = true\n", "[events] must be a table"),
-])
-def test_bad_node_and_events_settings_name_file_and_key(tmp_path, text, message):
-    path = tmp_path / "chalk.toml"
-    path.write_text(text)
-    with pytest.raises(ConfigError) as caught:
-        load_settings(path, env={})
-    assert str(path) in str(caught.value)
-    assert message in str(caught.value)
