@@ -59,12 +59,14 @@ if TYPE_CHECKING:
     )
     from listener_router.events import EventKind, Events
     from listener_router.pipeline import (
+        AdaptiveSizing,
         BatchObserver,
         BatchReport,
         BatchSizing,
         Commit,
         CommitExtension,
         Stats,
+        WorkflowRun,
     )
 
 _HOMES = {
@@ -81,11 +83,14 @@ _HOMES = {
     "ClusterView": "cluster", "LeaderTask": "cluster", "TopologyEvent": "cluster",
     "TopologyEventType": "cluster", "TopologyListener": "cluster",
     "EventKind": "events", "Events": "events",
-    "BatchObserver": "pipeline", "BatchReport": "pipeline", "BatchSizing": "pipeline",
+    "AdaptiveSizing": "pipeline", "BatchObserver": "pipeline", "BatchReport": "pipeline",
+    "BatchSizing": "pipeline",
     "Commit": "pipeline", "CommitExtension": "pipeline", "Stats": "pipeline",
+    "WorkflowRun": "pipeline",
 }
 
 __all__ = [
+    "AdaptiveSizing",
     "BadMessage",
     "BatchObserver",
     "BatchReport",
@@ -117,6 +122,7 @@ __all__ = [
     "TopologyEventType",
     "TopologyListener",
     "UserError",
+    "WorkflowRun",
     "load_settings",
     "outgoing_id",
     "parse_message",
