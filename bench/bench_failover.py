@@ -39,6 +39,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from _measure import machine
 from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.pool import NullPool
 
@@ -261,6 +262,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    print(f"machine: {machine()}", flush=True)
     results = []
     if args.only != "baseline":
         results.append(run(args, no_failover=False, rounds_wanted=args.rounds))
@@ -268,6 +270,7 @@ def main() -> None:
         results.append(run(args, no_failover=True, rounds_wanted=args.baseline_rounds))
     if args.json:
         print(json.dumps(results, indent=2))
+    print(f"machine at the end: {machine()}")
     for result in results:
         print(f"{result['mode']}: heartbeat {args.heartbeat:g} s, ttl {result['ttl_seconds']:g} s, "
               f"lease {args.lease_seconds:g} s, {args.members} members, "
