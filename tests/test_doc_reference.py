@@ -148,3 +148,132 @@ def test_a_condition_from_the_conditions_page_steers_a_workflow(tmp_path: Path) 
     assert all(r.ok for r in results)
     # a single value is a Val, not a Seq: the page's union form is the one that finds both
     assert bb.get_attributes("multi")["ai"] == "yes" and bb.get_attributes("single")["ai"] == "no"
+
+
+# -- docs/routing.md -------------------------------------------------------------------------
+def _routing_settings(tmp_path: Path) -> Any:
+    from listener_router import load_settings
+
+    config = tmp_path / "chalk.toml"
+    config.write_text("\n".join(blocks("routing.md", "toml")))
+    return load_settings(config, env={})
+
+
+def test_the_listener_rules_on_the_routing_page_pick_the_rule_shown(tmp_path: Path) -> None:
+    import json
+
+    from listener_router import parse_message
+    from listener_router._rules import ListenerRules
+
+    rules = ListenerRules(_routing_settings(tmp_path).listeners)
+    rows = [r for r in table_rows("routing.md", 2) if r[0].startswith("`{")]
+    assert len(rows) == 5
+    for headers, rule in rows:
+        message = parse_message(b'{"id": "doc-1"}', queue="docs.in", message_id="m-1",
+                                headers=json.loads(code(headers)))
+        matched = rules.match(message)
+        assert matched is not None and matched.name == code(rule), (headers, matched)
+
+
+def _triage(tmp_path: Path) -> Any:
+    """The page's workflow fragment as the whole of the Triage workflow."""
+    from engine import load_workflow
+
+    (fragment,) = blocks("routing.md", "xml")
+    path = tmp_path / "triage.xml"
+    path.write_text('<process name="Triage" xmlns="http://docs.oasis-open.org/wsbpel/2.0/process/'
+                    'executable" xmlns:rec="http://www.eclipse.org/smila/record">\n'
+                    + fragment + "</process>\n")
+    return load_workflow(path)
+
+
+def _route(tmp_path: Path, workflow: str, record: dict[str, Any]) -> list[Any]:
+    from blackboard import Blackboard
+    from engine import LocalRunner
+    from listener_router import parse_message
+    from listener_router._rules import Router
+
+    bb = Blackboard.local()
+    bb.create(record["id"])
+    bb.set_attributes(record["id"], record["attributes"])
+    result_ids = [record["id"]]
+    if workflow == "Triage":
+        (result,) = LocalRunner().run(_triage(tmp_path), bb, [[record["id"]]])
+        assert result.ok, result.error
+        result_ids = result.result_ids
+    message = parse_message(b'{"id": "x"}', queue="docs.in", message_id="m-1", headers={})
+    return Router(_routing_settings(tmp_path).routers).route(bb, workflow, message, result_ids)
+
+
+def test_the_router_rules_on_the_routing_page_send_each_record_where_shown(tmp_path: Path) -> None:
+    import json
+
+    rows = [r for r in table_rows("routing.md", 3) if r[0].startswith("`{")]
+    assert len(rows) == 4
+    for record, workflow, shown in rows:
+        out = _route(tmp_path, workflow, json.loads(code(record)))
+        if shown == "nothing":
+            assert out == [], record
+            continue
+        (message,) = out
+        target = re.match(r"`([^`]+)`(?: key `([^`]+)`)?", shown)
+        assert target is not None, shown
+        if target.group(2):
+            assert (message.exchange, message.routing_key) == target.groups(), record
+        else:
+            assert (message.exchange, message.routing_key) == ("", target.group(1)), record
+
+
+def test_the_outgoing_message_on_the_routing_page_is_what_the_router_sends(tmp_path: Path) -> None:
+    import json
+
+    import orjson
+
+    from listener_router import outgoing_id
+
+    (shown,) = [json.loads(b) for b in blocks("routing.md", "json")]
+    (message,) = _route(tmp_path, "Triage", shown["body"]["records"][0])
+    assert orjson.loads(message.body) == shown["body"]
+    assert message.headers == shown["headers"]
+    assert message.message_id == outgoing_id("m-1", "/chalk.german", "a")
+
+
+def test_next_destination_forms_on_the_routing_page(tmp_path: Path) -> None:
+    """First anonymous value, else named ``queue``; empty or elsewhere: falls through."""
+    from blackboard import Annotation, Blackboard
+    from listener_router import RouterRule, parse_message
+    from listener_router._rules import Router
+
+    router = Router([RouterRule(use_next_destination=True), RouterRule(queue="fallback")])
+    message = parse_message(b'{"id": "x"}', queue="q", message_id="m", headers={})
+    cases: list[tuple[Any, Annotation, str]] = [
+        (None, Annotation(["first", "second"]), "first"),
+        (None, Annotation(named={"queue": "named"}), "named"),
+        (None, Annotation(), "fallback"),
+        ("a[-1]", Annotation(["on-attribute"]), "fallback"),
+    ]
+    for path, annotation, expected in cases:
+        bb = Blackboard.local()
+        bb.create("r")
+        bb.set_literal("r", "a", "x")
+        bb.set_annotation("r", path, "nextDestination", annotation)
+        (out,) = router.route(bb, "W", message, ["r"])
+        assert out.routing_key == expected, (path, annotation)
+
+
+def test_the_pipelet_on_the_routing_page_sets_next_destination() -> None:
+    from blackboard import Blackboard
+    from listener_router import RouterRule, parse_message
+    from listener_router._rules import Router
+
+    namespace: dict[str, Any] = {}
+    exec(compile(blocks("routing.md", "python")[0], "routing.md python block", "exec"), namespace)
+    bb = Blackboard.local()
+    for rid, words in (("long", 5000), ("short", 10)):
+        bb.create(rid)
+        bb.set_literal(rid, "words", words)
+    assert namespace["ReviewLongOnes"]().process(bb, ["long", "short"]) == ["long", "short"]
+    router = Router([RouterRule(use_next_destination=True), RouterRule(queue="chalk.out")])
+    message = parse_message(b'{"id": "x"}', queue="q", message_id="m", headers={})
+    out = router.route(bb, "W", message, ["long", "short"])
+    assert [m.routing_key for m in out] == ["chalk.review", "chalk.out"]
