@@ -277,3 +277,67 @@ def test_the_pipelet_on_the_routing_page_sets_next_destination() -> None:
     message = parse_message(b'{"id": "x"}', queue="q", message_id="m", headers={})
     out = router.route(bb, "W", message, ["long", "short"])
     assert [m.routing_key for m in out] == ["chalk.review", "chalk.out"]
+
+
+# -- docs/operations.md ----------------------------------------------------------------------
+def test_the_reload_example_on_the_operations_page_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workflow files reload hot; pipelet code does not (the page's claim, on the real registry)."""
+    import sys
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    try:
+        namespace = run_python("operations.md", tmp_path, monkeypatch)
+    finally:
+        sys.modules.pop("stamp", None)
+    assert namespace["stamp"]() == "code v1: two"
+
+
+def _chalk(*args: str, cwd: Path) -> Any:
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "listener_router", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_the_exit_codes_on_the_operations_page(tmp_path: Path) -> None:
+    from listener_router.pipeline import HANG_EXIT
+
+    codes = {r[0] for r in table_rows("operations.md", 2) if r[0][:1].isdigit()}
+    assert codes == {"0", "2", str(HANG_EXIT), "130, 143"}
+    good = tmp_path / "good.xml"
+    good.write_text('<process name="Good" xmlns="http://docs.oasis-open.org/wsbpel/2.0/process/'
+                    'executable"><empty/></process>')
+    bad = tmp_path / "bad.xml"
+    bad.write_text('<process name="Bad" xmlns="http://docs.oasis-open.org/wsbpel/2.0/process/'
+                   'executable"><sequence/></process>')
+    assert _chalk("validate", str(good), cwd=tmp_path).returncode == 0
+    assert _chalk("validate", str(bad), cwd=tmp_path).returncode == 1
+    done = _chalk("run", "--config", "missing.toml", cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.startswith("chalk run: "), done.stderr
+
+
+def test_the_signals_on_the_operations_page(tmp_path: Path) -> None:
+    """First SIGTERM/SIGINT asks the service to stop; a second exits with 128 + signal."""
+    import signal
+    import subprocess
+    import sys
+
+    text = (DOCS / "operations.md").read_text(encoding="utf-8")
+    assert "143 for `SIGTERM`, 130 for `SIGINT`" in text
+    script = (
+        "import os, signal, sys\n"
+        "from listener_router import Service, Settings\n"
+        "service = Service(Settings())\n"
+        "service.install_signal_handlers()\n"
+        "os.kill(os.getpid(), signal.SIG{name})\n"
+        "assert service._stopping.is_set()\n"
+        "print('stopping', flush=True)\n"
+        "os.kill(os.getpid(), signal.SIG{name})\n"
+        "print('still here', flush=True)\n")
+    for name, number in (("TERM", signal.SIGTERM), ("INT", signal.SIGINT)):
+        done = subprocess.run([sys.executable, "-c", script.format(name=name)], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 128 + number, done.stderr
+        assert done.stdout == "stopping\n", done.stdout
