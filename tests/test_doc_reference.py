@@ -341,3 +341,115 @@ def test_the_signals_on_the_operations_page(tmp_path: Path) -> None:
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 128 + number, done.stderr
         assert done.stdout == "stopping\n", done.stdout
+
+
+# -- docs/workflow-reference.md --------------------------------------------------------------
+_WRAP = ('<process name="Example" xmlns="http://docs.oasis-open.org/wsbpel/2.0/process/executable"'
+         ' xmlns:proc="http://www.eclipse.org/smila/processor"'
+         ' xmlns:rec="http://www.eclipse.org/smila/record"'
+         ' xmlns:xsd="http://www.w3.org/2001/XMLSchema">\n{}\n</process>\n')
+_OUTCOME = re.compile(r"^\*\*In\*\* `(\{[^\n]*\})` \*\*→ (out|fault|error)\*\* `([^\n]*)`$", re.M)
+
+
+def _reference_examples() -> list[tuple[str, str, str, str, str]]:
+    """(heading, xml, records in, kind, expected) for each example, in page order."""
+    text = (DOCS / "workflow-reference.md").read_text(encoding="utf-8")
+    examples = []
+    heading = ""
+    pending: str | None = None
+    for m in re.finditer(r"^### ([^\n]+)$|^```xml\n(.*?)^```|" + _OUTCOME.pattern, text, re.S | re.M):
+        if m.group(1):
+            heading = m.group(1)
+        elif m.group(2) is not None:
+            assert pending is None, f"{heading}: an example without its In/out line"
+            pending = m.group(2)
+        else:
+            assert pending is not None, f"{heading}: an In/out line without an example"
+            examples.append((heading, pending, m.group(3), m.group(4), m.group(5)))
+            pending = None
+    assert pending is None, f"{heading}: an example without its In/out line"
+    return examples
+
+
+def _every_element() -> set[str]:
+    """The elements the workflow parser knows (its activity table, scope and process parts)."""
+    from engine import _parse_core, _parser
+
+    return (set(_parser.PARSERS) | _parse_core._DECLARATIONS | _parse_core._SCOPE_PARTS
+            | _parse_core._STANDARD) - {"correlationSets", "messageExchanges"}
+
+
+def test_the_workflow_reference_has_an_example_for_every_element() -> None:
+    headings = " ".join(h for h, *_ in _reference_examples())
+    named = set(re.findall(r"`(?:proc:)?(\w+)`", headings))
+    missing = sorted(_every_element() - named)
+    assert missing == [], f"docs/workflow-reference.md has no example for {missing}"
+
+
+@pytest.fixture
+def reference_services(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The page's message service, importable, and its ``[workflows.services]``."""
+    from listener_router import load_settings
+
+    (tmp_path / "docservices.py").write_text("\n".join(blocks("workflow-reference.md", "python")))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = tmp_path / "chalk.toml"
+    config.write_text("\n".join(blocks("workflow-reference.md", "toml")))
+    yield dict(load_settings(config, env={}).services)
+    import sys
+
+    sys.modules.pop("docservices", None)
+
+
+@pytest.mark.parametrize("number", range(len(_reference_examples())))
+def test_each_workflow_reference_example_does_what_the_page_says(
+        number: int, tmp_path: Path, reference_services: dict[str, str]) -> None:
+    import json
+
+    from blackboard import Blackboard
+    from engine import LocalRunner, WorkflowRegistry
+
+    heading, xml, records, kind, expected = _reference_examples()[number]
+    helper = _reference_examples()[0][1]
+    folder = tmp_path / "workflows"
+    folder.mkdir()
+    (folder / "quiet.xml").write_text(helper)
+    if not xml.lstrip().startswith("<?xml"):
+        (folder / "example.xml").write_text(_WRAP.format(xml))
+    registry = WorkflowRegistry(folder, services=reference_services)
+    if kind == "error":
+        assert any(expected in e for e in registry.errors), (heading, registry.errors)
+        return
+    assert registry.errors == [], (heading, registry.errors)
+    name = re.search(r'<process name="(\w+)"', xml)
+    workflow = registry.get(name.group(1) if name else "Example")
+    bb = Blackboard.local()
+    given = json.loads(records)
+    for rid, attributes in given.items():
+        bb.create(rid)
+        bb.set_attributes(rid, attributes)
+    (result,) = LocalRunner().run(workflow, bb, [list(given)])
+    if kind == "fault":
+        assert not result.ok and result.error.startswith(expected), (heading, result.error)
+        return
+    assert result.ok, (heading, result.error)
+    assert {rid: bb.get_attributes(rid) for rid in bb.ids()} == json.loads(expected), heading
+
+
+# -- links -----------------------------------------------------------------------------------
+def test_the_docs_link_only_to_files_in_the_repo() -> None:
+    """Every relative link of README.md and docs/*.md resolves inside the repository."""
+    pages = [REPO / "README.md", *sorted(DOCS.glob("*.md"))]
+    bad = []
+    for page in pages:
+        text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.S | re.M)
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+            if re.match(r"[a-z]+://", target):
+                continue
+            resolved = (page.parent / target).resolve()
+            if not resolved.is_relative_to(REPO) or not resolved.exists():
+                bad.append(f"{page.name}: {target}")
+    assert bad == []
+    for page in ("blackboard.md", "conditions.md", "routing.md", "operations.md",
+                 "workflow-reference.md"):
+        assert f"(docs/{page})" in (REPO / "README.md").read_text(encoding="utf-8"), page
