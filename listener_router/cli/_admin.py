@@ -13,13 +13,12 @@ from rich.console import Console
 from rich.table import Table
 
 from listener_router._config import Settings
-from listener_router._messages import ATTEMPTS_HEADER, ERROR_HEADER, QUEUE_HEADER
 from listener_router.broker import connection_parameters, dlq_name
+from listener_router.cli._dead_letters import dead_letters, purge, replay
 from listener_router.cluster import Membership
 from listener_router.store import ServiceStore
 
-__all__ = ["status", "jobs", "dlq_list", "dlq_show", "dlq_replay", "dlq_purge", "peek",
-           "channel", "depth"]
+__all__ = ["status", "jobs", "dlq_list", "dlq_show", "dlq_replay", "dlq_purge", "channel", "depth"]
 
 console = Console()
 
@@ -93,79 +92,39 @@ def jobs(settings: Settings, limit: int = 20) -> None:
     store.close()
 
 
-def peek(settings: Settings, queue: str, limit: int) -> list[tuple[Any, Any, bytes]]:
-    """Up to ``limit`` messages of ``queue`` without removing them."""
-    out: list[tuple[Any, Any, bytes]] = []
-    with channel(settings) as ch:
-        while len(out) < limit:
-            method, props, body = ch.basic_get(queue, auto_ack=False)
-            if method is None:
-                break
-            out.append((method, props, body))
-        for method, _props, _body in out:
-            ch.basic_nack(method.delivery_tag, requeue=True)
-    return out
-
-
-def _header(props: Any, key: str) -> str:
-    value = (props.headers or {}).get(key, "")
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def dlq_list(settings: Settings, queues: Sequence[str], limit: int = 50) -> None:
+def dlq_list(settings: Settings, queues: Sequence[str], limit: int = 50) -> int:
+    """Print the first ``limit`` dead letters of ``queues``; returns how many there are."""
+    letters = dead_letters(settings, queues, limit=limit)
     table = Table(title="dead letters")
-    for column in ("queue", "message", "attempts", "error"):
+    for column in ("queue", "message", "attempts", "workflow", "error"):
         table.add_column(column, overflow="fold")
-    for queue in queues:
-        for _method, props, _body in peek(settings, dlq_name(queue), limit):
-            table.add_row(queue, props.message_id or "", _header(props, ATTEMPTS_HEADER),
-                          _header(props, ERROR_HEADER)[:200])
+    for letter in letters:
+        table.add_row(letter.queue, letter.message_id, str(letter.attempts), letter.workflow,
+                      letter.error[:200])
     console.print(table)
+    return len(letters)
 
 
-def dlq_show(settings: Settings, queues: Sequence[str], message_id: str | None) -> None:
-    for queue in queues:
-        for _method, props, body in peek(settings, dlq_name(queue), 10_000):
-            if message_id and props.message_id != message_id:
-                continue
-            try:
-                shown: Any = json.loads(body)
-            except ValueError:
-                shown = body.decode("utf-8", "replace")
-            console.print_json(json.dumps({
-                "queue": queue, "message_id": props.message_id,
-                "headers": {k: (v.decode() if isinstance(v, bytes) else v)
-                            for k, v in (props.headers or {}).items()},
-                "body": shown}, default=str))
+def dlq_show(settings: Settings, queues: Sequence[str], message_id: str | None) -> int:
+    """Print dead letters in full (``message_id``'s only, when given); returns how many."""
+    letters = dead_letters(settings, queues, message_id=message_id)
+    for letter in letters:
+        try:
+            shown: Any = json.loads(letter.body)
+        except ValueError:
+            shown = letter.body.decode("utf-8", "replace")
+        console.print_json(json.dumps({
+            "queue": letter.queue, "message_id": letter.message_id, "error": letter.error,
+            "attempts": letter.attempts, "workflow": letter.workflow,
+            "headers": letter.headers, "body": shown}, default=str))
+    return len(letters)
 
 
 def dlq_replay(settings: Settings, queues: Sequence[str], message_id: str | None = None) -> int:
     """Put dead letters back on their original queue, attempts reset, error dropped."""
-    count = 0
-    with channel(settings) as ch:
-        ch.confirm_delivery()
-        for queue in queues:
-            while True:
-                method, props, body = ch.basic_get(dlq_name(queue), auto_ack=False)
-                if method is None:
-                    break
-                if message_id and props.message_id != message_id:
-                    continue  # left unacked: returns to the queue when the channel closes
-                headers = {k: v for k, v in (props.headers or {}).items()
-                           if not k.startswith("x-chalk-") and not k.startswith("x-death")
-                           and not k.startswith("x-first-death") and not k.startswith("x-last-death")}
-                target = _header(props, QUEUE_HEADER) or queue
-                ch.basic_publish("", target, body, pika.BasicProperties(
-                    delivery_mode=2, message_id=props.message_id, headers=headers,
-                    content_type=props.content_type))
-                ch.basic_ack(method.delivery_tag)
-                count += 1
-    return count
+    return replay(settings, queues, message_id)
 
 
 def dlq_purge(settings: Settings, queues: Sequence[str]) -> int:
-    count = 0
-    with channel(settings) as ch:
-        for queue in queues:
-            count += ch.queue_purge(dlq_name(queue)).method.message_count
-    return count
+    """Drop the dead letters of ``queues``; returns how many."""
+    return purge(settings, queues)

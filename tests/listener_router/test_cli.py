@@ -88,7 +88,8 @@ def test_dlq_list_show_and_purge(tmp_path, capsys, monkeypatch, broker, declare,
     broker.publish(f"{queue}.dlq", b'{"id": "x"}', message_id="dead-1",
                    headers={"x-chalk-error": "it broke", "x-chalk-attempts": 4})
     config = tmp_path / "chalk.toml"
-    config.write_text(f'[broker]\nurl = "{settings.broker_url}"\n[[listener]]\nname = "t"\n'
+    config.write_text(f'[blackboard]\nurl = "{settings.blackboard_url}"\n'
+                      f'[broker]\nurl = "{settings.broker_url}"\n[[listener]]\nname = "t"\n'
                       f'queue = "{queue}"\n')
     monkeypatch.setenv("COLUMNS", "200")
     assert main(["dlq", "list", "--config", str(config)]) == 0
@@ -96,10 +97,14 @@ def test_dlq_list_show_and_purge(tmp_path, capsys, monkeypatch, broker, declare,
     assert "dead-1" in listed and "it broke" in listed
     assert main(["dlq", "show", "dead-1", "--config", str(config)]) == 0
     assert '"x"' in capsys.readouterr().out
-    assert broker.depth(f"{queue}.dlq") == 1  # list and show leave it there
+    # list and show moved it off Q.dlq into the store (browsing redelivers nothing) and keep it
+    assert broker.depth(f"{queue}.dlq") == 0
+    assert main(["dlq", "list", "--config", str(config)]) == 0
+    assert "dead-1" in capsys.readouterr().out
     assert main(["dlq", "purge", "--config", str(config)]) == 0
     assert "purged 1" in capsys.readouterr().out
-    assert broker.depth(f"{queue}.dlq") == 0
+    assert main(["dlq", "list", "--config", str(config)]) == 0
+    assert "dead-1" not in capsys.readouterr().out
 
 
 def _process(name: str, body: str) -> str:
