@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,16 @@ def test_the_blackboard_page_names_every_public_method_and_name() -> None:
     assert missing == [], f"docs/blackboard.md does not describe {missing}"
     missing = [n for n in blackboard.__all__ if not re.search(r"\b" + n + r"\b", text)]
     assert missing == [], f"docs/blackboard.md does not name {missing}"
+    # and the method names in its tables are the Blackboard's, with the parameters shown
+    for row in table_rows("blackboard.md", 2):
+        for name, params in re.findall(r"`(?:Blackboard\.)?([a-z_]+)\(([^)`]*)\)`", row[0]):
+            if name == "len":
+                continue
+            assert name in methods, f"docs/blackboard.md names Blackboard.{name}, which does not exist"
+            signature = inspect.signature(getattr(Blackboard, name)).parameters
+            for param in re.findall(r"([a-z_]+)(?:=[^,]*)?", params):
+                assert param in signature or param in ("id", "ids", "anns", "ann", "type"), \
+                    (name, param)
 
 
 def test_the_annotation_targets_table_matches_the_blackboard() -> None:
@@ -387,7 +398,8 @@ def test_the_workflow_reference_has_an_example_for_every_element() -> None:
 
 
 @pytest.fixture
-def reference_services(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+def reference_services(tmp_path: Path,
+                       monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
     """The page's message service, importable, and its ``[workflows.services]``."""
     from listener_router import load_settings
 
@@ -430,7 +442,7 @@ def test_each_workflow_reference_example_does_what_the_page_says(
         bb.set_attributes(rid, attributes)
     (result,) = LocalRunner().run(workflow, bb, [list(given)])
     if kind == "fault":
-        assert not result.ok and result.error.startswith(expected), (heading, result.error)
+        assert not result.ok and (result.error or "").startswith(expected), (heading, result.error)
         return
     assert result.ok, (heading, result.error)
     assert {rid: bb.get_attributes(rid) for rid in bb.ids()} == json.loads(expected), heading
@@ -450,6 +462,6 @@ def test_the_docs_link_only_to_files_in_the_repo() -> None:
             if not resolved.is_relative_to(REPO) or not resolved.exists():
                 bad.append(f"{page.name}: {target}")
     assert bad == []
-    for page in ("blackboard.md", "conditions.md", "routing.md", "operations.md",
+    for name in ("blackboard.md", "conditions.md", "routing.md", "operations.md",
                  "workflow-reference.md"):
-        assert f"(docs/{page})" in (REPO / "README.md").read_text(encoding="utf-8"), page
+        assert f"(docs/{name})" in (REPO / "README.md").read_text(encoding="utf-8"), name
