@@ -3,8 +3,9 @@
 :class:`ServiceStore` sits in the blackboard's database (one SQLAlchemy
 engine, taken from the blackboard's public :class:`~blackboard.SqlStore`):
 ``outbox`` (inbox and outbox, written in the commit transaction),
-``nodes`` (cluster heartbeats), ``dead_letters`` (those ``chalk dlq`` took off
-the dead-letter queues) and ``journal`` (the journal outbox).  It also hands out the blackboards the
+``nodes`` (cluster heartbeats and advertised properties), ``cluster``
+(leader, fencing epoch, established view), ``dead_letters`` (those ``chalk
+dlq`` took off the dead-letter queues) and ``journal`` (the journal outbox).  It also hands out the blackboards the
 pipeline loads records on, and renews and purges record leases through the
 blackboard's own calls.
 
@@ -32,6 +33,7 @@ from listener_router._errors import (
     RecordsBusy,
     StoreUnavailable,
 )
+from listener_router.store._cluster import ClusterState
 from listener_router.store._dead_letters import DeadLetters
 from listener_router.store._journal import JournalOutbox
 from listener_router.store._nodes import Nodes
@@ -44,7 +46,8 @@ _OUTAGES = (OperationalError, InterfaceError, SqlTimeoutError, OSError)
 
 
 class ServiceStore:
-    """Inbox, outbox, nodes and dead letters in the blackboard's database (see the module doc).
+    """Inbox, outbox, nodes, cluster and dead letters in the blackboard's database (see the
+    module doc).
 
     Opening it creates (or upgrades) the tables.  ``writes`` is held around
     every write transaction of this process: SQLite has one writer, and
@@ -60,6 +63,7 @@ class ServiceStore:
         self.outbox = Outbox(sql.engine)
         self.nodes = Nodes(sql.engine)
         self.journal = JournalOutbox(sql.engine)
+        self.cluster = ClusterState(sql.engine)
         self.dead_letters = DeadLetters(sql.engine)
         self.writes: contextlib.AbstractContextManager[object] = (
             threading.Lock() if sql.dialect == "sqlite" else contextlib.nullcontext())
