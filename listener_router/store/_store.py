@@ -2,8 +2,9 @@
 
 :class:`ServiceStore` sits in the blackboard's database (one SQLAlchemy
 engine, taken from the blackboard's public :class:`~blackboard.SqlStore`):
-``outbox`` (inbox and outbox, written in the commit transaction) and
-``nodes`` (cluster heartbeats).  It also hands out the blackboards the
+``outbox`` (inbox and outbox, written in the commit transaction),
+``nodes`` (cluster heartbeats), ``joblog`` (the job log and its statistics)
+and ``schedules`` (scheduled jobs' last ticks).  It also hands out the blackboards the
 pipeline loads records on, and renews and purges record leases through the
 blackboard's own calls.
 
@@ -31,8 +32,10 @@ from listener_router._errors import (
     RecordsBusy,
     StoreUnavailable,
 )
+from listener_router.store._joblog import JobLogTables
 from listener_router.store._nodes import Nodes
 from listener_router.store._outbox import Outbox
+from listener_router.store._schedules import Schedules
 from listener_router.store._schema import create_schema
 
 __all__ = ["ServiceStore", "commit_failure", "unavailable"]
@@ -41,7 +44,8 @@ _OUTAGES = (OperationalError, InterfaceError, SqlTimeoutError, OSError)
 
 
 class ServiceStore:
-    """Inbox, outbox and nodes in the blackboard's database (see the module doc).
+    """Inbox, outbox, nodes, job log and schedules in the blackboard's database (see the
+    module doc).
 
     Opening it creates (or upgrades) the tables.  ``writes`` is held around
     every write transaction of this process: SQLite has one writer, and
@@ -56,6 +60,8 @@ class ServiceStore:
         create_schema(sql.engine)
         self.outbox = Outbox(sql.engine)
         self.nodes = Nodes(sql.engine)
+        self.joblog = JobLogTables(sql.engine)
+        self.schedules = Schedules(sql.engine)
         self.writes: contextlib.AbstractContextManager[object] = (
             threading.Lock() if sql.dialect == "sqlite" else contextlib.nullcontext())
 
