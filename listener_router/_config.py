@@ -7,7 +7,9 @@ Every key is optional; the defaults run on one machine with no file at all
 from __future__ import annotations
 
 import os
+import re
 import sys
+import zoneinfo
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,7 +22,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Settings", "ListenerRule", "RouterRule", "ConfigError", "load_settings", "make_runner"]
+__all__ = ["Settings", "ListenerRule", "RouterRule", "ScheduleRule", "ConfigError", "load_settings",
+           "make_runner", "parse_every", "with_schedule_listeners"]
 
 DEFAULT_BROKER = "amqp://guest:guest@localhost:5672/%2F"
 
@@ -57,6 +60,34 @@ class RouterRule:
 
 
 @dataclass(frozen=True)
+class ScheduleRule:
+    """A scheduled job: at every tick, publish a selection of record IDs to a queue.
+
+    The tick is ``cron`` (croniter syntax, in ``timezone``) or ``every``
+    seconds (ticks at multiples of it since the epoch).  The selection is
+    ``ids`` (a fixed list) or every stored record, narrowed by ``prefix``
+    (of the ID), ``source`` and ``xpath`` (over the record, like a router
+    condition).  Each message carries ``batch_size`` record IDs (one
+    workflow instance).  ``catch_up``: what to do with ticks missed while no
+    member lived: ``"one"`` runs the latest of them once, ``"none"`` skips them.
+    """
+
+    name: str
+    cron: str | None = None
+    every: float | None = None         # seconds
+    timezone: str = "UTC"
+    queue: str = ""                    # default: chalk.schedule.<name>
+    workflow: str | None = None        # a listener rule takes the queue's messages to it
+    batch_size: int = 1                # record IDs per message
+    ids: tuple[str, ...] | None = None
+    prefix: str | None = None
+    source: str | None = None
+    xpath: str | None = None
+    catch_up: str = "one"
+    operation: str = "ADD"
+
+
+@dataclass(frozen=True)
 class Settings:
     blackboard_url: str = "sqlite:///chalk.db"
     lease_seconds: float = 60.0
@@ -78,7 +109,10 @@ class Settings:
     listeners: tuple[ListenerRule, ...] = (ListenerRule(name="default"),)
     routers: tuple[RouterRule, ...] = (RouterRule(queue="chalk.out"),)
     node: str | None = None            # lease owner / cluster member name
-    retention_days: float = 7.0        # processed-message and sent-outbox history kept
+    retention_days: float = 7.0        # processed-message, sent-outbox and job-log history kept
+    job_log: bool = True               # [jobs] log: every message's life and statistics persisted
+    stats_interval: float = 60.0       # [jobs] stats_interval: seconds per statistics row
+    schedules: tuple[ScheduleRule, ...] = ()
     source: str | None = None          # the file the settings came from
 
     def with_overrides(self, **changes: Any) -> Settings:
@@ -133,6 +167,99 @@ def _router(table: Mapping[str, Any], where: str) -> RouterRule:
     return rule
 
 
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_EVERY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
+
+
+def parse_every(value: str | int | float, where: str) -> float:
+    """``"30s"``, ``"5m"``, ``"1h"``, ``"2d"``, ``"500ms"`` or a number of seconds; at least 1 s."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        found = _EVERY.match(str(value))
+        if found is None:
+            raise ConfigError(f"{where}: 'every' must be a number of seconds or like \"30s\", "
+                              f"\"5m\", \"1h\", \"2d\"; got {value!r}")
+        seconds = float(found.group(1)) * _UNITS[found.group(2)]
+    if seconds < 1.0:
+        raise ConfigError(f"{where}: 'every' must be at least 1 second, got {value!r}")
+    return seconds
+
+
+def _schedule(table: Mapping[str, Any], where: str) -> ScheduleRule:
+    _check_keys(table, set(ScheduleRule.__dataclass_fields__), where)
+    name = _take(table, "name", str, where, None)
+    if not name:
+        raise ConfigError(f"{where}: a schedule needs a 'name'")
+    where = f"{where} ({name!r})"
+    cron = _take(table, "cron", str, where, None)
+    every = table.get("every")
+    if (cron is None) == (every is None):
+        raise ConfigError(f"{where}: give either 'cron' (like \"*/5 * * * *\") or 'every' "
+                          "(like \"30s\")")
+    if cron is not None:
+        from croniter import croniter
+        if not croniter.is_valid(cron):
+            raise ConfigError(f"{where}: cron {cron!r} is not a valid cron expression")
+    timezone = _take(table, "timezone", str, where, "UTC")
+    try:
+        zoneinfo.ZoneInfo(timezone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as e:
+        raise ConfigError(f"{where}: unknown timezone {timezone!r}") from e
+    ids = _take(table, "ids", list, where, None)
+    if ids is not None and not all(isinstance(i, str) and i for i in ids):
+        raise ConfigError(f"{where}: 'ids' must be a list of record IDs (strings)")
+    filters = [k for k in ("prefix", "source", "xpath") if k in table]
+    if ids is not None and filters:
+        raise ConfigError(f"{where}: 'ids' is a fixed list; leave out {', '.join(filters)}")
+    batch_size = _take(table, "batch_size", int, where, 1)
+    if batch_size < 1:
+        raise ConfigError(f"{where}: 'batch_size' must be positive, got {batch_size}")
+    catch_up = _take(table, "catch_up", str, where, "one")
+    if catch_up not in ("one", "none"):
+        raise ConfigError(f"{where}: catch_up must be 'one' or 'none', got {catch_up!r}")
+    operation = _take(table, "operation", str, where, "ADD").upper()
+    if operation not in ("ADD", "UPDATE", "DELETE"):
+        raise ConfigError(f"{where}: operation must be ADD, UPDATE or DELETE")
+    return ScheduleRule(
+        name=name, cron=cron, every=None if every is None else parse_every(every, where),
+        timezone=timezone, queue=_take(table, "queue", str, where, "") or f"chalk.schedule.{name}",
+        workflow=_take(table, "workflow", str, where, None), batch_size=batch_size,
+        ids=None if ids is None else tuple(ids), prefix=_take(table, "prefix", str, where, None),
+        source=_take(table, "source", str, where, None),
+        xpath=_take(table, "xpath", str, where, None), catch_up=catch_up, operation=operation)
+
+
+def with_schedule_listeners(listeners: tuple[ListenerRule, ...],
+                            schedules: tuple[ScheduleRule, ...], where: str
+                            ) -> tuple[ListenerRule, ...]:
+    """The listener rules plus one per schedule whose queue has none (see the README).
+
+    A schedule with a ``workflow`` on a queue no listener rule reads gets a
+    rule of its own (with the condition ``$schedule = 'NAME'`` when several
+    schedules share the queue).  On a queue the rules already read, one of
+    them must name the workflow.
+    """
+    taken = {rule.queue for rule in listeners}
+    added: list[ListenerRule] = []
+    for schedule in schedules:
+        if schedule.workflow is None:
+            continue
+        if schedule.queue in taken:
+            if not any(r.workflow == schedule.workflow for r in listeners
+                       if r.queue == schedule.queue):
+                raise ConfigError(
+                    f"{where} [[schedule]] {schedule.name!r}: no listener rule on queue "
+                    f"{schedule.queue!r} runs workflow {schedule.workflow!r}; add one, or leave "
+                    "out 'queue' to give the schedule a queue of its own")
+            continue
+        sharing = [s for s in schedules if s.queue == schedule.queue and s.workflow]
+        added.append(ListenerRule(
+            name=f"schedule.{schedule.name}", queue=schedule.queue, workflow=schedule.workflow,
+            condition=f"$schedule = '{schedule.name}'" if len(sharing) > 1 else None))
+    return listeners + tuple(added)
+
+
 def load_settings(path: str | os.PathLike[str] | None = None,
                   env: Mapping[str, str] | None = None) -> Settings:
     """Read ``path`` (default ``chalk.toml`` when present) and the CHALK_* environment."""
@@ -150,13 +277,15 @@ def load_settings(path: str | os.PathLike[str] | None = None,
             raise ConfigError(f"{candidate}: not valid TOML: {e}") from e
     where = source or "defaults"
     _check_keys(data, {"blackboard", "broker", "spark", "workflows", "listener", "router",
-                       "engine", "node"}, where)
+                       "engine", "node", "jobs", "schedule"}, where)
     bb = data.get("blackboard", {})
     broker = data.get("broker", {})
     spark = data.get("spark", {})
     wf = data.get("workflows", {})
     engine = data.get("engine", {})
     node = data.get("node", {})
+    jobs = data.get("jobs", {})
+    _check_keys(jobs, {"log", "stats_interval"}, f"{where} [jobs]")
     _check_keys(bb, {"url", "lease_seconds"}, f"{where} [blackboard]")
     _check_keys(broker, {"url", "queue_type", "delivery_limit", "process"}, f"{where} [broker]")
     _check_keys(spark, {"master", "conf"}, f"{where} [spark]")
@@ -170,6 +299,16 @@ def load_settings(path: str | os.PathLike[str] | None = None,
                       for i, t in enumerate(data.get("listener", [])))
     routers = tuple(_router(t, f"{where} [[router]] #{i + 1}")
                     for i, t in enumerate(data.get("router", [])))
+    schedules = tuple(_schedule(t, f"{where} [[schedule]] #{i + 1}")
+                      for i, t in enumerate(data.get("schedule", [])))
+    names = [s.name for s in schedules]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{where}: two [[schedule]] entries share a name "
+                          f"({', '.join(sorted(n for n in set(names) if names.count(n) > 1))})")
+    stats_interval = float(_take(jobs, "stats_interval", (int, float), f"{where} [jobs]",
+                                 defaults.stats_interval))
+    if stats_interval < 1:
+        raise ConfigError(f"{where} [jobs]: stats_interval must be at least 1 second")
     queue_type = _take(broker, "queue_type", str, f"{where} [broker]", defaults.queue_type)
     if queue_type not in ("quorum", "classic"):
         raise ConfigError(f"{where} [broker]: queue_type must be 'quorum' or 'classic'")
@@ -213,11 +352,14 @@ def load_settings(path: str | os.PathLike[str] | None = None,
         dataframe_forms=_take(engine, "dataframe_forms", bool, f"{where} [engine]",
                               defaults.dataframe_forms),
         local_below=local_below,
-        listeners=listeners or defaults.listeners,
+        listeners=with_schedule_listeners(listeners or defaults.listeners, schedules, where),
         routers=routers or defaults.routers,
         node=env.get("CHALK_NODE") or _take(node, "name", str, f"{where} [node]", None),
         retention_days=float(_take(node, "retention_days", (int, float), f"{where} [node]",
                                    defaults.retention_days)),
+        job_log=_take(jobs, "log", bool, f"{where} [jobs]", defaults.job_log),
+        stats_interval=stats_interval,
+        schedules=schedules,
         source=source,
     )
     return settings
