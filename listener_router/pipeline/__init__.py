@@ -22,7 +22,8 @@ leaving messages waiting behind small batches.  ``_states`` is the one
 table of what may happen to a message; ``_inflight`` keeps batches in flight
 from loading each other's records; ``_held`` keeps deferred messages until
 they are gathered again; ``_retries`` decides retry or dead letter;
-``_settle`` ends groups and batches; ``_report`` counts.
+``_settle`` ends groups and batches; ``_report`` counts; ``_journal`` is told
+about every settled message before its ack.
 """
 
 from listener_router.pipeline._batch import Batch, BatchSizing, Gathering, Group
@@ -32,6 +33,7 @@ from listener_router.pipeline._finish import CONFIRM_TIMEOUT, Finishing, FinishS
 from listener_router.pipeline._gather import GatherStage
 from listener_router.pipeline._held import Held
 from listener_router.pipeline._inflight import InFlight
+from listener_router.pipeline._journal import Journal, Journals
 from listener_router.pipeline._lanes import BACKLOG, Lane
 from listener_router.pipeline._loading import Loader
 from listener_router.pipeline._report import BatchObserver, BatchReport, Meter, Observers, Stats
@@ -60,6 +62,8 @@ __all__ = [
     "Group",
     "Held",
     "InFlight",
+    "Journal",
+    "Journals",
     "Lane",
     "Loader",
     "Meter",

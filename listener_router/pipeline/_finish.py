@@ -9,7 +9,9 @@ messages are published with confirms, the outbox batches marked sent, and
 only then the inputs acked.  A failed publish holds them instead; committed
 ones then take the inbox path and publish their outbox batch again.
 
-The leader's orphaned outbox batches (:class:`Orphans`) are published on the
+Before the ack, the settled messages go to the journal (``_journal``: the
+job log writes down the ones no commit transaction did).  The leader's
+orphaned outbox batches (:class:`Orphans`) are published on the
 same lane.  When the last job of a batch is done, its report goes to the
 observers.
 """
@@ -26,6 +28,7 @@ from listener_router._errors import BrokerUnavailable, InfrastructureError
 from listener_router.broker import Link, OutMessage, declare_new_outputs, publish_confirmed
 from listener_router.pipeline._batch import Batch
 from listener_router.pipeline._held import Held
+from listener_router.pipeline._journal import Journal
 from listener_router.pipeline._lanes import Lane
 from listener_router.pipeline._report import Meter, Observers, Stats
 from listener_router.pipeline._retries import side_messages
@@ -63,7 +66,8 @@ class FinishStage:
     """Publish, mark sent, ack (see module doc); ``lane`` is the stage's input."""
 
     def __init__(self, *, link: Link, settings: Settings, store: ServiceStore, held: Held,
-                 meter: Meter, stats: Stats, observers: Observers):
+                 meter: Meter, stats: Stats, observers: Observers,
+                 journal: Journal | None = None):
         self.link = link
         self.settings = settings
         self.store = store
@@ -71,6 +75,7 @@ class FinishStage:
         self.meter = meter
         self.stats = stats
         self.observers = observers
+        self.journal = journal or Journal()
         # Queues known to exist: the inputs and the configured outputs.  Others (named
         # by a record's nextDestination) are declared before the first publish to them.
         self.declared: set[str] = {rule.queue for rule in settings.listeners}
@@ -160,6 +165,7 @@ class FinishStage:
                     log.warning("could not mark %d outbox batch(es) sent: %s", len(batches), e)
             for state, n in Counter(w.state.value for w in done).items():
                 self.stats.add(state, n)
+            self.journal.settled(done, report)
             for w in done:
                 w.to(State.ACKED)
             self.link.ack(w.delivery for w in done)
