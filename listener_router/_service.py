@@ -20,11 +20,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import replace
 from typing import Any
 
 import engine
 from blackboard import SqlStore
-from listener_router._config import Settings, make_runner
+from listener_router._config import Settings, make_runner, with_schedule_listeners
 from listener_router._gc import tune_gc
 from listener_router._rules import ListenerRules, Router
 from listener_router.broker import AmqpLink, Link, ProcessLink, declare_all
@@ -38,6 +39,7 @@ from listener_router.cluster import (
     Retention,
     claim_node_name,
 )
+from listener_router.jobs import JobLog, Scheduler
 from listener_router.pipeline import (
     BatchObserver,
     BatchSizing,
@@ -49,6 +51,7 @@ from listener_router.pipeline import (
     GatherStage,
     Held,
     InFlight,
+    Journals,
     Loader,
     Meter,
     Observers,
@@ -80,7 +83,9 @@ class Service:
                  extensions: Iterable[CommitExtension] = (),
                  leader_tasks: Iterable[LeaderTask] = (),
                  sizing: BatchSizing | None = None):
-        self.settings = settings
+        # a schedule with a workflow and a queue of its own needs a listener rule for it
+        self.settings = settings = replace(settings, listeners=with_schedule_listeners(
+            settings.listeners, settings.schedules, settings.source or "settings"))
         self.stats = Stats()
         self._spark = spark
         self._runner = runner
@@ -98,6 +103,7 @@ class Service:
         self._runners: ThreadPoolExecutor | None = None
         self._commit: CommitStage | None = None
         self._finish: FinishStage | None = None
+        self.joblog: JobLog | None = None
 
     # -- opening and closing ---------------------------------------------------------
     def open(self) -> Service:
@@ -140,14 +146,21 @@ class Service:
 
         meter, held = Meter(self.stats), Held()
         loader = Loader(store, meter)
+        journals = Journals()
+        extensions = list(self.extensions)
+        if s.job_log:
+            joblog = self.joblog = JobLog(store, node, interval=s.stats_interval)
+            extensions.append(joblog)
+            journals.add(joblog)
+            self.observers.add(joblog)
         finish = self._finish = FinishStage(link=link, settings=s, store=store, held=held,
                                             meter=meter, stats=self.stats,
-                                            observers=self.observers)
+                                            observers=self.observers, journal=journals)
         settlement = Settlement(loader=loader, inflight=self.inflight, held=held, finish=finish,
                                 meter=meter)
         commit = self._commit = CommitStage(router=router, store=store, loader=loader,
                                             settlement=settlement, meter=meter,
-                                            extensions=self.extensions)
+                                            extensions=extensions)
         self._execute = ExecuteStage(registry=registry, runner=runner, local_runner=local_runner,
                                      local_below=s.local_below, batch_timeout=s.batch_timeout,
                                      loader=loader, commit=commit, settlement=settlement,
@@ -161,6 +174,9 @@ class Service:
             ExpiredLeases(store), OrphanedOutbox(store, finish.publish_orphans),
             Retention(store, s.retention_days), ForgetDeadMembers(self.membership),
             *self.leader_tasks])
+        if s.schedules:
+            self.leader.add(Scheduler(store, s.schedules, self.membership, finish.publish_orphans,
+                                      member=node))
         self._last_refresh = time.monotonic()
         log.info("service %s up: queues %s, workflows %s", node,
                  ", ".join(self.listeners.queues), ", ".join(registry.names()))
@@ -175,6 +191,8 @@ class Service:
             for stage in (self._commit, self._finish):
                 if stage is not None:
                     stage.lane.close()
+            if self.joblog is not None:
+                self.joblog.close()
             if self.inflight is not None:
                 self.inflight.stop()
             if self.membership is not None:

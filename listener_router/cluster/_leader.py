@@ -75,7 +75,8 @@ class OrphanedOutbox(LeaderTask):
 
 
 class Retention(LeaderTask):
-    """Drop sent outbox batches and inbox rows older than ``retention_days``."""
+    """Drop sent outbox batches, inbox rows and the job log's rows and statistics older
+    than ``retention_days``."""
 
     name = "retention"
 
@@ -85,7 +86,8 @@ class Retention(LeaderTask):
 
     def run(self) -> int:
         with self.store.writes, unavailable():
-            return self.store.outbox.purge(self.days * 86400.0)
+            return (self.store.outbox.purge(self.days * 86400.0)
+                    + self.store.joblog.purge(self.days * 86400.0))
 
 
 class ForgetDeadMembers(LeaderTask):
