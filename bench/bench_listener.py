@@ -269,6 +269,8 @@ def main() -> int:
                         help="local_below for the second latency pass (0: skip it)")
     parser.add_argument("--warmup-batches", type=int, default=600,
                         help="batches of 100 messages the service runs between the cold and the warm pass")
+    parser.add_argument("--no-job-log", action="store_true",
+                        help="run without the job log ([jobs] log = false), to see what it costs")
     args = parser.parse_args()
     ensure_local_broker(args.broker)
     tmp = Path(tempfile.mkdtemp(prefix="chalk-bench-"))
@@ -280,7 +282,7 @@ def main() -> int:
     settings = Settings(blackboard_url=f"sqlite:///{tmp / 'bench.db'}", broker_url=args.broker,
                         workflows_dir=str(tmp / "workflows"), listeners=(rule,),
                         routers=(RouterRule(queue=f"bench.{tag}.out", attributes=("words", "sent")),),
-                        runner=args.runner, spark_master=args.master)
+                        runner=args.runner, spark_master=args.master, job_log=not args.no_job_log)
     spark = None
     if args.runner == "spark":
         import engine
@@ -289,7 +291,8 @@ def main() -> int:
     declare_all(conn, settings)
     conn.close()
 
-    print(f"{args.messages} messages, batch {args.batch_size}, runner {args.runner} {args.master}")
+    print(f"{args.messages} messages, batch {args.batch_size}, runner {args.runner} {args.master}, "
+          f"job log {'off' if args.no_job_log else 'on'}")
     bare = bare_round_trip(args.broker, settings, args.messages)
     print(f"bare broker round trip: {bare:,.0f} msg/s")
     cold, _, _ = chalk_run(settings, args.messages, spark)

@@ -185,3 +185,4 @@ def test_the_readme_configuration_is_accepted(tmp_path: Path) -> None:
     settings = load_settings(config, env={})
     assert [r.name for r in settings.listeners] == ["add"]
     assert settings.local_below == 0 and settings.broker_process is True
+    assert [(s.name, s.prefix, s.catch_up) for s in settings.schedules] == [("nightly", "doc-", "one")]
