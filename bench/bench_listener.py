@@ -28,7 +28,8 @@ the output queue, p50 and p99 (warm): with every batch on Spark, and with
 batches such a rate makes run in the service's process.
 
 Run: ``.venv/bin/python bench/bench_listener.py`` (``--messages 20000 --batch-size
-1000`` for a quicker look; ``--runner local`` to leave Spark out).
+1000`` for a quicker look; ``--runner local`` to leave Spark out; ``--job-log-cost 3``
+for the job log's share of the warm throughput, with and without it alternating).
 """
 
 from __future__ import annotations
@@ -253,6 +254,20 @@ def latency(settings: Settings, rate: float, seconds: float, spark: Any) -> list
     return arrivals
 
 
+def job_log_cost(settings: Settings, n: int, rounds: int, spark: Any) -> None:
+    """Warm passes with and without the job log, alternating so that both see the same
+    machine; the job log's cost is 1 - (median with) / (median without)."""
+    rates: dict[bool, list[float]] = {True: [], False: []}
+    for i in range(rounds):
+        for on in ((True, False) if i % 2 == 0 else (False, True)):
+            rate, _, _ = chalk_run(replace(settings, job_log=on), n, spark)
+            rates[on].append(rate)
+            print(f"  round {i + 1}, job log {'on ' if on else 'off'}: {rate:,.0f} records/s")
+    with_log, without = statistics.median(rates[True]), statistics.median(rates[False])
+    print(f"job log cost: median {with_log:,.0f} records/s with it, {without:,.0f} without: "
+          f"ratio {with_log / without:.3f} ({(1 - with_log / without) * 100:+.1f} % of throughput)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=100000,
@@ -271,6 +286,9 @@ def main() -> int:
                         help="batches of 100 messages the service runs between the cold and the warm pass")
     parser.add_argument("--no-job-log", action="store_true",
                         help="run without the job log ([jobs] log = false), to see what it costs")
+    parser.add_argument("--job-log-cost", type=int, default=0, metavar="ROUNDS",
+                        help="instead of the warm pass and latency: ROUNDS warm passes with the job "
+                             "log and ROUNDS without, alternating, and the ratio of their medians")
     args = parser.parse_args()
     ensure_local_broker(args.broker)
     tmp = Path(tempfile.mkdtemp(prefix="chalk-bench-"))
@@ -303,6 +321,9 @@ def main() -> int:
         # (analysis, planning, scheduling), which takes some hundreds of jobs.
         small = replace(settings, listeners=(replace(rule, batch_size=100),))
         chalk_run(small, 100 * args.warmup_batches, spark)
+    if args.job_log_cost:
+        job_log_cost(settings, args.messages, args.job_log_cost, spark)
+        return 0
     # The bare rate moves between runs on a shared machine (by 2x seen here):
     # measured again next to the warm pass, the ratio takes the higher figure.
     bare_again = bare_round_trip(args.broker, settings, args.messages)
