@@ -27,6 +27,12 @@ the output queue, p50 and p99 (warm): with every batch on Spark, and with
 ``[engine] local_below`` (``--local-below``, default 1,000) so that the small
 batches such a rate makes run in the service's process.
 
+With ``--http HOST:PORT`` (e.g. ``127.0.0.1:0``) the warm pass is followed by
+``--ab-rounds`` rounds of two passes each, without and with the metrics and
+dashboard served (``[http] listen``; ``/metrics`` scraped every 5 s as
+Prometheus would), and the ratio of the median rates is printed: what
+watching the service costs its hot path.
+
 Run: ``.venv/bin/python bench/bench_listener.py`` (``--messages 20000 --batch-size
 1000`` for a quicker look; ``--runner local`` to leave Spark out; ``--job-log-cost 3``
 for the job log's share of the warm throughput, with and without it alternating).
@@ -180,8 +186,17 @@ def purge(url: str, queue: str) -> None:
     conn.close()
 
 
+def scrape(url: str, every: float, stop: threading.Event) -> None:
+    """GET ``url`` every ``every`` seconds until ``stop`` (what Prometheus does)."""
+    import urllib.request
+    while not stop.wait(every):
+        with urllib.request.urlopen(url, timeout=30) as response:
+            response.read()
+
+
 def chalk_run(settings: Settings, n: int, spark: Any) -> tuple[float, dict[str, int], dict[str, float]]:
-    """Records/s through the service, its counters, and CPU-s by process."""
+    """Records/s through the service, its counters, and CPU-s by process (with
+    ``settings.http_listen``, its metrics are scraped every 5 s meanwhile)."""
     queue = settings.listeners[0].queue
     first = _FIRST[0]
     _FIRST[0] += n
@@ -195,9 +210,14 @@ def chalk_run(settings: Settings, n: int, spark: Any) -> tuple[float, dict[str, 
                  "RabbitMQ": int(beam[0]) if beam else None}
         processes = {name: pid for name, pid in found.items() if pid is not None}
         before = {name: cpu_seconds(pid) for name, pid in processes.items()}
+        stop = threading.Event()
+        if service.watch is not None:
+            threading.Thread(target=scrape, args=(service.watch.url + "metrics", 5.0, stop),
+                             daemon=True).start()
         started = time.perf_counter()
         stats = service.run(until=lambda s: s["committed"] >= n, idle_exit=60)
         elapsed = time.perf_counter() - started
+        stop.set()
         cpu = {name: cpu_seconds(pid) - before[name] for name, pid in processes.items()}
     return stats["committed"] / elapsed, dict(stats.counts), cpu
 
@@ -282,6 +302,11 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--local-below", type=int, default=1000,
                         help="local_below for the second latency pass (0: skip it)")
+    parser.add_argument("--http", metavar="HOST:PORT",
+                        help="after the warm pass, compare passes without and with the metrics "
+                             "and dashboard served there (e.g. 127.0.0.1:0)")
+    parser.add_argument("--ab-rounds", type=int, default=3,
+                        help="rounds of the --http comparison (one pass without, one with, each)")
     parser.add_argument("--warmup-batches", type=int, default=600,
                         help="batches of 100 messages the service runs between the cold and the warm pass")
     parser.add_argument("--no-job-log", action="store_true",
@@ -339,6 +364,18 @@ def main() -> int:
         "commit_ms", "publish_ms", "batch_ms")}
     print(f"  phases (ms, summed over {counts.get('batches', 0)} batches; stage, commit and "
           f"publish overlap the run): {phases}")
+    if args.http:
+        rates: dict[str, list[float]] = {"without": [], "with": []}
+        for _round in range(args.ab_rounds):
+            for name, pass_settings in (("without", settings),
+                                        ("with", replace(settings, http_listen=args.http))):
+                rates[name].append(chalk_run(pass_settings, args.messages, spark)[0])
+        plain, watched = statistics.median(rates["without"]), statistics.median(rates["with"])
+        print(f"metrics and dashboard served (--http {args.http}), {args.ab_rounds} round(s): "
+              f"without {plain:,.0f} records/s, with {watched:,.0f} records/s (medians)   "
+              f"ratio with/without {watched / plain:.3f}")
+        print("  passes without: " + ", ".join(f"{r:,.0f}" for r in rates["without"])
+              + "; with: " + ", ".join(f"{r:,.0f}" for r in rates["with"]))
     passes = [("every batch on Spark", settings)]
     if args.local_below and args.runner == "spark":
         passes.append((f"local_below {args.local_below}",

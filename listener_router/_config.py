@@ -23,7 +23,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 __all__ = ["Settings", "ListenerRule", "RouterRule", "ScheduleRule", "ConfigError", "load_settings",
-           "make_runner", "parse_every", "with_schedule_listeners"]
+           "make_runner", "parse_every", "parse_listen", "with_schedule_listeners"]
 
 DEFAULT_BROKER = "amqp://guest:guest@localhost:5672/%2F"
 
@@ -113,6 +113,8 @@ class Settings:
     job_log: bool = True               # [jobs] log: every message's life and statistics persisted
     stats_interval: float = 60.0       # [jobs] stats_interval: seconds per statistics row
     schedules: tuple[ScheduleRule, ...] = ()
+    http_listen: str | None = None     # [http] listen: "host:port" of metrics and dashboard (off: None)
+    http_token: str | None = None      # [http] token: needed to replay dead letters from the page
     source: str | None = None          # the file the settings came from
 
     def with_overrides(self, **changes: Any) -> Settings:
@@ -277,7 +279,7 @@ def load_settings(path: str | os.PathLike[str] | None = None,
             raise ConfigError(f"{candidate}: not valid TOML: {e}") from e
     where = source or "defaults"
     _check_keys(data, {"blackboard", "broker", "spark", "workflows", "listener", "router",
-                       "engine", "node", "jobs", "schedule"}, where)
+                       "engine", "node", "jobs", "schedule", "http"}, where)
     bb = data.get("blackboard", {})
     broker = data.get("broker", {})
     spark = data.get("spark", {})
@@ -286,6 +288,8 @@ def load_settings(path: str | os.PathLike[str] | None = None,
     node = data.get("node", {})
     jobs = data.get("jobs", {})
     _check_keys(jobs, {"log", "stats_interval"}, f"{where} [jobs]")
+    http = data.get("http", {})
+    _check_keys(http, {"listen", "token"}, f"{where} [http]")
     _check_keys(bb, {"url", "lease_seconds"}, f"{where} [blackboard]")
     _check_keys(broker, {"url", "queue_type", "delivery_limit", "process"}, f"{where} [broker]")
     _check_keys(spark, {"master", "conf"}, f"{where} [spark]")
@@ -323,6 +327,10 @@ def load_settings(path: str | os.PathLike[str] | None = None,
     runner = _take(engine, "runner", str, f"{where} [engine]", defaults.runner)
     if runner not in ("spark", "local"):
         raise ConfigError(f"{where} [engine]: runner must be 'spark' or 'local'")
+    http_listen = env.get("CHALK_HTTP_LISTEN") or _take(http, "listen", str, f"{where} [http]", None)
+    if http_listen is not None:
+        parse_listen(http_listen, f"{where} [http] listen")
+    http_token = env.get("CHALK_HTTP_TOKEN") or _take(http, "token", str, f"{where} [http]", None)
     settings = Settings(
         blackboard_url=env.get("CHALK_BLACKBOARD_URL")
         or _take(bb, "url", str, f"{where} [blackboard]", defaults.blackboard_url),
@@ -360,9 +368,24 @@ def load_settings(path: str | os.PathLike[str] | None = None,
         job_log=_take(jobs, "log", bool, f"{where} [jobs]", defaults.job_log),
         stats_interval=stats_interval,
         schedules=schedules,
+        http_listen=http_listen,
+        http_token=http_token or None,
         source=source,
     )
     return settings
+
+
+def parse_listen(listen: str, where: str = "listen") -> tuple[str, int]:
+    """``"host:port"`` (``"[::1]:9187"`` for IPv6) as ``(host, port)``; port 0 picks a free one.
+
+    Raises:
+        ConfigError: not of that form (``where`` names the setting).
+    """
+    host, sep, port = listen.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"{where}: {listen!r} is not host:port (e.g. \"127.0.0.1:9187\")")
+    return host, int(port)
 
 
 def make_runner(settings: Settings, spark: Any = None) -> Any:

@@ -104,6 +104,7 @@ class Service:
         self._commit: CommitStage | None = None
         self._finish: FinishStage | None = None
         self.joblog: JobLog | None = None
+        self.watch: Any = None  # listener_router.watch.Watch, when [http] listen is set
 
     # -- opening and closing ---------------------------------------------------------
     def open(self) -> Service:
@@ -178,6 +179,9 @@ class Service:
             self.leader.add(Scheduler(store, s.schedules, self.membership, finish.publish_orphans,
                                       member=node))
         self._last_refresh = time.monotonic()
+        if s.http_listen:  # metrics and the dashboard (their imports only when asked for)
+            from listener_router.watch import Watch
+            self.watch = Watch(self).start()
         log.info("service %s up: queues %s, workflows %s", node,
                  ", ".join(self.listeners.queues), ", ".join(registry.names()))
         return self
@@ -186,6 +190,11 @@ class Service:
         try:
             self.drain()
         finally:
+            if self.watch is not None:
+                try:
+                    self.watch.stop()
+                except Exception:  # never keeps the rest from closing
+                    log.exception("stopping the metrics and dashboard failed")
             if self._runners is not None:
                 self._runners.shutdown(wait=True)
             for stage in (self._commit, self._finish):

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything Chalk and its tests need on Debian 12 (root, no systemd):
 # apt packages that are missing (rabbitmq-server, PostgreSQL, Java 17,
-# python3-venv), then a virtualenv at .venv with `pip install -e '.[dev]'`.
+# python3-venv, Graphviz for workflow diagrams, Chromium for the dashboard's
+# browser test), then a virtualenv at .venv with `pip install -e '.[dev]'`.
 # Idempotent; a second run takes well under a second. Re-installs the
 # Python packages whenever pyproject.toml changes.
 #
@@ -35,6 +36,8 @@ pkgs=()
 [ -x /usr/sbin/rabbitmq-server ] || pkgs+=(rabbitmq-server)
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || pkgs+=(postgresql)
 command -v java >/dev/null || pkgs+=(openjdk-17-jre-headless)
+command -v dot >/dev/null || pkgs+=(graphviz)
+[ -x /usr/bin/chromium ] || pkgs+=(chromium)
 if [ ! -x "$VENV/bin/python" ] && ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then
     pkgs+=(python3-venv)
 fi

@@ -28,6 +28,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         overrides["runner"] = "local"
     if getattr(args, "blackboard", None):
         overrides["blackboard_url"] = args.blackboard
+    if getattr(args, "http", None):
+        overrides["http_listen"] = args.http
     return settings.with_overrides(**overrides)
 
 
@@ -233,6 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--local", action="store_true", help="run workflows in-process instead of on Spark")
     p.add_argument("--idle-exit", type=float, metavar="SECONDS",
                    help="stop after this many seconds without messages")
+    p.add_argument("--http", metavar="HOST:PORT",
+                   help="serve Prometheus metrics (/metrics) and the dashboard (/) there, "
+                        "e.g. 127.0.0.1:9187 (default: [http] listen; off)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("push", parents=[common], help="store records from JSONL and publish their IDs")

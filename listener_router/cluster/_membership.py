@@ -95,6 +95,11 @@ class Membership:
         return self._leader
 
     @property
+    def live(self) -> tuple[str, ...]:
+        """Names of the live members as of the last heartbeat, the leader first."""
+        return self._members
+
+    @property
     def is_leader(self) -> bool:
         """Whether this process leads the cluster (as of its last heartbeat)."""
         return self._leader == self.name

@@ -125,8 +125,10 @@ class ExecuteStage:
         workflow = self.registry.get(name)
         instances = [w.message.record_ids for w in works]  # type: ignore[union-attr]
         started = time.perf_counter()
+        where = "spark" if isinstance(self.runner, engine.SparkRunner) else "local"
         try:
             if self.local_runner is not None and self._runs_here(works, instances):
+                where = "local"
                 with hang_watch(self.batch_timeout, name, len(works)):
                     results = self.local_runner.run(workflow, bb, instances)
                 self.meter.stats.add("local_batches")
@@ -134,6 +136,8 @@ class ExecuteStage:
                     report.local_runs += 1
             else:
                 results = self.runner.run(workflow, bb, instances)
+            if report is not None:
+                report.add_run(name, where, time.perf_counter() - started)
         except Exception as e:  # the runner failed on the driver: nothing is known done
             self._check_runner(e)
             log.warning("workflow %s: the runner failed on %d message(s): %s", name,

@@ -157,6 +157,8 @@ class FinishStage:
                     return
                 if report is not None:
                     report.published += len(routed) + len(side)
+                    report.count_sent(m.routing_key if not m.exchange
+                                      else f"{m.exchange}/{m.routing_key}" for m in routed)
                 batches = sorted({w.batch for w in done if w.batch})
                 try:
                     with self.store.writes, unavailable():

@@ -60,6 +60,8 @@ class BatchReport:
     outcome: Counter[tuple[str, str]] = field(default_factory=Counter)  # (queue, state) → messages
     records: Counter[tuple[str, str]] = field(default_factory=Counter)  # (workflow, committed|invalidated)
     published: int = 0             # messages published for it (routed, retry copies, dead letters)
+    sent: Counter[str] = field(default_factory=Counter)  # routed messages by target queue
+    runs: list[tuple[str, str, float]] = field(default_factory=list)  # (workflow, runner, seconds)
     local_runs: int = 0            # workflow runs in the service's process (``local_below``)
     seconds: dict[str, float] = field(default_factory=dict)
     finished: float = 0.0          # wall clock, when observers got it
@@ -73,6 +75,16 @@ class BatchReport:
         if n:
             with self.lock:
                 self.records[(workflow, kind)] += n
+
+    def count_sent(self, targets: Iterable[str]) -> None:
+        """Routed messages published, one target (queue, or ``exchange/key``) each."""
+        with self.lock:
+            self.sent.update(targets)
+
+    def add_run(self, workflow: str, runner: str, seconds: float) -> None:
+        """One workflow run of the batch: ``runner`` is ``spark`` or ``local``."""
+        with self.lock:
+            self.runs.append((workflow, runner, seconds))
 
     def states(self) -> Counter[str]:
         """Messages by the state they were settled in (committed, duplicate, retrying, …)."""

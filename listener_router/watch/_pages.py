@@ -1,0 +1,203 @@
+"""The page's HTML: one Jinja template per panel and the page around them.
+
+Everything is escaped (autoescape); the SVG pictures are made by
+``_svg`` from escaped text and marked safe there.  The page's only script
+re-fetches each panel from ``/panel/<name>`` every few seconds; it loads
+nothing from anywhere else.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from typing import Any
+
+from jinja2 import DictLoader, Environment, select_autoescape
+
+__all__ = ["PANELS", "render"]
+
+# panel → seconds between refreshes on the page
+PANELS = {"topology": 5, "queues": 5, "batches": 5, "jobs": 5, "dead_letters": 15,
+          "workflows": 30}
+
+_STYLE = """
+body { font: 14px/1.4 system-ui, sans-serif; margin: 0 1.5em 2em; color: #222; }
+header { display: flex; gap: 1.5em; align-items: baseline; border-bottom: 2px solid #345; }
+header h1 { margin: .4em 0; color: #345; }
+section { margin-top: 1.2em; }
+h2 { font-size: 1.15em; margin: .3em 0; color: #345; }
+table { border-collapse: collapse; font-size: 13px; }
+th, td { border-bottom: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }
+th { background: #f0f3f7; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.notice { background: #e8f5e9; border: 1px solid #8c8; padding: .4em .8em; }
+.refused { background: #fdecea; border: 1px solid #d88; padding: .4em .8em; }
+.muted { color: #777; }
+.error { color: #a22; }
+.wfs { display: flex; flex-wrap: wrap; gap: .8em; align-items: flex-start; }
+.wf { border: 1px solid #ddd; padding: .3em .8em; flex: 0 1 380px; }
+.wf h3 { font-size: 1em; margin: .3em 0; }
+.svgbox { overflow: auto; max-height: 520px; }
+.svgbox svg { max-width: 100%; height: auto; }
+svg text.axis, svg text.legend { font: 10px sans-serif; fill: #555; }
+svg text.node { font: 11px sans-serif; } svg text.edge { font: 10px sans-serif; }
+code { font-size: 12px; }
+"""
+
+_SCRIPT = """
+(function () {
+  var record = new URLSearchParams(location.search).get('record') || '';
+  document.querySelectorAll('[data-panel]').forEach(function (el) {
+    var every = 1000 * Number(el.dataset.every || 5);
+    function refresh() {
+      var url = '/panel/' + el.dataset.panel + (record ? '?record=' + encodeURIComponent(record) : '');
+      fetch(url, {cache: 'no-store'}).then(function (r) {
+        return r.ok ? r.text() : null;
+      }).then(function (text) {
+        if (text !== null) { el.innerHTML = text; el.dataset.updated = String(Date.now()); }
+      }).catch(function () {}).then(function () { setTimeout(refresh, every); });
+    }
+    setTimeout(refresh, every);
+  });
+})();
+"""
+
+_TEMPLATES = {
+    "page.html": """<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Chalk · {{ node }}</title><style>{{ style | safe }}</style></head>
+<body>
+<header><h1>Chalk</h1><span>node <b>{{ node }}</b></span>
+<span class="muted">read-only · <a href="/metrics">metrics</a></span></header>
+{% if notice %}<p class="notice" id="notice">{{ notice }}</p>{% endif %}
+<section id="topology"><h2>Topology</h2>
+<div data-panel="topology" data-every="{{ every.topology }}">{{ panels.topology | safe }}</div></section>
+<section id="queues"><h2>Queues</h2>
+<div data-panel="queues" data-every="{{ every.queues }}">{{ panels.queues | safe }}</div></section>
+<section id="batches"><h2>Recent batches</h2>
+<div data-panel="batches" data-every="{{ every.batches }}">{{ panels.batches | safe }}</div></section>
+<section id="jobs"><h2>Job log</h2>
+<form method="get" action="/#jobs" id="job-search">
+<input name="record" value="{{ record }}" placeholder="record ID" aria-label="record ID">
+<button type="submit">Search</button>{% if record %} <a href="/#jobs">all</a>{% endif %}</form>
+<div data-panel="jobs" data-every="{{ every.jobs }}">{{ panels.jobs | safe }}</div></section>
+<section id="dead-letters"><h2>Dead letters</h2>
+<form method="post" action="/dlq/replay" id="replay-form">
+<label>replay token <input type="password" name="token" autocomplete="off"></label>
+<div data-panel="dead_letters" data-every="{{ every.dead_letters }}">{{ panels.dead_letters | safe }}</div>
+</form></section>
+<section id="workflows"><h2>Workflows</h2>
+<div data-panel="workflows" data-every="{{ every.workflows }}">{{ panels.workflows | safe }}</div></section>
+<script>{{ script | safe }}</script>
+</body></html>
+""",
+    "topology.html": """<p>leader <b class="leader">{{ t.leader or "none" }}</b>
+{%- if t.is_leader %} (this node){% endif %} · up {{ uptime | duration }} ·
+{% for key, n in counts %}{{ key }} {{ n }}{% if not loop.last %}, {% endif %}{% endfor %}</p>
+{% if t.members %}<table id="members"><tr>{% for c in columns %}<th>{{ c }}</th>{% endfor %}</tr>
+{% for m in t.members %}<tr{% if m.name == t.node %} class="me"{% endif %}>
+{% for c in columns %}<td>{{ m.get(c) | field(c) }}</td>{% endfor %}</tr>{% endfor %}</table>
+{% else %}<p class="muted">no live members in the store</p>{% endif %}
+""",
+    "queues.html": """{% if not rows %}<p class="muted">no queues</p>{% else %}
+<table id="queue-table"><tr><th>queue</th><th>role</th><th>depth</th><th>consumers</th>
+<th>in/s</th><th>out/s</th><th>last hour</th></tr>
+{% for q in rows %}<tr data-queue="{{ q.name }}"><td><code>{{ q.name }}</code></td><td>{{ q.role }}</td>
+<td class="num depth">{{ q.depth | count }}</td><td class="num">{{ q.consumers | count }}</td>
+<td class="num">{{ q.in_rate | rate }}</td><td class="num">{{ q.out_rate | rate }}</td>
+<td>{{ q.chart | safe }}</td></tr>{% endfor %}</table>
+<p class="muted">depths sampled from the broker every {{ every }} s{% if not broker_up %};
+<span class="error">broker unreachable at the last sample</span>{% endif %}</p>{% endif %}
+""",
+    "batches.html": """{% if not batches %}<p class="muted">no batch finished yet</p>{% else %}
+<table id="batch-table"><tr><th>finished</th><th>messages</th><th>states</th><th>records</th>
+<th>published</th><th>gather</th><th>load</th><th>run</th><th>commit</th><th>publish</th>
+<th>total</th><th>runs</th></tr>
+{% for b in batches %}<tr><td>{{ b.finished | clock }}</td><td class="num">{{ b.messages }}
+{%- if b.size_limit %} <span class="muted">/ {{ b.size_limit }}</span>{% endif %}</td>
+<td>{% for s, n in b.states | dictsort %}{{ s }} {{ n }}{% if not loop.last %}, {% endif %}{% endfor %}</td>
+<td>{% for key, n in b.records | dictsort %}{{ key[0] }}: {{ key[1] }} {{ n }}{% if not loop.last %}<br>{% endif %}{% endfor %}</td>
+<td class="num">{{ b.published }}</td>
+{% for s in ("stage", "load", "run", "commit", "publish", "batch") %}<td class="num">{{ b.seconds.get(s) | ms }}</td>{% endfor %}
+<td>{% for wf, runner, sec in b.runs %}{{ wf }} {{ runner }} {{ sec | ms }}{% if not loop.last %}<br>{% endif %}{% endfor %}</td></tr>
+{% endfor %}</table>{% endif %}
+""",
+    "jobs.html": """{% if record %}<p>every step of the messages that named record <code>{{ record }}</code>:</p>{% endif %}
+{% if not jobs %}<p class="muted">{% if record %}none found in the job log{% else %}no job-log entries yet{% endif %}</p>
+{% else %}<table id="job-table"><tr><th>when</th><th>step</th><th>message</th><th>queue</th><th>attempt</th>
+<th>workflow</th><th>member</th><th>records</th><th>outgoing</th><th>reason</th></tr>
+{% for j in jobs %}{% set e = j.entry %}<tr data-state="{{ e.state }}"><td>{{ e.at | clock }}</td>
+<td>{{ e.state }}{% if e.resolved %} ({{ e.resolved }}){% endif %}</td><td><code>{{ e.message_id }}</code></td>
+<td>{{ e.queue }}</td><td class="num">{{ e.attempt }}{% if e.round %} (replay {{ e.round }}){% endif %}</td>
+<td>{{ e.workflow or "" }}</td><td>{{ e.member or "" }}</td><td class="records">{{ j.records | join(", ") }}</td>
+<td class="num">{{ e.outgoing }}</td><td>{{ e.reason or "" }}</td></tr>{% endfor %}</table>{% endif %}
+""",
+    "dead_letters.html": """{% if error %}<p class="error">{{ error }}</p>
+{% elif not letters %}<p class="muted">no dead letters</p>
+{% else %}<table id="dead-letter-table"><tr><th>queue</th><th>message</th><th>attempts</th>
+<th>workflow</th><th>error</th><th>records</th><th></th></tr>
+{% for d in letters %}<tr data-message="{{ d.message_id }}"><td>{{ d.queue }}</td>
+<td><code>{{ d.message_id }}</code></td><td class="num">{{ d.attempts }}</td><td>{{ d.workflow }}</td>
+<td class="error">{{ d.error | truncate(300) }}</td><td>{{ d.records | join(", ") }}</td>
+<td><button type="submit" name="target" value="{{ [d.queue, d.message_id] | tojson | forceescape }}">Replay</button></td></tr>
+{% endfor %}</table>
+<p>{% for q in queues %}<button type="submit" name="target" value="{{ [q, ''] | tojson | forceescape }}">Replay all of {{ q }}</button> {% endfor %}</p>
+{% endif %}{% if not token_set %}<p class="muted">replay is off: set <code>[http] token</code> in the configuration</p>{% endif %}
+""",
+    "workflows.html": """<div class="wfs">{% for w in views %}<div class="wf" data-workflow="{{ w.name }}">
+<h3>{{ w.name }} <span class="muted">version <code>{{ w.version[:12] }}</code></span></h3>
+<p class="muted"><code>{{ w.path }}</code></p>
+{% if w.errors %}<p class="error">the file has errors; the last good version (above) keeps running:</p>
+<ul>{% for e in w.errors %}<li class="error"><code>{{ e }}</code></li>{% endfor %}</ul>{% endif %}
+<div class="svgbox">{{ w.svg | safe }}</div></div>
+{% else %}<p class="muted">no workflow loaded</p>{% endfor %}</div>
+{% if orphans %}<p class="error">files with errors that run nothing:</p>
+<ul>{% for e in orphans %}<li class="error"><code>{{ e }}</code></li>{% endfor %}</ul>{% endif %}
+""",
+    "refused.html": """<!doctype html><html lang="en"><head><meta charset="utf-8">
+<title>Chalk · refused</title><style>{{ style | safe }}</style></head><body>
+<p class="refused" id="refused">{{ message }}</p><p><a href="/#dead-letters">back</a></p></body></html>
+""",
+}
+
+
+def _clock(at: float | None) -> str:
+    if not at:
+        return ""
+    return dt.datetime.fromtimestamp(at).strftime("%H:%M:%S")
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+
+
+def _field(value: Any, name: str) -> str:
+    """A member row's field: times as age, lists and maps as text."""
+    if isinstance(value, float) and name.endswith("_at"):
+        return f"{_clock(value)} ({_duration(time.time() - value)} ago)"
+    if isinstance(value, (list, tuple, set)):
+        return ", ".join(str(v) for v in value)
+    if isinstance(value, dict):
+        return json.dumps(value, default=str, sort_keys=True)
+    return "" if value is None else str(value)
+
+
+_ENV = Environment(loader=DictLoader(_TEMPLATES), autoescape=select_autoescape(default=True),
+                   trim_blocks=True, lstrip_blocks=True)
+_ENV.filters.update(
+    clock=_clock, duration=_duration, field=_field,
+    count=lambda n: "–" if n is None else f"{n:,}",
+    rate=lambda r: "–" if r is None else f"{r:,.1f}",
+    ms=lambda s: "" if s is None else f"{s * 1000:,.0f} ms")
+
+
+def render(template: str, **values: Any) -> str:
+    """``template`` (a name in this module's table) with ``values``."""
+    return _ENV.get_template(template).render(style=_STYLE, script=_SCRIPT, **values)

@@ -1,0 +1,217 @@
+"""The data behind each panel of the page: one function per panel.
+
+Each reads what the service already keeps (membership, the registry, the
+store, the watch's history and samples) or what the ``chalk`` command
+reads (dead letters), so a panel changes source by changing one function:
+the job log reads the service's job log (``store.joblog``), the topology
+shows every field the cluster's member rows have.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from listener_router._config import Settings
+from listener_router._messages import ATTEMPTS_HEADER, ERROR_HEADER, WORKFLOW_HEADER
+from listener_router.broker import dlq_name, retry_name
+from listener_router.cli import dlq_replay, peek
+from listener_router.store import LogEntry, ServiceStore
+from listener_router.watch._history import HOUR, BatchSummary, History, Sample, Sampler
+from listener_router.watch._svg import line_chart, workflow_svg
+
+if TYPE_CHECKING:
+    import engine
+    from listener_router.cluster import Membership
+
+__all__ = ["DeadLetter", "Job", "QueueRow", "Topology", "WorkflowView", "dead_letters", "job_log",
+           "known_queues", "queues", "recent_batches", "replay", "topology", "workflows"]
+
+RATE_WINDOW = 60.0  # seconds the rates in the queue table are taken over
+
+
+# -- topology ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Topology:
+    node: str
+    leader: str | None
+    is_leader: bool
+    members: list[dict[str, Any]]     # every field of each live member's row
+
+
+def topology(membership: Membership) -> Topology:
+    """This node, the leader and the live members (each with all the fields the store has)."""
+    members = [dataclasses.asdict(m) if dataclasses.is_dataclass(m) else dict(vars(m))
+               for m in membership.members()]
+    leader = members[0]["name"] if members else membership.leader
+    return Topology(membership.name, leader, leader == membership.name, members)
+
+
+# -- queues --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class QueueRow:
+    name: str
+    role: str                  # input, dead letters, retry N, output
+    depth: int | None
+    consumers: int | None
+    in_rate: float | None      # messages/s taken from it by this process (last minute)
+    out_rate: float | None     # messages/s routed to it by this process
+    chart: str                 # SVG: rates and depth over the last hour
+
+
+def known_queues(settings: Settings, history: History) -> list[tuple[str, str]]:
+    """Every queue the service uses, with its role: inputs and their dead-letter and retry
+    queues, outputs (configured, and those routed to by ``nextDestination``)."""
+    found: dict[str, str] = {}
+    for rule in settings.listeners:
+        found.setdefault(rule.queue, "input")
+        found.setdefault(dlq_name(rule.queue), "dead letters")
+        for step in range(1, len(rule.backoff_ms) + 1):
+            found.setdefault(retry_name(rule.queue, step), f"retry {step}")
+    for router in settings.routers:
+        if router.queue and not router.exchange:
+            found.setdefault(router.queue, "output")
+    _taken, sent = history.totals()
+    for target in sorted(sent):
+        if "/" not in target:
+            found.setdefault(target, "output")
+    return list(found.items())
+
+
+def _rate(samples: Sequence[Sample], now: Sample | None, queue: str, sent: bool) -> float | None:
+    if now is None:
+        return None
+    since = [s for s in samples if now.at - s.at <= RATE_WINDOW and s is not now]
+    if not since:
+        return None
+    first = since[0]
+    counts = (lambda s: s.sent.get(queue, 0)) if sent else (lambda s: s.taken.get(queue, 0))
+    return (counts(now) - counts(first)) / max(now.at - first.at, 1e-9)
+
+
+def queues(settings: Settings, history: History, sampler: Sampler) -> list[QueueRow]:
+    """Each queue: depth, consumers, rates over the last minute, a chart of the last hour."""
+    samples = sampler.window(HOUR)
+    latest = samples[-1] if samples else None
+    end = time.time()
+    start = min(samples[0].at, end - 60) if samples else end - 60
+    rows = []
+    for queue, role in known_queues(settings, history):
+        taken, sent, depth = [], [], []
+        for earlier, later in zip(samples, samples[1:], strict=False):
+            dt = max(later.at - earlier.at, 1e-9)
+            taken.append((later.at, (later.taken.get(queue, 0) - earlier.taken.get(queue, 0)) / dt))
+            sent.append((later.at, (later.sent.get(queue, 0) - earlier.sent.get(queue, 0)) / dt))
+        for s in samples:
+            if s.depth.get(queue) is not None:
+                depth.append((s.at, float(s.depth[queue] or 0)))
+        series = [("depth", "#999", depth)]
+        if any(v for _t, v in taken) or role == "input":
+            series.append(("in/s", "#1f6fd1", taken))
+        if any(v for _t, v in sent) or role == "output":
+            series.append(("out/s", "#2a9d3a", sent))
+        rows.append(QueueRow(
+            name=queue, role=role,
+            depth=latest.depth.get(queue) if latest else None,
+            consumers=latest.consumers.get(queue) if latest else None,
+            in_rate=_rate(samples, latest, queue, sent=False),
+            out_rate=_rate(samples, latest, queue, sent=True),
+            chart=line_chart(series, start=start, end=end)))
+    return rows
+
+
+# -- batches -------------------------------------------------------------------------
+def recent_batches(history: History, limit: int = 20) -> list[BatchSummary]:
+    """The last finished batches, newest first."""
+    return history.batches()[:limit]
+
+
+# -- job log -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Job:
+    """One job-log entry as the page shows it: a settled attempt of a message, a replay or
+    purge of a dead letter, a ``chalk process`` record."""
+
+    entry: LogEntry
+    records: tuple[str, ...]
+
+
+def job_log(store: ServiceStore, record_id: str | None = None, limit: int = 50) -> list[Job]:
+    """The job log's newest entries, newest first; with ``record_id``, those of the messages
+    that named it (what ``chalk jobs --record`` prints)."""
+    entries = store.joblog.entries(record=record_id or None, limit=limit)
+    return [Job(e, tuple(store.joblog.record_ids(e))) for e in reversed(entries)]
+
+
+# -- dead letters --------------------------------------------------------------------
+@dataclass(frozen=True)
+class DeadLetter:
+    queue: str                 # the input queue it was dead-lettered from
+    message_id: str
+    attempts: str
+    workflow: str
+    error: str
+    records: tuple[str, ...]
+
+
+def _header(props: Any, key: str) -> str:
+    value = (props.headers or {}).get(key, "")
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _record_ids(body: bytes) -> tuple[str, ...]:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return ()
+    if not isinstance(data, dict):
+        return ()
+    if isinstance(data.get("records"), list):
+        return tuple(str(r.get("id")) for r in data["records"] if isinstance(r, dict))
+    return (str(data["id"]),) if "id" in data else ()
+
+
+def dead_letters(settings: Settings, limit: int = 50) -> list[DeadLetter]:
+    """Dead letters of every input queue, as ``chalk dlq list`` reads them."""
+    found = []
+    for queue in dict.fromkeys(rule.queue for rule in settings.listeners):
+        for _method, props, body in peek(settings, dlq_name(queue), limit):
+            found.append(DeadLetter(queue, props.message_id or "", _header(props, ATTEMPTS_HEADER),
+                                    _header(props, WORKFLOW_HEADER),
+                                    _header(props, ERROR_HEADER), _record_ids(body)))
+    return found
+
+
+def replay(settings: Settings, queue: str, message_id: str | None) -> int:
+    """Put one dead letter (or all of ``queue``'s) back on its queue: ``chalk dlq replay``."""
+    if queue not in {rule.queue for rule in settings.listeners}:
+        raise ValueError(f"{queue!r} is not an input queue of this service")
+    return dlq_replay(settings, [queue], message_id=message_id or None)
+
+
+# -- workflows -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class WorkflowView:
+    name: str
+    version: str
+    path: str
+    errors: list[str]          # of its file now: the version shown is the last good one
+    svg: str
+
+
+def workflows(registry: engine.WorkflowRegistry) -> tuple[list[WorkflowView], list[str]]:
+    """Each running workflow (its last good version, drawn), and the errors of files that
+    give no workflow."""
+    errors = registry.errors
+    views = []
+    shown: set[str] = set()
+    for name in registry.names():
+        wf = registry.get(name)
+        mine = [e for e in errors if e.startswith(f"{wf.path}:")]
+        shown.update(mine)
+        views.append(WorkflowView(name, wf.version, wf.path, mine, workflow_svg(wf)))
+    return views, [e for e in errors if e not in shown]
