@@ -17,7 +17,7 @@ from engine._errors import (
     WorkflowFault,
 )
 from engine._graph import render_graph, to_dot, workflow_graph
-from engine._loader import WorkflowRegistry, load_workflow
+from engine._loader import WorkflowRegistry, WorkflowVersion, load_workflow
 from engine._pipelets import DEFAULT_ALIASES, DEFAULT_SERVICES
 from engine._pipelets import instantiate as instantiate_pipelet
 from engine._runner import InstanceResult, LocalRunner, SparkRunner, spark_session
@@ -43,6 +43,7 @@ __all__ = [
     "WorkflowDefinitionError",
     "WorkflowFault",
     "WorkflowRegistry",
+    "WorkflowVersion",
     "compile_condition",
     "instantiate_pipelet",
     "load_workflow",

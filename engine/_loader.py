@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,7 +26,7 @@ from engine._pipelets import DEFAULT_ALIASES, DEFAULT_SERVICES
 from engine._specs import Workflow
 from engine._validate import Unknown, check
 
-__all__ = ["Loaded", "WorkflowRegistry", "load_unresolved", "load_workflow", "resolve", "tables"]
+__all__ = ["Loaded", "WorkflowRegistry", "WorkflowVersion", "load_unresolved", "load_workflow", "resolve", "tables"]
 
 log = logging.getLogger(__name__)
 
@@ -204,11 +205,34 @@ class _FileState:
     name: str | None = None  # process name, also when the file has errors
 
 
+@dataclass(frozen=True)
+class WorkflowVersion:
+    """A workflow the registry runs: its name, version, file and when this version was loaded.
+
+    ``version`` is :attr:`Workflow.version`: the SHA-256 of the file's text and of the
+    pipelet classes the alias and service tables chose for it (the first 12 hex digits
+    are what logs and ``chalk status`` show).
+    """
+
+    name: str
+    version: str
+    path: str
+    loaded_at: float
+
+
 class WorkflowRegistry:
     """The workflows of a directory, by process name, reloaded on change.
 
     Every ``*.xml`` and ``*.bpel`` file is loaded.  Thread-safe: ``get`` may
     run while another thread calls ``refresh``.
+
+    A process name belongs to one file.  When two files define the same name,
+    both get an error naming the other, and neither replaces the version of
+    that workflow that was running (at start, when none ran, neither runs);
+    once one of them is renamed or removed, the other is loaded.  A file that
+    fails validation leaves the last good version of its workflow running.
+    Each version loaded is logged with the first 12 hex digits of its
+    :attr:`Workflow.version`; :meth:`versions` lists what runs.
     """
 
     def __init__(self, directory: str | os.PathLike[str], *, aliases: Mapping[str, str] | None = None,
@@ -217,6 +241,7 @@ class WorkflowRegistry:
         self._tables = tables(aliases, services)
         self._files: dict[str, _FileState] = {}
         self._workflows: dict[str, Workflow] = {}
+        self._loaded_at: dict[str, float] = {}  # by workflow name: when its version came in
         self._errors: dict[str, list[str]] = {}  # by file path
         self._lock = threading.RLock()
         if not self.directory.is_dir():
@@ -229,10 +254,22 @@ class WorkflowRegistry:
         with self._lock:
             return [e for errs in self._errors.values() for e in errs]
 
+    def file_errors(self, name: str) -> list[str]:
+        """The current errors of the files that define process ``name``."""
+        with self._lock:
+            return [e for path, state in sorted(self._files.items()) if state.name == name
+                    for e in self._errors.get(path, [])]
+
     def names(self) -> list[str]:
         """Names of the workflows that can run, sorted."""
         with self._lock:
             return sorted(self._workflows)
+
+    def versions(self) -> list[WorkflowVersion]:
+        """The workflows that run now, by name."""
+        with self._lock:
+            return [WorkflowVersion(name, wf.version, wf.path, self._loaded_at.get(name, 0.0))
+                    for name, wf in sorted(self._workflows.items())]
 
     def get(self, name: str) -> Workflow:
         """The current good version of workflow ``name``.
@@ -258,11 +295,33 @@ class WorkflowRegistry:
                 found[str(entry)] = (st.st_mtime, st.st_size)
         return found
 
+    def _clashes(self) -> dict[str, list[str]]:
+        """Errors for files whose process name another file defines too, by path."""
+        claims: dict[str, list[str]] = {}
+        for path, state in sorted(self._files.items()):
+            if state.name:
+                claims.setdefault(state.name, []).append(path)
+        errors: dict[str, list[str]] = {}
+        for name, paths in claims.items():
+            if len(paths) < 2:
+                continue
+            running = self._workflows.get(name)
+            keeps = (f"version {running.version[:12]} from {running.path} keeps running"
+                     if running is not None else "neither runs")
+            for path in paths:
+                state = self._files[path]
+                line = state.workflow.body.line if state.workflow is not None else 1
+                others = ", ".join(p for p in paths if p != path)
+                errors[path] = [f"{path}:{line}: process name {name!r} is also defined in "
+                                f"{others}; rename or remove one of them ({keeps})"]
+        return errors
+
     def refresh(self) -> list[str]:
-        """Reload new and changed files; return the errors of the files loaded now.
+        """Reload new and changed files; return the errors found now (each new one once).
 
         A file that fails keeps the last good version of its workflow running;
-        a removed file's workflow is dropped.
+        a process name two files define keeps its running version (see the
+        class doc); a removed file's workflow is dropped.
         """
         with self._lock:
             found = self._scan()
@@ -271,32 +330,30 @@ class WorkflowRegistry:
                 if path not in found:
                     log.info("workflow file %s was removed", path)
                     del self._files[path]
-                    self._errors.pop(path, None)
             for path, stamp in found.items():
                 state = self._files.get(path)
                 if state is not None and state.stamp == stamp:
                     continue
-                wf, errors = _load_unresolved(path, self._tables)
-                self._files[path] = _FileState(stamp, wf if not errors else None, errors, wf.name if wf else None)
+                loaded = load_unresolved(path, self._tables)
+                errors = loaded.errors
+                self._files[path] = _FileState(stamp, loaded.workflow if not errors else None,
+                                               errors, loaded.name)
                 loaded_now.append(path)
-            # candidates: valid files, first file wins a name
+            dup_errors = self._clashes()
+            previous = self._workflows
             candidates: dict[str, Workflow] = {}
-            dup_errors: dict[str, list[str]] = {}
             for path, state in sorted(self._files.items()):
                 wf = state.workflow
-                if wf is None:
+                if wf is not None and path not in dup_errors:
+                    candidates[wf.name] = wf
+            # the last good version stays (for its invokers too) while its file is bad or
+            # its name is claimed twice
+            for name, wf in previous.items():
+                if name in candidates:
                     continue
-                if wf.name in candidates:
-                    dup_errors[path] = [
-                        f"{path}:{wf.body.line}: process name {wf.name!r} is already defined in "
-                        f"{candidates[wf.name].path}; rename one of them"
-                    ]
-                    continue
-                candidates[wf.name] = wf
-            # a bad file's last good version stays available to its invokers too
-            for name, wf in self._workflows.items():
                 state = self._files.get(wf.path)
-                if name not in candidates and state is not None and state.workflow is None:
+                clashing = any(self._files[p].name == name for p in dup_errors)
+                if clashing or (state is not None and state.workflow is None):
                     candidates[name] = wf
             failed = {
                 st.name: p for p, st in self._files.items() if st.workflow is None and st.name and st.name not in candidates
@@ -309,19 +366,37 @@ class WorkflowRegistry:
                     errs += sub_errors[state.workflow.name]
                 if errs:
                     errors_by_file[path] = errs
-            previous = self._workflows
             current: dict[str, Workflow] = dict(resolved)
             # last good version keeps running when its file is now bad
             live_paths = set(self._files)
             for name, wf in previous.items():
                 if name not in current and wf.path in live_paths and wf.path in errors_by_file:
                     current[name] = wf
-                    log.warning("workflow %s: keeping the last good version; %s has errors", name, wf.path)
+            old_errors = self._errors
             self._workflows = current
             self._errors = errors_by_file
-            new_errors = [e for p in loaded_now for e in errors_by_file.get(p, [])]
+            new_errors = [e for p, errs in errors_by_file.items() for e in errs
+                          if p in loaded_now or e not in old_errors.get(p, ())]
             for e in new_errors:
                 log.error("%s", e)
-            for name in sorted(set(current) - set(previous)):
-                log.info("workflow %s loaded from %s", name, current[name].path, extra={"workflow": name})
+            troubled = {self._files[p].name for p, errs in errors_by_file.items()
+                        if any(e in new_errors for e in errs)}
+            for name in sorted(n for n in troubled if n and n in current and previous.get(n) is current[n]):
+                wf = current[name]
+                log.warning("workflow %s: version %s from %s keeps running", name,
+                            wf.version[:12], wf.path, extra={"workflow": name})
+            now = time.time()
+            for name in sorted(set(previous) - set(current)):
+                self._loaded_at.pop(name, None)
+                log.info("workflow %s is no longer defined; it was version %s from %s", name,
+                         previous[name].version[:12], previous[name].path, extra={"workflow": name})
+            for name, wf in sorted(current.items()):
+                before = previous.get(name)
+                if before is not None and before.version == wf.version and before.path == wf.path:
+                    continue
+                self._loaded_at[name] = now
+                was = f" (was {before.version[:12]})" if before is not None else ""
+                log.info("workflow %s version %s loaded from %s%s", name, wf.version[:12],
+                         wf.path, was, extra={"workflow": name})
             return new_errors
+

@@ -1,172 +1,82 @@
 """Settings: read once from ``chalk.toml`` and the environment, then frozen.
 
 Every key is optional; the defaults run on one machine with no file at all
-(SQLite file, Spark ``local[*]``, RabbitMQ on localhost).
+(SQLite file, Spark ``local[*]``, RabbitMQ on localhost).  Each field is
+declared with :func:`~listener_router._setting.setting` — section, key, type,
+check and one line of doc — and everything else follows from those
+declarations: reading the file, the ``CHALK_<SECTION>_<KEY>`` environment
+overrides, unknown-key errors, and docs/configuration.md
+(``_config_doc``).  A new key is a new field; a new section needs a line in
+:data:`SECTIONS` too.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import sys
 import zoneinfo
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from listener_router._errors import ConfigError
+from listener_router._setting import (
+    Key,
+    check_value,
+    env_names,
+    key_of,
+    kind_of,
+    parse_env,
+    rule_class,
+    setting,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Settings", "ListenerRule", "RouterRule", "ScheduleRule", "ConfigError", "load_settings",
-           "make_runner", "parse_every", "parse_listen", "with_schedule_listeners"]
+__all__ = ["Settings", "ListenerRule", "RouterRule", "ScheduleRule", "ConfigError", "SECTIONS",
+           "load_settings", "make_runner", "parse_every", "parse_listen", "settings_keys",
+           "with_schedule_listeners"]
 
 DEFAULT_BROKER = "amqp://guest:guest@localhost:5672/%2F"
 
-
-@dataclass(frozen=True)
-class ListenerRule:
-    """Which messages go to which workflow, and how they are batched and retried."""
-
-    name: str
-    queue: str = "chalk.in"
-    workflow: str = "Demo"
-    condition: str | None = None
-    batch_size: int = 500
-    max_wait_ms: int = 200
-    prefetch: int = 2000
-    consumers: int = 1                 # consumers on the queue (one channel, shared prefetch)
-    max_retries: int = 3
-    backoff_ms: tuple[int, ...] = (1000, 5000, 30000)
-    max_records: int = 1000            # records per message
-    max_body_bytes: int = 1 << 20
-
-
-@dataclass(frozen=True)
-class RouterRule:
-    """Where a result record goes after a successful workflow (first match wins)."""
-
-    queue: str | None = None
-    exchange: str = ""
-    routing_key: str | None = None
-    condition: str | None = None       # XPath over the record; None: always
-    use_next_destination: bool = False  # route by the record's nextDestination annotation
-    attributes: tuple[str, ...] = ()
-    workflow: str | None = None        # only for results of this workflow
+# One line on each section, for docs/configuration.md (keys document themselves).
+SECTIONS = {
+    "blackboard": "Where records, and the service's own tables, are stored.",
+    "broker": "The RabbitMQ server and the queues Chalk declares on it.",
+    "spark": "The Spark cluster workflows run on.",
+    "workflows": "Where workflow files are, and what their class and service names mean.",
+    "engine": "How batches of workflow instances run.",
+    "node": "This service process as a member of a cluster.",
+    "listener": "Which messages go to which workflow, batched and retried how "
+                "(a list: the first rule whose queue and condition match takes a message).",
+    "router": "Where each result record of a successful workflow goes "
+              "(a list: the first matching rule per record; no match, no message).",
+    "jobs": "The job log: every message's life and statistics per queue and workflow, kept "
+            "in the database (`chalk jobs`, `chalk status`, `chalk dlq`).",
+    "schedule": "Scheduled jobs, run by the cluster's leader, each tick exactly once "
+                "(a list; `chalk schedules` shows them with their last and next run).",
+    "http": "Prometheus metrics (`/metrics`) and the read-only dashboard of `chalk run` "
+            "(`chalk run --http HOST:PORT` sets `listen` too).",
+}
 
 
-@dataclass(frozen=True)
-class ScheduleRule:
-    """A scheduled job: at every tick, publish a selection of record IDs to a queue.
+def parse_listen(listen: str, where: str = "listen") -> tuple[str, int]:
+    """``"host:port"`` (``"[::1]:9187"`` for IPv6) as ``(host, port)``; port 0 picks a free one.
 
-    The tick is ``cron`` (croniter syntax, in ``timezone``) or ``every``
-    seconds (ticks at multiples of it since the epoch).  The selection is
-    ``ids`` (a fixed list) or every stored record, narrowed by ``prefix``
-    (of the ID), ``source`` and ``xpath`` (over the record, like a router
-    condition).  Each message carries ``batch_size`` record IDs (one
-    workflow instance).  ``catch_up``: what to do with ticks missed while no
-    member lived: ``"one"`` runs the latest of them once, ``"none"`` skips them.
+    Raises:
+        ConfigError: not of that form (``where`` names the setting).
     """
-
-    name: str
-    cron: str | None = None
-    every: float | None = None         # seconds
-    timezone: str = "UTC"
-    queue: str = ""                    # default: chalk.schedule.<name>
-    workflow: str | None = None        # a listener rule takes the queue's messages to it
-    batch_size: int = 1                # record IDs per message
-    ids: tuple[str, ...] | None = None
-    prefix: str | None = None
-    source: str | None = None
-    xpath: str | None = None
-    catch_up: str = "one"
-    operation: str = "ADD"
-
-
-@dataclass(frozen=True)
-class Settings:
-    blackboard_url: str = "sqlite:///chalk.db"
-    lease_seconds: float = 60.0
-    broker_url: str = DEFAULT_BROKER
-    queue_type: str = "quorum"
-    delivery_limit: int = 20
-    broker_process: bool = True        # the broker connection in a child process of its own
-    spark_master: str = "local[*]"
-    spark_conf: Mapping[str, str] = field(default_factory=dict)
-    workflows_dir: str = "workflows"
-    aliases: Mapping[str, str] = field(default_factory=dict)
-    services: Mapping[str, str] = field(default_factory=dict)  # [workflows.services]: service name -> class
-    runner: str = "spark"              # or "local"
-    batch_timeout: float = 300.0
-    isolation_budget: float = 900.0    # seconds a batch may spend isolating a failing instance
-    concurrent_batches: int = 1        # batches whose workflows run at once (Spark: try 2 on >2 cores)
-    dataframe_forms: bool = True       # Spark runs pipelets' DataFrame forms where a workflow allows
-    local_below: int = 0               # batches of fewer records run in the service's process (0: none)
-    listeners: tuple[ListenerRule, ...] = (ListenerRule(name="default"),)
-    routers: tuple[RouterRule, ...] = (RouterRule(queue="chalk.out"),)
-    node: str | None = None            # lease owner / cluster member name
-    retention_days: float = 7.0        # processed-message, sent-outbox and job-log history kept
-    job_log: bool = True               # [jobs] log: every message's life and statistics persisted
-    stats_interval: float = 60.0       # [jobs] stats_interval: seconds per statistics row
-    schedules: tuple[ScheduleRule, ...] = ()
-    http_listen: str | None = None     # [http] listen: "host:port" of metrics and dashboard (off: None)
-    http_token: str | None = None      # [http] token: needed to replay dead letters from the page
-    source: str | None = None          # the file the settings came from
-
-    def with_overrides(self, **changes: Any) -> Settings:
-        return replace(self, **{k: v for k, v in changes.items() if v is not None})
-
-
-def _take(table: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str,
-          default: Any) -> Any:
-    if key not in table:
-        return default
-    value = table[key]
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise ConfigError(f"{where}: {key!r} must be {names}, got {value!r}")
-    return value
-
-
-def _check_keys(table: Mapping[str, Any], allowed: set[str], where: str) -> None:
-    unknown = sorted(set(table) - allowed)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; "
-                          f"known: {', '.join(sorted(allowed))}")
-
-
-def _listener(table: Mapping[str, Any], where: str, position: int) -> ListenerRule:
-    _check_keys(table, set(ListenerRule.__dataclass_fields__), where)
-    base = ListenerRule(name=f"listener{position}")
-    values: dict[str, Any] = {}
-    for key in ("name", "queue", "workflow", "condition"):
-        values[key] = _take(table, key, str, where, getattr(base, key))
-    for key in ("batch_size", "max_wait_ms", "prefetch", "consumers", "max_retries",
-                "max_records", "max_body_bytes"):
-        values[key] = _take(table, key, int, where, getattr(base, key))
-        if values[key] < (0 if key in ("max_retries", "max_wait_ms") else 1):
-            raise ConfigError(f"{where}: {key!r} must be positive, got {values[key]}")
-    backoff = _take(table, "backoff_ms", (list, int), where, list(base.backoff_ms))
-    values["backoff_ms"] = tuple(backoff if isinstance(backoff, list) else [backoff])
-    return ListenerRule(**values)
-
-
-def _router(table: Mapping[str, Any], where: str) -> RouterRule:
-    _check_keys(table, set(RouterRule.__dataclass_fields__), where)
-    values: dict[str, Any] = {}
-    for key in ("queue", "exchange", "routing_key", "condition", "workflow"):
-        values[key] = _take(table, key, str, where, getattr(RouterRule(), key))
-    values["use_next_destination"] = _take(table, "use_next_destination", bool, where, False)
-    values["attributes"] = tuple(_take(table, "attributes", list, where, []))
-    rule = RouterRule(**values)
-    if not rule.use_next_destination and rule.queue is None and rule.routing_key is None:
-        raise ConfigError(f"{where}: give 'queue', 'exchange'+'routing_key' or "
-                          "'use_next_destination = true'")
-    return rule
+    host, sep, port = listen.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"{where}: {listen!r} is not host:port (e.g. \"127.0.0.1:9187\")")
+    return host, int(port)
 
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -188,48 +98,312 @@ def parse_every(value: str | int | float, where: str) -> float:
     return seconds
 
 
-def _schedule(table: Mapping[str, Any], where: str) -> ScheduleRule:
-    _check_keys(table, set(ScheduleRule.__dataclass_fields__), where)
-    name = _take(table, "name", str, where, None)
-    if not name:
-        raise ConfigError(f"{where}: a schedule needs a 'name'")
-    where = f"{where} ({name!r})"
-    cron = _take(table, "cron", str, where, None)
-    every = table.get("every")
-    if (cron is None) == (every is None):
-        raise ConfigError(f"{where}: give either 'cron' (like \"*/5 * * * *\") or 'every' "
-                          "(like \"30s\")")
-    if cron is not None:
-        from croniter import croniter
-        if not croniter.is_valid(cron):
-            raise ConfigError(f"{where}: cron {cron!r} is not a valid cron expression")
-    timezone = _take(table, "timezone", str, where, "UTC")
+def _check_timezone(value: str, where: str) -> None:
     try:
-        zoneinfo.ZoneInfo(timezone)
+        zoneinfo.ZoneInfo(value)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError) as e:
-        raise ConfigError(f"{where}: unknown timezone {timezone!r}") from e
-    ids = _take(table, "ids", list, where, None)
-    if ids is not None and not all(isinstance(i, str) and i for i in ids):
-        raise ConfigError(f"{where}: 'ids' must be a list of record IDs (strings)")
-    filters = [k for k in ("prefix", "source", "xpath") if k in table]
-    if ids is not None and filters:
-        raise ConfigError(f"{where}: 'ids' is a fixed list; leave out {', '.join(filters)}")
-    batch_size = _take(table, "batch_size", int, where, 1)
-    if batch_size < 1:
-        raise ConfigError(f"{where}: 'batch_size' must be positive, got {batch_size}")
-    catch_up = _take(table, "catch_up", str, where, "one")
-    if catch_up not in ("one", "none"):
-        raise ConfigError(f"{where}: catch_up must be 'one' or 'none', got {catch_up!r}")
-    operation = _take(table, "operation", str, where, "ADD").upper()
-    if operation not in ("ADD", "UPDATE", "DELETE"):
-        raise ConfigError(f"{where}: operation must be ADD, UPDATE or DELETE")
-    return ScheduleRule(
-        name=name, cron=cron, every=None if every is None else parse_every(every, where),
-        timezone=timezone, queue=_take(table, "queue", str, where, "") or f"chalk.schedule.{name}",
-        workflow=_take(table, "workflow", str, where, None), batch_size=batch_size,
-        ids=None if ids is None else tuple(ids), prefix=_take(table, "prefix", str, where, None),
-        source=_take(table, "source", str, where, None),
-        xpath=_take(table, "xpath", str, where, None), catch_up=catch_up, operation=operation)
+        raise ConfigError(f"{where}: unknown timezone {value!r}") from e
+
+
+def _check_cron(value: str, where: str) -> None:
+    from croniter import croniter
+    if not croniter.is_valid(value):
+        raise ConfigError(f"{where}: cron {value!r} is not a valid cron expression")
+
+
+@dataclass(frozen=True)
+class ListenerRule:
+    """Which messages go to which workflow, and how they are batched and retried."""
+
+    name: str = setting(doc="the rule's name in logs and errors")
+    queue: str = setting("chalk.in", "the input queue")
+    workflow: str = setting("Demo", "the workflow (`<process name=…>`) its messages run")
+    condition: str | None = setting(
+        None, "XPath over the message (headers are variables: `$operation = 'ADD'`); "
+        "absent: every message of the queue")
+    batch_size: int = setting(500, "messages per batch (one Spark job)", minimum=1)
+    max_wait_ms: int = setting(200, "how long a batch waits to fill", minimum=0)
+    prefetch: int = setting(2000, "unacked messages the broker hands over; at least ~3x "
+                            "batch_size (one batch gathering, one running, one committing)",
+                            minimum=1)
+    consumers: int = setting(1, "consumers on the queue (one channel, shared prefetch)",
+                             minimum=1)
+    max_retries: int = setting(3, "retries of a failed message before it is dead-lettered",
+                               minimum=0)
+    backoff_ms: tuple[int, ...] = setting((1000, 5000, 30000),
+                                          "delay before retry 1, 2, 3… (the last one repeats)",
+                                          minimum=0)
+    max_records: int = setting(1000, "record IDs per message", minimum=1)
+    max_body_bytes: int = setting(1 << 20, "largest message body accepted", minimum=1)
+    create_missing: bool = setting(
+        False, "a message naming a record with no attributes when no such record is stored "
+        "creates it (false: the message is dead-lettered, 'record … does not exist')")
+
+
+@dataclass(frozen=True)
+class RouterRule:
+    """Where a result record goes after a successful workflow (first match wins)."""
+
+    queue: str | None = setting(None, "the output queue (declared like an input queue)")
+    exchange: str = setting("", "publish to this exchange instead, with routing_key")
+    routing_key: str | None = setting(None, "routing key on the exchange")
+    condition: str | None = setting(None, "XPath over the result record "
+                                    "(`$record/Val[@key='lang'] = 'de'`); absent: always")
+    use_next_destination: bool = setting(
+        False, "route by the record's `nextDestination` annotation (no annotation: the next "
+        "rule is tried)")
+    attributes: tuple[str, ...] = setting((), "attributes copied into the outgoing message")
+    workflow: str | None = setting(None, "only for results of this workflow")
+
+    def problem(self) -> str | None:
+        if not self.use_next_destination and self.queue is None and self.routing_key is None:
+            return "give 'queue', 'exchange'+'routing_key' or 'use_next_destination = true'"
+        return None
+
+
+@dataclass(frozen=True)
+class ScheduleRule:
+    """A scheduled job: at every tick, publish a selection of record IDs to a queue.
+
+    The tick is ``cron`` (croniter syntax, in ``timezone``) or ``every``
+    seconds (ticks at multiples of it since the epoch).  The selection is
+    ``ids`` (a fixed list) or every stored record, narrowed by ``prefix``
+    (of the ID), ``source`` and ``xpath`` (over the record, like a router
+    condition).  Each message carries ``batch_size`` record IDs (one
+    workflow instance).  ``catch_up``: what to do with ticks missed while no
+    member lived: ``"one"`` runs the latest of them once, ``"none"`` skips them.
+    """
+
+    name: str = setting(doc="the schedule's name; its last run is kept under it")
+    cron: str | None = setting(None, "when it ticks, as a cron expression (`*/5 * * * *`; "
+                               "croniter syntax); or give `every`", check=_check_cron)
+    every: float | None = setting(None, "or: ticks at multiples of this period since the epoch, "
+                                  "`\"30s\"`, `\"5m\"`, `\"1h\"`, `\"2d\"` or seconds; at least 1 s",
+                                  parse=parse_every)
+    timezone: str = setting("UTC", "the time zone `cron` is read in", check=_check_timezone)
+    queue: str = setting("", "where its messages go; default `chalk.schedule.<name>`, which gets "
+                         "a listener rule for `workflow`")
+    workflow: str | None = setting(None, "the workflow its messages run (on a queue the rules "
+                                   "already read, one of them must run it)")
+    batch_size: int = setting(1, "record IDs per message (one workflow instance)", minimum=1)
+    ids: tuple[str, ...] | None = setting(None, "a fixed list of record IDs (leave out prefix, "
+                                          "source and xpath)")
+    prefix: str | None = setting(None, "stored records whose ID starts with this")
+    source: str | None = setting(None, "stored records of this source")
+    xpath: str | None = setting(None, "stored records for which this XPath holds "
+                                "(`$record/Val[@key='lang'] = 'de'`); none of ids, prefix, "
+                                "source, xpath: every stored record")
+    catch_up: str = setting("one", "ticks missed while no member ran: `one` runs the latest of "
+                            "them, `none` skips them", choices=("one", "none"))
+    operation: str = setting("ADD", "the messages' `operation` header",
+                             choices=("ADD", "UPDATE", "DELETE"))
+
+    def __post_init__(self) -> None:
+        if not self.queue:
+            object.__setattr__(self, "queue", f"chalk.schedule.{self.name}")
+
+    def problem(self) -> str | None:
+        if (self.cron is None) == (self.every is None):
+            return "give either 'cron' (like \"*/5 * * * *\") or 'every' (like \"30s\")"
+        filters = [k for k in ("prefix", "source", "xpath") if getattr(self, k) is not None]
+        if self.ids is not None and filters:
+            return f"'ids' is a fixed list; leave out {', '.join(filters)}"
+        if self.ids is not None and not all(self.ids):
+            return "'ids' must be a list of record IDs (non-empty strings)"
+        return None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting, read once (:func:`load_settings`); see docs/configuration.md."""
+
+    blackboard_url: str = setting(
+        "sqlite:///chalk.db", "any SQLAlchemy URL; PostgreSQL (several processes): "
+        "`postgresql+psycopg://user@host/db`", section="blackboard", key="url")
+    lease_seconds: float = setting(
+        60.0, "record locks lapse this long after their holder stopped renewing them (a crash)",
+        section="blackboard", minimum=0, positive=True)
+    broker_url: str = setting(DEFAULT_BROKER, "the RabbitMQ server, an AMQP URL",
+                              section="broker", key="url")
+    queue_type: str = setting("quorum", "type of the queues Chalk declares",
+                              section="broker", choices=("quorum", "classic"))
+    delivery_limit: int = setting(
+        20, "quorum queues: deliveries after which the broker dead-letters a message "
+        "(a service process that dies on it every time)", section="broker", minimum=1)
+    broker_process: bool = setting(
+        True, "the broker connection runs in a child process of its own (false: a thread)",
+        section="broker", key="process")
+    spark_master: str = setting("local[*]", "`local[*]`, `spark://host:7077`, `yarn`, "
+                                "`k8s://…`", section="spark", key="master")
+    spark_conf: Mapping[str, str] = setting(
+        default_factory=dict, doc="any `spark.*` option, passed to the SparkSession",
+        section="spark", key="conf")
+    workflows_dir: str = setting("workflows", "the workflow files; re-read when they change "
+                                 "(pipelet code is not: restart for that)",
+                                 section="workflows", key="dir")
+    aliases: Mapping[str, str] = setting(
+        default_factory=dict, doc="pipelet class name (e.g. a Java SMILA class) → dotted "
+        "Python path", section="workflows")
+    services: Mapping[str, str] = setting(
+        default_factory=dict, doc="service name (SMILA 0.9 `invokeService`, a BPEL invoke's "
+        "partner link) → dotted Python path", section="workflows")
+    runner: str = setting("spark", "`local`: in the service's process, same semantics "
+                          "(debugging)", section="engine", choices=("spark", "local"))
+    batch_timeout: float = setting(300.0, "seconds; a partition past it is treated as hung",
+                                   section="engine", minimum=0, positive=True)
+    isolation_budget: float = setting(
+        900.0, "seconds a batch may spend isolating failing instances (the rest then retry; "
+        "stay below RabbitMQ's consumer_timeout)", section="engine", minimum=0)
+    concurrent_batches: int = setting(
+        1, "batches whose workflows run at once; 2 may help Spark on more than 2 cores",
+        section="engine", minimum=1)
+    dataframe_forms: bool = setting(
+        True, "run pipelets' DataFrame forms in the JVM where a workflow allows",
+        section="engine")
+    local_below: int = setting(
+        0, "batches of fewer records run in the service's process, not as a Spark job "
+        "(0: never)", section="engine", minimum=0)
+    listeners: tuple[ListenerRule, ...] = setting(
+        (ListenerRule(name="default"),), "one rule, `default`: every message of `chalk.in` "
+        "runs the workflow `Demo`", section="listener")
+    routers: tuple[RouterRule, ...] = setting(
+        (RouterRule(queue="chalk.out"),), "one rule: every result record goes to `chalk.out`",
+        section="router")
+    node: str | None = setting(
+        None, "this process's name as lease owner and cluster member (default: host/slot, "
+        "stable across restarts)", section="node", key="name", env=("CHALK_NODE",))
+    retention_days: float = setting(7.0, "days of processed-message, sent-outbox and job-log "
+                                    "history kept", section="node", minimum=0, positive=True)
+    job_log: bool = setting(True, "keep the job log: every message's steps and statistics "
+                            "(false: `chalk jobs` and the statistics stay empty)",
+                            section="jobs", key="log")
+    stats_interval: float = setting(60.0, "seconds per statistics row (rates and p50/p99 "
+                                    "sum the rows)", section="jobs", minimum=1)
+    schedules: tuple[ScheduleRule, ...] = setting((), "nothing runs on a schedule",
+                                                  section="schedule")
+    http_listen: str | None = setting(
+        None, "`host:port` (`[::1]:9187` for IPv6; port 0: any free one) where metrics and the "
+        "dashboard are served; unset: off", section="http", key="listen", check=parse_listen)
+    http_token: str | None = setting(
+        None, "the token the dashboard asks for before it replays dead letters; unset: "
+        "replay from the page is refused", section="http", key="token")
+    source: str | None = field(default=None, metadata={"internal": "the file read"})
+
+    def with_overrides(self, **changes: Any) -> Settings:
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+
+def settings_keys() -> list[tuple[dataclasses.Field[Any], Key]]:
+    """Every field of :class:`Settings` that is a setting, with its key, in definition order."""
+    out = []
+    for f in dataclasses.fields(Settings):
+        key = key_of(f)
+        if key is not None:
+            out.append((f, replace(key, name=key.name or (None if _rules(f) else f.name))))
+        elif "internal" not in f.metadata:
+            raise TypeError(f"Settings.{f.name} is neither a setting (setting(...)) nor "
+                            "internal (field(metadata={'internal': why}))")
+    return out
+
+
+def _rules(f: dataclasses.Field[Any]) -> type | None:
+    return rule_class(kind_of(Settings, f.name))
+
+
+def _check_keys(table: Mapping[str, Any], allowed: Iterable[str], where: str) -> None:
+    unknown = sorted(set(table) - set(allowed))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; "
+                          f"known: {', '.join(sorted(allowed))}")
+
+
+def _rule(cls: type, table: Any, where: str, section: str, position: int) -> Any:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where} must be a table, got {table!r}")
+    fields = [f for f in dataclasses.fields(cls) if key_of(f) is not None]
+    _check_keys(table, [f.name for f in fields], where)
+    values: dict[str, Any] = {}
+    for f in fields:
+        if f.name in table:
+            key = key_of(f)
+            assert key is not None
+            values[f.name] = check_value(kind_of(cls, f.name), key, table[f.name],
+                                         f"{where} {f.name}")
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            values[f.name] = f"{section}{position}"  # the name: listener1, listener2, …
+    rule = cls(**values)
+    problem = getattr(rule, "problem", lambda: None)()
+    if problem:
+        raise ConfigError(f"{where}: {problem}")
+    return rule
+
+
+def _from_env(env: Mapping[str, str], key: Key) -> tuple[str, str] | None:
+    for name in env_names(key):
+        if env.get(name):
+            return name, env[name]
+    return None
+
+
+def load_settings(path: str | os.PathLike[str] | None = None,
+                  env: Mapping[str, str] | None = None) -> Settings:
+    """Read ``path`` (default ``chalk.toml`` when present), then ``CHALK_<SECTION>_<KEY>``
+    from ``env`` (default ``os.environ``), which wins over the file."""
+    env = os.environ if env is None else env
+    data: dict[str, Any] = {}
+    source = None
+    candidate = Path(path) if path is not None else Path("chalk.toml")
+    if path is not None and not candidate.is_file():
+        raise ConfigError(f"{candidate}: no such configuration file")
+    if candidate.is_file():
+        source = str(candidate)
+        try:
+            data = tomllib.loads(candidate.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{candidate}: not valid TOML: {e}") from e
+    where = source or "defaults"
+    keys = settings_keys()
+    sections: dict[str, list[str]] = {}
+    for _f, key in keys:
+        assert key.section is not None
+        sections.setdefault(key.section, []).extend([key.name] if key.name else [])
+    _check_keys(data, sections, where)
+    values: dict[str, Any] = {}
+    for f, key in keys:
+        section = key.section
+        assert section is not None
+        rules = _rules(f)
+        found = _from_env(env, key)
+        if rules is not None:
+            if found is not None:
+                tables, at = parse_env(list, found[0], found[1]), f"environment {found[0]}"
+            else:
+                tables, at = data.get(section, []), f"{where} [[{section}]]"
+            if not isinstance(tables, list):
+                raise ConfigError(f"{at} must be a list of tables ([[{section}]])")
+            if tables:
+                values[f.name] = tuple(_rule(rules, t, f"{at} #{i + 1}", section, i + 1)
+                                       for i, t in enumerate(tables))
+            continue
+        table = data.get(section, {})
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where}: [{section}] must be a table")
+        _check_keys(table, sections[section], f"{where} [{section}]")
+        kind = kind_of(Settings, f.name)
+        assert key.name is not None
+        if found is not None:
+            values[f.name] = check_value(kind, key, parse_env(kind, *found),
+                                         f"environment {found[0]}")
+        elif key.name in table:
+            values[f.name] = check_value(kind, key, table[key.name],
+                                         f"{where} [{section}] {key.name}")
+    settings = Settings(**values, source=source)
+    names = [s.name for s in settings.schedules]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{where}: two [[schedule]] entries share a name "
+                          f"({', '.join(sorted(n for n in set(names) if names.count(n) > 1))})")
+    return replace(settings, listeners=with_schedule_listeners(
+        settings.listeners, settings.schedules, where))
 
 
 def with_schedule_listeners(listeners: tuple[ListenerRule, ...],
@@ -260,132 +434,6 @@ def with_schedule_listeners(listeners: tuple[ListenerRule, ...],
             name=f"schedule.{schedule.name}", queue=schedule.queue, workflow=schedule.workflow,
             condition=f"$schedule = '{schedule.name}'" if len(sharing) > 1 else None))
     return listeners + tuple(added)
-
-
-def load_settings(path: str | os.PathLike[str] | None = None,
-                  env: Mapping[str, str] | None = None) -> Settings:
-    """Read ``path`` (default ``chalk.toml`` when present) and the CHALK_* environment."""
-    env = os.environ if env is None else env
-    data: dict[str, Any] = {}
-    source = None
-    candidate = Path(path) if path is not None else Path("chalk.toml")
-    if path is not None and not candidate.is_file():
-        raise ConfigError(f"{candidate}: no such configuration file")
-    if candidate.is_file():
-        source = str(candidate)
-        try:
-            data = tomllib.loads(candidate.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{candidate}: not valid TOML: {e}") from e
-    where = source or "defaults"
-    _check_keys(data, {"blackboard", "broker", "spark", "workflows", "listener", "router",
-                       "engine", "node", "jobs", "schedule", "http"}, where)
-    bb = data.get("blackboard", {})
-    broker = data.get("broker", {})
-    spark = data.get("spark", {})
-    wf = data.get("workflows", {})
-    engine = data.get("engine", {})
-    node = data.get("node", {})
-    jobs = data.get("jobs", {})
-    _check_keys(jobs, {"log", "stats_interval"}, f"{where} [jobs]")
-    http = data.get("http", {})
-    _check_keys(http, {"listen", "token"}, f"{where} [http]")
-    _check_keys(bb, {"url", "lease_seconds"}, f"{where} [blackboard]")
-    _check_keys(broker, {"url", "queue_type", "delivery_limit", "process"}, f"{where} [broker]")
-    _check_keys(spark, {"master", "conf"}, f"{where} [spark]")
-    _check_keys(wf, {"dir", "aliases", "services"}, f"{where} [workflows]")
-    _check_keys(engine, {"runner", "batch_timeout", "isolation_budget", "concurrent_batches",
-                         "dataframe_forms", "local_below"},
-                f"{where} [engine]")
-    _check_keys(node, {"name", "retention_days"}, f"{where} [node]")
-    defaults = Settings()
-    listeners = tuple(_listener(t, f"{where} [[listener]] #{i + 1}", i + 1)
-                      for i, t in enumerate(data.get("listener", [])))
-    routers = tuple(_router(t, f"{where} [[router]] #{i + 1}")
-                    for i, t in enumerate(data.get("router", [])))
-    schedules = tuple(_schedule(t, f"{where} [[schedule]] #{i + 1}")
-                      for i, t in enumerate(data.get("schedule", [])))
-    names = [s.name for s in schedules]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"{where}: two [[schedule]] entries share a name "
-                          f"({', '.join(sorted(n for n in set(names) if names.count(n) > 1))})")
-    stats_interval = float(_take(jobs, "stats_interval", (int, float), f"{where} [jobs]",
-                                 defaults.stats_interval))
-    if stats_interval < 1:
-        raise ConfigError(f"{where} [jobs]: stats_interval must be at least 1 second")
-    queue_type = _take(broker, "queue_type", str, f"{where} [broker]", defaults.queue_type)
-    if queue_type not in ("quorum", "classic"):
-        raise ConfigError(f"{where} [broker]: queue_type must be 'quorum' or 'classic'")
-    concurrent = _take(engine, "concurrent_batches", int, f"{where} [engine]",
-                       defaults.concurrent_batches)
-    if concurrent < 1:
-        raise ConfigError(f"{where} [engine]: concurrent_batches must be 1 or more, "
-                          f"got {concurrent}")
-    local_below = _take(engine, "local_below", int, f"{where} [engine]", defaults.local_below)
-    if local_below < 0:
-        raise ConfigError(f"{where} [engine]: local_below must be 0 or more, got {local_below}")
-    runner = _take(engine, "runner", str, f"{where} [engine]", defaults.runner)
-    if runner not in ("spark", "local"):
-        raise ConfigError(f"{where} [engine]: runner must be 'spark' or 'local'")
-    http_listen = env.get("CHALK_HTTP_LISTEN") or _take(http, "listen", str, f"{where} [http]", None)
-    if http_listen is not None:
-        parse_listen(http_listen, f"{where} [http] listen")
-    http_token = env.get("CHALK_HTTP_TOKEN") or _take(http, "token", str, f"{where} [http]", None)
-    settings = Settings(
-        blackboard_url=env.get("CHALK_BLACKBOARD_URL")
-        or _take(bb, "url", str, f"{where} [blackboard]", defaults.blackboard_url),
-        lease_seconds=float(_take(bb, "lease_seconds", (int, float), f"{where} [blackboard]",
-                                  defaults.lease_seconds)),
-        broker_url=env.get("CHALK_BROKER_URL")
-        or _take(broker, "url", str, f"{where} [broker]", defaults.broker_url),
-        queue_type=queue_type,
-        delivery_limit=_take(broker, "delivery_limit", int, f"{where} [broker]",
-                             defaults.delivery_limit),
-        broker_process=_take(broker, "process", bool, f"{where} [broker]",
-                             defaults.broker_process),
-        spark_master=env.get("CHALK_SPARK_MASTER")
-        or _take(spark, "master", str, f"{where} [spark]", defaults.spark_master),
-        spark_conf={str(k): str(v) for k, v in
-                    _take(spark, "conf", dict, f"{where} [spark]", {}).items()},
-        workflows_dir=env.get("CHALK_WORKFLOWS_DIR")
-        or _take(wf, "dir", str, f"{where} [workflows]", defaults.workflows_dir),
-        aliases=dict(_take(wf, "aliases", dict, f"{where} [workflows]", {})),
-        services=dict(_take(wf, "services", dict, f"{where} [workflows]", {})),
-        runner=runner,
-        batch_timeout=float(_take(engine, "batch_timeout", (int, float), f"{where} [engine]",
-                                  defaults.batch_timeout)),
-        isolation_budget=float(_take(engine, "isolation_budget", (int, float),
-                                     f"{where} [engine]", defaults.isolation_budget)),
-        concurrent_batches=concurrent,
-        dataframe_forms=_take(engine, "dataframe_forms", bool, f"{where} [engine]",
-                              defaults.dataframe_forms),
-        local_below=local_below,
-        listeners=with_schedule_listeners(listeners or defaults.listeners, schedules, where),
-        routers=routers or defaults.routers,
-        node=env.get("CHALK_NODE") or _take(node, "name", str, f"{where} [node]", None),
-        retention_days=float(_take(node, "retention_days", (int, float), f"{where} [node]",
-                                   defaults.retention_days)),
-        job_log=_take(jobs, "log", bool, f"{where} [jobs]", defaults.job_log),
-        stats_interval=stats_interval,
-        schedules=schedules,
-        http_listen=http_listen,
-        http_token=http_token or None,
-        source=source,
-    )
-    return settings
-
-
-def parse_listen(listen: str, where: str = "listen") -> tuple[str, int]:
-    """``"host:port"`` (``"[::1]:9187"`` for IPv6) as ``(host, port)``; port 0 picks a free one.
-
-    Raises:
-        ConfigError: not of that form (``where`` names the setting).
-    """
-    host, sep, port = listen.rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise ConfigError(f"{where}: {listen!r} is not host:port (e.g. \"127.0.0.1:9187\")")
-    return host, int(port)
 
 
 def make_runner(settings: Settings, spark: Any = None) -> Any:

@@ -26,6 +26,7 @@ from typing import Any
 import engine
 from blackboard import SqlStore
 from listener_router._config import Settings, make_runner, with_schedule_listeners
+from listener_router._errors import ConfigError
 from listener_router._gc import tune_gc
 from listener_router._rules import ListenerRules, Router
 from listener_router.broker import AmqpLink, Link, ProcessLink, declare_all
@@ -66,6 +67,21 @@ __all__ = ["Service"]
 log = logging.getLogger(__name__)
 
 REFRESH_EVERY = 2.0       # seconds between looks at the workflow files
+
+
+def check_workflows(settings: Settings, registry: engine.WorkflowRegistry) -> None:
+    """Raise :class:`ConfigError` for a listener rule whose workflow is not loaded (a service
+    started with it would dead-letter every message the rule takes)."""
+    where = settings.source or "the default configuration"
+    for rule in settings.listeners:
+        if rule.workflow in registry:
+            continue
+        known = ", ".join(registry.names()) or "none"
+        problems = registry.file_errors(rule.workflow)
+        why = ("the file(s) defining it have errors:\n  " + "\n  ".join(problems) if problems
+               else f"no file in {settings.workflows_dir} defines it; known workflows: {known}")
+        raise ConfigError(f"{where}: listener rule {rule.name!r} names workflow "
+                          f"{rule.workflow!r}, which cannot run: {why}")
 
 
 class Service:
@@ -112,11 +128,12 @@ class Service:
         node = self.node = s.node or claim_node_name(s.blackboard_url)
         self.listeners = ListenerRules(s.listeners)
         router = Router(s.routers)
-        store = self.store = ServiceStore(SqlStore(s.blackboard_url))
         registry = self.registry = self._registry or engine.WorkflowRegistry(
             s.workflows_dir, aliases=s.aliases, services=s.services)
         for problem in registry.errors:
             log.error("%s", problem)
+        check_workflows(s, registry)
+        store = self.store = ServiceStore(SqlStore(s.blackboard_url))
         runner: Runner = self._runner or make_runner(s, self._spark)
         self.runner = runner
         local_runner = None

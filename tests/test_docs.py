@@ -186,3 +186,31 @@ def test_the_readme_configuration_is_accepted(tmp_path: Path) -> None:
     assert [r.name for r in settings.listeners] == ["add"]
     assert settings.local_below == 0 and settings.broker_process is True
     assert [(s.name, s.prefix, s.catch_up) for s in settings.schedules] == [("nightly", "doc-", "one")]
+
+
+# -- docs/configuration.md -------------------------------------------------------------------
+def test_the_configuration_reference_is_what_the_settings_declare() -> None:
+    from listener_router._config_doc import configuration_reference
+
+    assert (DOCS / "configuration.md").read_text(encoding="utf-8") == configuration_reference(), \
+        "docs/configuration.md is stale: run .venv/bin/python docs/config_doc.py"
+
+
+def test_the_reference_lists_every_key_and_environment_name() -> None:
+    from listener_router._config import settings_keys
+    from listener_router._setting import env_names
+
+    text = (DOCS / "configuration.md").read_text(encoding="utf-8")
+    for _f, key in settings_keys():
+        assert f"`{env_names(key)[0]}`" in text
+        assert (f"| `{key.name}` |" if key.name else f"## [[{key.section}]]") in text
+
+
+def test_the_reference_file_of_defaults_is_the_defaults(tmp_path: Path) -> None:
+    import dataclasses
+
+    from listener_router import Settings, load_settings
+
+    config = tmp_path / "chalk.toml"
+    config.write_text(block_with(DOCS / "configuration.md", "toml", "[blackboard]"))
+    assert dataclasses.replace(load_settings(config, env={}), source=None) == Settings()

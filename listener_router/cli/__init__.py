@@ -3,9 +3,10 @@
 ``_main`` has the parser and the commands (each imports what it needs when
 it runs, so ``chalk validate`` starts no Spark); ``_admin`` the operator
 commands (status, dead letters); ``_jobs`` the job log's (jobs, schedules,
-statistics, dead letters read from the log); ``_demo`` the demo.  The dashboard
+statistics and topology); ``_dead_letters`` the dead letters; ``_demo`` the demo.  The dashboard
 browses and replays dead letters with the same two functions the ``dlq``
-command uses (``peek``, ``dlq_replay``).
+command uses (``dead_letters``, which moves them off ``Q.dlq`` into the store
+and reads them there, never redelivering one; ``dlq_replay``).
 """
 
 from __future__ import annotations
@@ -15,13 +16,17 @@ from typing import TYPE_CHECKING, Any
 from listener_router.cli._main import build_parser, main
 
 if TYPE_CHECKING:
-    from listener_router.cli._admin import dlq_replay, peek
+    from listener_router.cli._admin import dlq_replay
+    from listener_router.cli._dead_letters import dead_letters
 
-__all__ = ["build_parser", "dlq_replay", "main", "peek"]
+__all__ = ["build_parser", "dead_letters", "dlq_replay", "main"]
 
 
 def __getattr__(name: str) -> Any:  # the admin functions load pika and the store: on first use
-    if name in ("dlq_replay", "peek"):
+    if name == "dlq_replay":
         from listener_router.cli import _admin
-        return getattr(_admin, name)
+        return _admin.dlq_replay
+    if name == "dead_letters":
+        from listener_router.cli import _dead_letters
+        return _dead_letters.dead_letters
     raise AttributeError(f"module 'listener_router.cli' has no attribute {name!r}")

@@ -1,5 +1,5 @@
-"""Operator commands over the job log: jobs, schedules, the statistics and topology of
-status, and the reading side of the dead-letter commands."""
+"""Operator commands over the job log: jobs, schedules, and the statistics and topology of
+status."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from listener_router._config import Settings
 from listener_router._errors import ConfigError
 from listener_router.jobs import Selection, Ticks, tick_label
 from listener_router.jobs._read import Step, statistics, steps
-from listener_router.store import LogEntry, ServiceStore
+from listener_router.store import ServiceStore
 
-__all__ = ["jobs", "schedules", "dead_letters", "print_statistics", "print_topology",
+__all__ = ["jobs", "schedules", "print_statistics", "print_topology",
            "parse_time", "STAGES"]
 
 console = Console()
@@ -205,22 +205,3 @@ def print_topology(store: ServiceStore, ttl: float = 30.0) -> None:
                       f"{_when(row['started_at'])}, heartbeat "
                       f"{now - row['heartbeat_at']:.0f} s ago)"
                       + (f" {json.dumps(extra, default=str)}" if extra else ""))
-
-
-# -- chalk dlq list/show: the reading side -------------------------------------------------
-def dead_letters(settings: Settings, queues: Sequence[str], message_id: str | None = None,
-                 limit: int = 50) -> list[tuple[LogEntry, list[str], list[LogEntry]]]:
-    """Dead letters not yet replayed or purged, from the job log, newest last: each entry,
-    its record IDs and the message's whole history."""
-    store = ServiceStore.connect(settings.blackboard_url)
-    try:
-        found = store.joblog.entries(states=("dead",), queues=queues, message_id=message_id,
-                                     unresolved=True, limit=limit)
-        out = []
-        for entry in found:
-            history = store.joblog.entries(queues=(entry.queue,), message_id=entry.message_id,
-                                           limit=1000)
-            out.append((entry, store.joblog.record_ids(entry), history))
-        return out
-    finally:
-        store.close()

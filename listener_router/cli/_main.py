@@ -199,10 +199,14 @@ def cmd_dlq(args: argparse.Namespace) -> int:
     from listener_router.cli import _admin
     settings = _settings(args)
     queues = [args.queue] if args.queue else [r.queue for r in settings.listeners]
+    where = ", ".join(f"{q}.dlq" for q in queues)
     if args.action == "list":
         _admin.dlq_list(settings, queues, limit=args.limit)
     elif args.action == "show":
-        _admin.dlq_show(settings, queues, args.message_id)
+        if not _admin.dlq_show(settings, queues, args.message_id):
+            what = f"with message ID {args.message_id!r}" if args.message_id else "at all"
+            print(f"no dead letter {what} (looked in {where})", file=sys.stderr)
+            return 1
     elif args.action == "replay":
         n = _admin.dlq_replay(settings, queues, message_id=args.message_id)
         print(f"replayed {n} message(s)")

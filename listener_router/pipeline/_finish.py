@@ -143,6 +143,8 @@ class FinishStage:
         report = job.batch.report if job.batch is not None else None
         started = time.perf_counter()
         try:
+            if any(w.state is State.DUPLICATE and w.outgoing for w in done):
+                routed = self._still_unsent(done)
             if routed or side:
                 try:
                     self._declare_targets(routed)
@@ -176,6 +178,21 @@ class FinishStage:
             self.held.hold(w.delivery for w in done)
         finally:
             self.meter.time("publish", time.perf_counter() - started, report)
+
+    def _still_unsent(self, done: list[Work]) -> list[OutMessage]:
+        """The outgoing messages of ``done``, less those of duplicates whose outbox batch was
+        marked sent after their inbox check (the original's publish ran ahead on this lane).
+        Asked of the database: if it cannot say, they are published again (receivers dedupe)."""
+        again = {w.batch for w in done if w.state is State.DUPLICATE and w.batch}
+        try:
+            with unavailable():
+                unsent = set(self.store.outbox.unsent(again))
+        except InfrastructureError:
+            unsent = again
+        for w in done:
+            if w.state is State.DUPLICATE and w.batch and w.batch not in unsent:
+                w.outgoing, w.batch = [], None
+        return [m for w in done for m in w.outgoing]
 
     def _publish_orphans(self, orphans: dict[str, list[OutMessage]]) -> None:
         messages = [m for batch in orphans.values() for m in batch]

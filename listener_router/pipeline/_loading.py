@@ -60,10 +60,21 @@ class Loader:
             self.meter.time("load", time.perf_counter() - started, report)
 
     def apply(self, bb: Blackboard, w: Work) -> bool:
-        """Write the message's attributes onto the loaded records; bad ones dead-letter it."""
+        """Write the message's attributes onto the loaded records; bad ones dead-letter it, and
+        so does a record named without attributes that is not stored (unless the rule says
+        ``create_missing``).  A DELETE of an absent record goes ahead: there is nothing to keep."""
         assert w.message is not None
         if w.message.operation == "DELETE":
             return True
+        if w.rule is not None and not w.rule.create_missing:
+            missing = [r["id"] for r in w.message.records if not r["attributes"] and bb.is_new(r["id"])]
+            if missing:
+                w.to(State.DEAD, f"message {w.message.message_id}: record {missing[0]!r} does not "
+                     f"exist{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''}; an ID-only "
+                     f"message names a stored record (listener rule {w.rule.name!r} can create it: "
+                     "create_missing = true)")
+                self.invalidate(bb, w.message.record_ids)
+                return False
         try:
             for record in w.message.records:
                 if record["attributes"]:

@@ -51,13 +51,15 @@ class Settlement:
         for w in group.works:
             if w.state is State.PROCESSING:  # an unexpected failure settling it
                 w.to(State.DEFERRED, "internal error while settling the batch")
-        self.inflight.release(keys(group.works))
         batch = group.batch
         if batch is not None:
             report = batch.report
             with report.lock:
                 report.outcome.update((w.delivery.queue, w.state.value) for w in group.works)
+        # On the finish lane before a duplicate of these messages can be gathered (that
+        # needs the keys released): the duplicate then finds their outbox batch sent.
         self.finish.finish(group.works, batch)
+        self.inflight.release(keys(group.works))
         if batch is not None:
             self.part_done(batch)
 

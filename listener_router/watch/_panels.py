@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from listener_router._config import Settings
-from listener_router._messages import ATTEMPTS_HEADER, ERROR_HEADER, WORKFLOW_HEADER
 from listener_router.broker import dlq_name, retry_name
-from listener_router.cli import dlq_replay, peek
+from listener_router.cli import dead_letters as stored_dead_letters
+from listener_router.cli import dlq_replay
 from listener_router.store import LogEntry, ServiceStore
 from listener_router.watch._history import HOUR, BatchSummary, History, Sample, Sampler
 from listener_router.watch._svg import line_chart, workflow_svg
@@ -158,11 +158,6 @@ class DeadLetter:
     records: tuple[str, ...]
 
 
-def _header(props: Any, key: str) -> str:
-    value = (props.headers or {}).get(key, "")
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
 def _record_ids(body: bytes) -> tuple[str, ...]:
     try:
         data = json.loads(body)
@@ -176,14 +171,12 @@ def _record_ids(body: bytes) -> tuple[str, ...]:
 
 
 def dead_letters(settings: Settings, limit: int = 50) -> list[DeadLetter]:
-    """Dead letters of every input queue, as ``chalk dlq list`` reads them."""
-    found = []
-    for queue in dict.fromkeys(rule.queue for rule in settings.listeners):
-        for _method, props, body in peek(settings, dlq_name(queue), limit):
-            found.append(DeadLetter(queue, props.message_id or "", _header(props, ATTEMPTS_HEADER),
-                                    _header(props, WORKFLOW_HEADER),
-                                    _header(props, ERROR_HEADER), _record_ids(body)))
-    return found
+    """Dead letters of every input queue, as ``chalk dlq list`` reads them (moved off
+    ``Q.dlq`` into the store: looking redelivers nothing)."""
+    queues = list(dict.fromkeys(rule.queue for rule in settings.listeners))
+    return [DeadLetter(d.queue, d.message_id, str(d.attempts), d.workflow, d.error,
+                       _record_ids(d.body))
+            for d in stored_dead_letters(settings, queues, limit=limit)]
 
 
 def replay(settings: Settings, queue: str, message_id: str | None) -> int:

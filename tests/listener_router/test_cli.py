@@ -81,11 +81,7 @@ def test_an_unknown_workflow_names_the_known_ones(tmp_path, capsys, monkeypatch)
 
 
 @pytest.mark.broker
-def test_dlq_list_counts_letters_the_job_log_does_not_know_and_purge_empties_the_queue(
-        tmp_path, capsys, monkeypatch, broker, declare, make_settings):
-    """A letter the broker dead-lettered (or one from before the job log) is not in the log:
-    ``dlq list`` counts it from the queue's depth; list and show leave the queue alone.
-    (Letters the service dead-lettered: tests/listener_router/test_job_log.py.)"""
+def test_dlq_list_show_and_purge(tmp_path, capsys, monkeypatch, broker, declare, make_settings):
     settings = make_settings()
     queue = settings.listeners[0].queue
     declare(settings)
@@ -97,13 +93,18 @@ def test_dlq_list_counts_letters_the_job_log_does_not_know_and_purge_empties_the
                       f'queue = "{queue}"\n')
     monkeypatch.setenv("COLUMNS", "200")
     assert main(["dlq", "list", "--config", str(config)]) == 0
-    assert f"{queue}.dlq holds 1 message(s), 1 without a job-log entry" in capsys.readouterr().out
+    listed = capsys.readouterr().out
+    assert "dead-1" in listed and "it broke" in listed
     assert main(["dlq", "show", "dead-1", "--config", str(config)]) == 0
-    assert "dead-1" not in capsys.readouterr().out
-    assert broker.depth(f"{queue}.dlq") == 1  # list and show leave it there
+    assert '"x"' in capsys.readouterr().out
+    # list and show moved it off Q.dlq into the store (browsing redelivers nothing) and keep it
+    assert broker.depth(f"{queue}.dlq") == 0
+    assert main(["dlq", "list", "--config", str(config)]) == 0
+    assert "dead-1" in capsys.readouterr().out
     assert main(["dlq", "purge", "--config", str(config)]) == 0
     assert "purged 1" in capsys.readouterr().out
-    assert broker.depth(f"{queue}.dlq") == 0
+    assert main(["dlq", "list", "--config", str(config)]) == 0
+    assert "dead-1" not in capsys.readouterr().out
 
 
 def _process(name: str, body: str) -> str:

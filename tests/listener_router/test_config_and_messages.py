@@ -56,13 +56,15 @@ attributes = ["a"]
 
 
 @pytest.mark.parametrize("text, message", [
-    ("[blackboard]\nurl = 3\n", "'url' must be str"),
+    ("[blackboard]\nurl = 3\n", "[blackboard] url must be string, got 3"),
     ("[blackbord]\n", "unknown key(s) blackbord"),
-    ("[[listener]]\nbatch_size = 0\n", "'batch_size' must be positive"),
+    ("[engine]\nlocal_belo = 1\n", "[engine]: unknown key(s) local_belo; known: batch_timeout"),
+    ("[[listener]]\nbatch_size = 0\n", "[[listener]] #1 batch_size must be 1 or more"),
     ("[[router]]\nattributes = ['a']\n", "give 'queue'"),
-    ("[broker]\nqueue_type = 'stream'\n", "queue_type must be"),
-    ("[engine]\ndataframe_forms = 'yes'\n", "'dataframe_forms' must be bool"),
+    ("[broker]\nqueue_type = 'stream'\n", "queue_type must be one of \"quorum\", \"classic\""),
+    ("[engine]\ndataframe_forms = 'yes'\n", "dataframe_forms must be boolean"),
     ("[engine]\nlocal_below = -1\n", "local_below must be 0 or more"),
+    ("[spark]\nconf = 3\n", "[spark] conf must be a table"),
     ("not = toml = at all\n", "not valid TOML"),
 ])
 def test_bad_configuration_names_file_and_key(tmp_path, text, message):
@@ -122,3 +124,83 @@ def test_message_states_move_only_along_the_table():
         check_transition(State.ACKED, State.PROCESSING)
     with pytest.raises(RuntimeError):
         check_transition(State.RECEIVED, State.COMMITTED)
+
+
+def _other_value(kind, key, default):
+    """A valid value of the setting's type that is not its default, as TOML text and as read."""
+    import typing
+
+    from listener_router._setting import _strip_none
+    kind = _strip_none(kind)
+    if key.name == "listen":
+        return "127.0.0.1:9999", "127.0.0.1:9999"
+    if key.choices:
+        value = next(c for c in key.choices if c != default)
+        return value, value
+    if kind is bool:
+        return ("false" if default else "true"), not default
+    if kind is int:
+        return str(default + 7), default + 7
+    if kind is float:
+        return str(default + 1.5), default + 1.5
+    if kind is str:
+        return "other-value", "other-value"
+    if typing.get_origin(kind) is tuple:
+        return '["7", "8"]' if typing.get_args(kind)[0] is str else "[7, 8]", \
+            (("7", "8") if typing.get_args(kind)[0] is str else (7, 8))
+    return '{ "spark.x" = 2, "b" = true }', {"spark.x": "2", "b": "true"}
+
+
+def test_every_setting_can_be_set_from_the_environment():
+    from listener_router import Settings
+    from listener_router._config import settings_keys
+    from listener_router._setting import env_names, kind_of, rule_class
+
+    defaults = Settings()
+    for f, key in settings_keys():
+        kind = kind_of(Settings, f.name)
+        name = env_names(key)[0]
+        if rule_class(kind) is not None:
+            continue  # below
+        text, expected = _other_value(kind, key, getattr(defaults, f.name))
+        settings = load_settings(env={name: text})
+        assert getattr(settings, f.name) == expected, name
+    listeners = load_settings(env={"CHALK_LISTENER": '[{ queue = "q", workflow = "W" }, '
+                                                      '{ name = "b", create_missing = true }]'})
+    assert [(r.name, r.queue, r.workflow, r.create_missing) for r in listeners.listeners] == [
+        ("listener1", "q", "W", False), ("b", "chalk.in", "Demo", True)]
+    routers = load_settings(env={"CHALK_ROUTER": '[{ use_next_destination = true }]'})
+    assert routers.routers[0].use_next_destination
+
+
+def test_the_older_environment_names_still_work_and_env_wins_over_the_file(tmp_path):
+    path = tmp_path / "chalk.toml"
+    path.write_text('[node]\nname = "from-file"\n[engine]\nlocal_below = 3\n')
+    older = {"CHALK_BLACKBOARD_URL": "sqlite:///o.db", "CHALK_BROKER_URL": "amqp://o/%2F",
+             "CHALK_SPARK_MASTER": "local[1]", "CHALK_WORKFLOWS_DIR": "wf", "CHALK_NODE": "n1"}
+    settings = load_settings(path, env={**older, "CHALK_ENGINE_LOCAL_BELOW": ""})
+    assert (settings.blackboard_url, settings.broker_url, settings.spark_master,
+            settings.workflows_dir, settings.node) == ("sqlite:///o.db", "amqp://o/%2F",
+                                                      "local[1]", "wf", "n1")
+    assert settings.local_below == 3  # an empty variable is unset
+
+
+def test_a_bad_environment_value_names_the_variable():
+    with pytest.raises(ConfigError) as caught:
+        load_settings(env={"CHALK_ENGINE_LOCAL_BELOW": "many"})
+    assert "CHALK_ENGINE_LOCAL_BELOW" in str(caught.value)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(env={"CHALK_BROKER_DELIVERY_LIMIT": "0"})
+    assert "environment CHALK_BROKER_DELIVERY_LIMIT must be 1 or more" in str(caught.value)
+
+
+def test_every_field_of_the_settings_is_declared_as_a_setting():
+    import dataclasses
+
+    from listener_router import Settings
+    from listener_router._config import settings_keys
+
+    declared = {f.name for f, _key in settings_keys()}
+    internal = {f.name for f in dataclasses.fields(Settings) if "internal" in f.metadata}
+    assert declared | internal == {f.name for f in dataclasses.fields(Settings)}
+    assert all(key.doc for _f, key in settings_keys())

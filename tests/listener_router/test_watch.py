@@ -15,6 +15,7 @@ from lxml import etree
 
 import engine
 from listener_router import BatchReport, ConfigError, Service, load_settings, push_records
+from listener_router.cli import dead_letters
 from listener_router.watch import METRICS, Live, Metrics, layered_svg
 from listener_router.watch._panels import job_log
 
@@ -160,8 +161,9 @@ def test_a_running_service_serves_metrics_the_page_and_refuses_a_replay_without_
                 raise AssertionError("a replay without the right token was accepted")
             except urllib.error.HTTPError as e:
                 assert e.code == 403
-        sample = service.watch.sampler.sample()
-        assert sample.depth[f"{queue}.dlq"] == 1  # still there
+        # still there: the page moved it off Q.dlq into the store (looking redelivers nothing)
+        assert [b"w-bad" in d.body for d in dead_letters(settings, [queue])] == [True]
+        assert service.watch.sampler.sample().depth[f"{queue}.dlq"] == 0
         assert _get(base + "panel/nothing")[0] == 404
         jobs = job_log(service.store, "w3")   # the panel reads the job log
         assert [(j.entry.state, j.records) for j in jobs] == [("committed", ("w3",))]
