@@ -26,6 +26,7 @@ from listener_router_helpers import (
 )
 from sqlalchemy import select
 
+from blackboard import Blackboard
 from listener_router import Service, load_settings
 from listener_router._config import ScheduleRule
 from listener_router.cli import main
@@ -170,6 +171,11 @@ batch_size = 2
     url = settings.blackboard_url
     assert [(r.queue, r.workflow) for r in settings.listeners] == [(queue, "Counting"),
                                                                    (target, "Counting")]
+    with Blackboard.connect(url) as bb:   # the listed records are stored ones
+        for rid in ("c1", "c2", "c3"):
+            bb.load(rid)
+            bb.set_literal(rid, "title", rid)
+            bb.commit(rid)
     with Service(settings) as service:
         started = service.membership.started_at
         service.run(until=lambda s: done_ticks(url, "count-them") >= started + 3
