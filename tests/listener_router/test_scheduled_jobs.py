@@ -69,23 +69,23 @@ def seconds(first: str, last: str) -> list[str]:
     return out
 
 
-def claimed_tick(url: str, name: str) -> float:
-    """The last tick the schedule claimed (done or not)."""
+def _state(url: str, name: str):
     store = ServiceStore.connect(url)
     try:
-        state = store.schedules.read(name)
+        return store.schedules.read(name)
     finally:
         store.close()
+
+
+def claimed_tick(url: str, name: str) -> float:
+    """The last tick the schedule claimed (done or not)."""
+    state = _state(url, name)
     return 0.0 if state is None else state.tick
 
 
 def done_ticks(url: str, name: str) -> float:
     """The last finished tick of the schedule (0 before any)."""
-    store = ServiceStore.connect(url)
-    try:
-        state = store.schedules.read(name)
-    finally:
-        store.close()
+    state = _state(url, name)
     if state is None or state.started_at is None:
         return 0.0
     return state.tick if state.done else state.tick - 1
