@@ -13,6 +13,7 @@ takes gathered batches to the execute stage.
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import logging
 import os
 import signal
@@ -38,8 +39,12 @@ from listener_router.cluster import (
     Membership,
     OrphanedOutbox,
     Retention,
+    TopologyEvent,
+    TopologyEventType,
+    TopologyListener,
     claim_node_name,
 )
+from listener_router.events import CommittedEvents, EventKind, Events, FailureEvents
 from listener_router.jobs import JobLog, Scheduler
 from listener_router.pipeline import (
     BatchObserver,
@@ -58,6 +63,7 @@ from listener_router.pipeline import (
     Observers,
     Placement,
     Runner,
+    SettleExtension,
     Settlement,
     Stats,
     default_sizing,
@@ -92,7 +98,8 @@ class Service:
 
     ``observers`` get each finished batch's report; ``extensions`` write in
     each commit transaction; ``leader_tasks`` run besides the maintenance
-    while this process leads; ``sizing`` replaces the default batch policy
+    while this process leads; ``topology_listeners`` hear the cluster's
+    topology events; ``sizing`` replaces the default batch policy
     (``pipeline/_sizing.py``; it is an observer too).  See ``docs/internals.md``.
     """
 
@@ -101,6 +108,7 @@ class Service:
                  observers: Iterable[BatchObserver] = (),
                  extensions: Iterable[CommitExtension] = (),
                  leader_tasks: Iterable[LeaderTask] = (),
+                 topology_listeners: Iterable[TopologyListener] = (),
                  sizing: BatchSizing | None = None):
         # a schedule with a workflow and a queue of its own needs a listener rule for it
         self.settings = settings = replace(settings, listeners=with_schedule_listeners(
@@ -112,6 +120,8 @@ class Service:
         self.observers = Observers(observers)
         self.extensions: list[CommitExtension] = list(extensions)
         self.leader_tasks: list[LeaderTask] = list(leader_tasks)
+        self.topology_listeners: list[TopologyListener] = list(topology_listeners)
+        self.events: Events | None = None
         self._sizing = sizing
         self._stopping = threading.Event()
         self._signals = 0
@@ -163,12 +173,17 @@ class Service:
                                       prepare=functools.partial(declare_all, settings=s)).start()
         deliveries = link.deliveries
         self.gathering = Gathering(sizing, lambda: link.waiting + deliveries.qsize())
-        self.membership = Membership(store.nodes, node).start()
+        events = self.events = Events(s.events, node)
+        extensions = list(self.extensions)
+        if events.enabled(EventKind.COMMITTED):
+            extensions.append(CommittedEvents(events))
+        settle: list[SettleExtension] = []
+        if events.enabled(EventKind.INVALIDATED) or events.enabled(EventKind.DEAD_LETTERED):
+            settle.append(FailureEvents(events))
 
         meter, held = Meter(self.stats), Held()
         loader = Loader(store, meter)
         journals = Journals()
-        extensions = list(self.extensions)
         if s.job_log:
             joblog = self.joblog = JobLog(store, node, interval=s.stats_interval)
             extensions.append(joblog)
@@ -176,7 +191,14 @@ class Service:
             self.observers.add(joblog)
         finish = self._finish = FinishStage(link=link, settings=s, store=store, held=held,
                                             meter=meter, stats=self.stats,
-                                            observers=self.observers, journal=journals)
+                                            observers=self.observers, extensions=settle,
+                                            writer=node, journal=journals)
+        self.membership = Membership(
+            store, node, interval=s.heartbeat_seconds, ttl=s.ttl_seconds,
+            properties={"version": _version(), "queues": list(self.listeners.queues),
+                        "workflows": registry.names()},
+            listeners=[*self.topology_listeners, _WakeHeld(held)],
+            publish=finish.publish_orphans, events=events).start()
         settlement = Settlement(loader=loader, inflight=self.inflight, held=held, finish=finish,
                                 meter=meter)
         commit = self._commit = CommitStage(router=router, store=store, loader=loader,
@@ -198,7 +220,7 @@ class Service:
             *self.leader_tasks])
         if s.schedules:
             self.leader.add(Scheduler(store, s.schedules, self.membership, finish.publish_orphans,
-                                      member=node))
+                                      member=node, events=events))
         self._last_refresh = time.monotonic()
         if s.http_listen:  # metrics and the dashboard (their imports only when asked for)
             from listener_router.watch import Watch
@@ -295,6 +317,8 @@ class Service:
                     self._last_refresh = time.monotonic()
                     for problem in self.registry.refresh():
                         log.error("%s", problem)
+                    if self.membership is not None:
+                        self.membership.advertise(workflows=self.registry.names())
                 self.leader.tick()
         finally:
             try:
@@ -314,3 +338,24 @@ class Service:
         for stage in (self._commit, self._finish):
             if stage is not None:
                 stage.lane.drain()
+
+
+class _WakeHeld(TopologyListener):
+    """When members left the view, their leases were released with it: messages held
+    for records those members had locked are gathered again at once."""
+
+    def __init__(self, held: Held):
+        self.held = held
+
+    def handle_topology_event(self, event: TopologyEvent) -> None:
+        if event.type is TopologyEventType.TOPOLOGY_CHANGED and event.old_view and event.new_view:
+            before = {(m.name, m.joined_at) for m in event.old_view.members}
+            if before - {(m.name, m.joined_at) for m in event.new_view.members}:
+                self.held.wake()
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("chalk")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"

@@ -22,7 +22,7 @@ from rich.table import Table
 from listener_router._config import Settings
 from listener_router.broker import connection_parameters, dlq_name
 from listener_router.cli._dead_letters import dead_letters, logged, purge, replay
-from listener_router.cli._jobs import print_statistics, print_topology
+from listener_router.cli._jobs import print_statistics
 from listener_router.store import ServiceStore
 
 __all__ = ["status", "dlq_list", "dlq_show", "dlq_replay", "dlq_purge", "channel", "depth"]
@@ -84,7 +84,17 @@ def status(settings: Settings, since: float | None = None) -> None:
                   f"message(s), {store.outbox.unsent_count()} unsent outbox message(s)")
     for owner, n in held.items():
         console.print(f"  leases held by {owner}: {n}")
-    print_topology(store)
+    state = store.cluster.read()
+    members = [m for m in store.nodes.all() if m.live(now, settings.ttl_seconds)]
+    console.print(f"cluster {state.cluster_id[:8]}: {len(members)} live member(s), leader "
+                  f"{state.leader or 'none'} (epoch {state.epoch}), view {state.view_seq} of "
+                  f"{len(state.view_members)} member(s)")
+    for m in members:
+        queues = ", ".join(m.properties.get("queues", [])) or "-"
+        workflows = ", ".join(m.properties.get("workflows", [])) or "-"
+        console.print(f"  {m.name} (pid {m.pid} on {m.host}, version "
+                      f"{m.properties.get('version', '?')}), heartbeat "
+                      f"{now - m.heartbeat_at:.0f} s ago; queues {queues}; workflows {workflows}")
     print_statistics(store, now - 3600 if since is None else since, now=now)
     store.close()
 

@@ -1,17 +1,14 @@
-"""Operator commands over the job log: jobs, schedules, and the statistics and topology of
-status."""
+"""Operator commands over the job log: jobs, schedules, and the statistics of status."""
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
 import time
 from collections.abc import Callable, Sequence
 
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import select
 
 from listener_router._config import Settings
 from listener_router._errors import ConfigError
@@ -19,7 +16,7 @@ from listener_router.jobs import Selection, Ticks, tick_label
 from listener_router.jobs._read import Step, statistics, steps
 from listener_router.store import ServiceStore
 
-__all__ = ["jobs", "schedules", "print_statistics", "print_topology",
+__all__ = ["jobs", "schedules", "print_statistics",
            "parse_time", "STAGES"]
 
 console = Console()
@@ -185,23 +182,3 @@ def print_statistics(store: ServiceStore, since: float, *, now: float | None = N
                       *(f"{_seconds(s.percentile(m, 0.5))} / {_seconds(s.percentile(m, 0.99))}"
                         for m in STAGES))
     console.print(table)
-
-
-def print_topology(store: ServiceStore, ttl: float = 30.0) -> None:
-    """Members from the nodes table (every column it has), the leader first."""
-    from listener_router.store._nodes import nodes
-    with store.engine.connect() as conn:
-        rows = [dict(r._mapping) for r in conn.execute(
-            select(nodes).order_by(nodes.c.started_at, nodes.c.name))]
-    now = time.time()
-    live = [r for r in rows if r["heartbeat_at"] >= now - ttl]
-    console.print(f"cluster: {len(live)} live member(s)"
-                  + (f", leader {live[0]['name']}" if live else ""))
-    known = {"name", "host", "pid", "started_at", "heartbeat_at"}
-    for row in rows:
-        extra = {k: v for k, v in row.items() if k not in known and v is not None}
-        state = "leader" if live and row is live[0] else ("live" if row in live else "silent")
-        console.print(f"  {row['name']} ({state}; pid {row['pid']} on {row['host']}, started "
-                      f"{_when(row['started_at'])}, heartbeat "
-                      f"{now - row['heartbeat_at']:.0f} s ago)"
-                      + (f" {json.dumps(extra, default=str)}" if extra else ""))

@@ -38,6 +38,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import orjson
 from sqlalchemy import Connection
@@ -49,6 +50,9 @@ from listener_router.jobs._events import job_finished_events
 from listener_router.jobs._selection import Selection
 from listener_router.jobs._ticks import Ticks, tick_label
 from listener_router.store import Outbox, ScheduleState, ServiceStore, unavailable
+
+if TYPE_CHECKING:
+    from listener_router.events import Events
 
 __all__ = ["Scheduler", "SCHEDULE_PREFIX", "scheduled_messages"]
 
@@ -86,7 +90,8 @@ class Scheduler(LeaderTask):
 
     def __init__(self, store: ServiceStore, rules: Sequence[ScheduleRule], membership: Membership,
                  publish: Publish, *, member: str, budget: float = _BUDGET,
-                 selections: dict[str, Selection] | None = None):
+                 selections: dict[str, Selection] | None = None, events: Events | None = None):
+        self.events = events
         self.store = store
         self.rules = list(rules)
         self.membership = membership
@@ -161,10 +166,12 @@ class Scheduler(LeaderTask):
 
     def _first_live_start(self) -> float:
         """When the earliest-started live member started (this process counts)."""
+        membership = self.membership
+        assert membership is not None
         with unavailable():
-            members = self.membership.members()
+            members = membership.members()
         starts = [m.started_at for m in members]
-        starts.append(self.membership.started_at)
+        starts.append(membership.started_at)
         return min(starts)
 
     def _claim(self, rule: ScheduleRule, state: ScheduleState, tick: float,
@@ -178,7 +185,7 @@ class Scheduler(LeaderTask):
         ids, cursor, over = self.selections[rule.name].page(state.cursor)
         messages = scheduled_messages(rule, state.tick, state.messages, ids)
         if over:
-            messages += job_finished_events(rule, state.tick, state.messages + len(messages),
+            messages += job_finished_events(self.events, rule, state.tick, state.messages + len(messages),
                                             state.records + len(ids), self.member)
         batches: list[str | None] = []
 

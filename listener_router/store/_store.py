@@ -3,9 +3,10 @@
 :class:`ServiceStore` sits in the blackboard's database (one SQLAlchemy
 engine, taken from the blackboard's public :class:`~blackboard.SqlStore`):
 ``outbox`` (inbox and outbox, written in the commit transaction),
-``nodes`` (cluster heartbeats), ``joblog`` (the job log and its statistics),
-``schedules`` (scheduled jobs' last ticks) and ``dead_letters`` (those ``chalk dlq``
-took off the dead-letter queues).  It also hands out the blackboards the
+``nodes`` (cluster heartbeats and advertised properties), ``cluster``
+(leader, fencing epoch, established view), ``joblog`` (the job log and its
+statistics), ``schedules`` (scheduled jobs' last ticks) and ``dead_letters``
+(those ``chalk dlq`` took off the dead-letter queues).  It also hands out the blackboards the
 pipeline loads records on, and renews and purges record leases through the
 blackboard's own calls.
 
@@ -33,6 +34,7 @@ from listener_router._errors import (
     RecordsBusy,
     StoreUnavailable,
 )
+from listener_router.store._cluster import ClusterState
 from listener_router.store._dead_letters import DeadLetters
 from listener_router.store._joblog import JobLogTables
 from listener_router.store._nodes import Nodes
@@ -46,8 +48,8 @@ _OUTAGES = (OperationalError, InterfaceError, SqlTimeoutError, OSError)
 
 
 class ServiceStore:
-    """Inbox, outbox, nodes, job log, schedules and dead letters in the blackboard's
-    database (see the module doc).
+    """Inbox, outbox, nodes, cluster, job log, schedules and dead letters in the
+    blackboard's database (see the module doc).
 
     Opening it creates (or upgrades) the tables.  ``writes`` is held around
     every write transaction of this process: SQLite has one writer, and
@@ -64,6 +66,7 @@ class ServiceStore:
         self.nodes = Nodes(sql.engine)
         self.joblog = JobLogTables(sql.engine)
         self.schedules = Schedules(sql.engine)
+        self.cluster = ClusterState(sql.engine)
         self.dead_letters = DeadLetters(sql.engine)
         self.writes: contextlib.AbstractContextManager[object] = (
             threading.Lock() if sql.dialect == "sqlite" else contextlib.nullcontext())

@@ -19,7 +19,7 @@ from blackboard import Blackboard
 from listener_router import BatchObserver, Service, push_records
 from listener_router.cli import main
 from listener_router.cli._jobs import jobs
-from listener_router.cluster import Retention
+from listener_router.cluster import LeaderTasks, Membership, Retention
 from listener_router.jobs import Sketch
 from listener_router.jobs._read import statistics
 from listener_router.store import JobLogTables, ServiceStore
@@ -133,7 +133,7 @@ def test_chalk_jobs_filters_and_follows(tmp_path, capsys, monkeypatch, make_sett
     assert out.count(" committed ") == 3 and "1 outgoing" in out
     assert main(["status", "--config", str(config)]) == 0
     status = capsys.readouterr().out
-    assert "committed/s (5 min)" in status and "cluster: 0 live member(s)" in status
+    assert "committed/s (5 min)" in status and "0 live member(s)" in status
     assert "statistics since" in status and "Demo" in status and "latency p50/p99" in status
     assert main(["jobs", "--workflow", "Nope", "--config", str(config)]) == 0
     assert "no job-log entries match" in capsys.readouterr().out
@@ -194,7 +194,9 @@ def test_retention_drops_old_log_rows_and_statistics(sqlite_url):
                                    0, None) for t in (old, new)])
         JobLogTables.add_counts(conn, "n", {(old, "q", "W", "committed"): 1,
                                             (new, "q", "W", "committed"): 1})
-    assert Retention(store, 7).run() >= 1
+    leader = Membership(store, "n")
+    leader.beat()                                   # the only member: it leads
+    assert LeaderTasks(leader, [Retention(store, 7)]).run_all()["retention"] >= 1
     assert [e.at for e in store.joblog.entries()] == [new]
     assert [r.period for r in store.joblog.statistics()] == [new]
     store.close()

@@ -17,8 +17,9 @@ import pytest
 from sqlalchemy import select
 
 from blackboard import Blackboard
-from listener_router._config import ScheduleRule
+from listener_router._config import EventSettings, ScheduleRule
 from listener_router.cluster import Membership
+from listener_router.events import Events
 from listener_router.jobs import Scheduler, Selection
 from listener_router.store import ServiceStore
 from listener_router.store._outbox import outbox
@@ -42,14 +43,15 @@ class Collect:
 
 
 def scheduler(url: str, rule: ScheduleRule, name: str, *, page: int = 2000,
-              started: float = T0 - 3600) -> tuple[Scheduler, Collect, ServiceStore]:
+              started: float = T0 - 3600, events: Events | None = None
+              ) -> tuple[Scheduler, Collect, ServiceStore]:
     store = ServiceStore.connect(url)
-    membership = Membership(store.nodes, name)
+    membership = Membership(store, name)
     membership.started_at = started
     collect = Collect()
     selections = {rule.name: Selection(rule, store.sql, page=page)}
-    return (Scheduler(store, [rule], membership, collect, member=name, selections=selections),
-            collect, store)
+    return (Scheduler(store, [rule], membership, collect, member=name, selections=selections,
+                      events=events), collect, store)
 
 
 def outbox_message_ids(store: ServiceStore) -> Counter:
@@ -76,6 +78,30 @@ def test_a_new_schedule_starts_from_now_and_runs_each_tick_once(sqlite_url):
                    for n in (0, 1)]
     state = store.schedules.read("s")
     assert (state.tick, state.done, state.messages, state.records) == (T0 + 20, True, 2, 3)
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_a_finished_tick_carries_its_job_finished_event_when_events_say_so(sqlite_url, on):
+    rule = ScheduleRule(name="ev", every=10.0, queue="q", ids=("a", "b", "c"), batch_size=2)
+    events = Events(EventSettings(job_finished=on), "a")
+    s, sent, store = scheduler(sqlite_url, rule, "a", page=2, events=events)
+    run_until_idle(s, rule, T0 + 5)
+    run_until_idle(s, rule, T0 + 12)
+    pages = [b for b in sent.batches.values()]
+    found = [(m.exchange, m.routing_key, orjson.loads(m.body)) for b in pages for m in b
+             if m.routing_key.startswith("job.finished")]
+    if not on:
+        assert found == []
+        return
+    ((exchange, key, body),) = found
+    assert (exchange, key) == ("chalk.events", "job.finished.ev")
+    assert {k: body[k] for k in ("schedule", "tick", "messages", "records", "member")} == {
+        "schedule": "ev", "tick": "2023-11-14T22:13:30Z", "messages": 2, "records": 3,
+        "member": "a"}
+    last = [b for b in pages if any(m.routing_key == "job.finished.ev" for m in b)][0]
+    assert [m.message_id for m in last if m.routing_key == "q"] == [
+        "schedule:ev:2023-11-14T22:13:30Z:1"]     # with the tick's last page
+    store.close()
 
 
 def test_two_processes_that_both_lead_write_each_page_once(sqlite_url):
