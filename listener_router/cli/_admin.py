@@ -13,7 +13,8 @@ from rich.console import Console
 from rich.table import Table
 
 from listener_router._config import Settings
-from listener_router.broker import connection_parameters, dlq_name
+from listener_router._errors import BrokerUnavailable
+from listener_router.broker import connect, dlq_name
 from listener_router.cli._dead_letters import dead_letters, purge, replay
 from listener_router.cluster import Membership
 from listener_router.store import ServiceStore
@@ -26,7 +27,7 @@ console = Console()
 @contextmanager
 def channel(settings: Settings) -> Iterator[Any]:
     """A channel on a connection of its own to the configured broker."""
-    conn = pika.BlockingConnection(connection_parameters(settings.broker_url))
+    conn = connect(settings.broker_url)
     try:
         yield conn.channel()
     finally:
@@ -56,8 +57,8 @@ def status(settings: Settings) -> None:
             found = depth(settings, name)
             table.add_row(name, "absent" if found is None else str(found))
         console.print(table)
-    except pika.exceptions.AMQPConnectionError as e:
-        console.print(f"broker: unreachable ({e!r})")
+    except BrokerUnavailable as e:
+        console.print(f"broker: unreachable ({e})")
     store = ServiceStore.connect(settings.blackboard_url)
     count = store.sql.record_count()
     held = store.sql.lease_counts()

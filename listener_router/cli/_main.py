@@ -13,6 +13,8 @@ from typing import Any
 
 from listener_router._config import Settings, load_settings, make_runner
 from listener_router._errors import ConfigError
+from listener_router._messages import OPERATIONS
+from listener_router.cli._help import describe
 
 __all__ = ["main"]
 
@@ -69,7 +71,7 @@ def cmd_push(args: argparse.Namespace) -> int:
     with Progress(disable=not sys.stderr.isatty()) as progress:
         task = progress.add_task(f"push → {args.queue}", total=len(records))
         sent = push_records(settings, args.queue, records, store=not args.ids_only and not args.ids,
-                            operation=args.operation.upper(), per_message=args.per_message,
+                            operation=args.operation, per_message=args.per_message,
                             progress=lambda n: progress.advance(task, n))
     print(f"pushed {len(records)} record(s) in {sent} message(s) to {args.queue}")
     return 0
@@ -190,11 +192,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(records=args.records, config=args.config)
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("chalk")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="chalk", description="Chalk: a record-processing engine (RabbitMQ listener/router, "
         "SQLAlchemy blackboard, BPEL-style XML workflows on PySpark).")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv: debug)")
+    parser.add_argument("--version", action="version", version=f"chalk {_version()}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", metavar="FILE", help="chalk.toml (default: ./chalk.toml when present)")
     common.add_argument("--blackboard", metavar="URL",
@@ -218,7 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--id", dest="ids", action="append", metavar="ID",
                    help="publish this record ID without storing anything (repeatable)")
     p.add_argument("--ids-only", action="store_true", help="publish the file's IDs without storing the records")
-    p.add_argument("--operation", default="ADD", help="operation header: ADD (default) or DELETE")
+    p.add_argument("--operation", default="ADD", type=str.upper, choices=OPERATIONS,
+                   help=f"operation header, one the service accepts: {', '.join(OPERATIONS)} "
+                        "(default ADD)")
     p.add_argument("--per-message", type=int, default=1, help="record IDs per message (default 1)")
     p.set_defaults(func=cmd_push)
 
@@ -247,19 +260,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("jobs", parents=[common], help="recently processed messages and their outgoing messages")
-    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--limit", type=int, default=20, metavar="N",
+                   help="show the N most recent messages (default 20)")
     p.set_defaults(func=cmd_jobs)
 
     p = sub.add_parser("dlq", parents=[common], help="dead letters: list, show, replay, purge")
     p.add_argument("action", choices=["list", "show", "replay", "purge"])
     p.add_argument("message_id", nargs="?", help="for show/replay: one message ID")
     p.add_argument("--queue", help="input queue whose dead letters to use (default: every listener queue)")
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--limit", type=int, default=50, metavar="N",
+                   help="for list: show at most N dead letters, oldest first (default 50)")
     p.set_defaults(func=cmd_dlq)
 
     p = sub.add_parser("demo", parents=[common], help="push sample records through the demo workflow and report")
     p.add_argument("--records", type=int, default=1000, help="how many sample records (default 1000)")
     p.set_defaults(func=cmd_demo)
+    describe(sub)
     return parser
 
 
