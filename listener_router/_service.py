@@ -12,6 +12,7 @@ takes gathered batches to the execute stage.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -25,7 +26,7 @@ from typing import Any
 import engine
 from blackboard import SqlStore
 from listener_router._config import Settings, make_runner
-from listener_router._errors import ConfigError
+from listener_router._errors import ConfigError, StoreUnavailable
 from listener_router._gc import tune_gc
 from listener_router._rules import ListenerRules, Router
 from listener_router.broker import AmqpLink, Link, ProcessLink, declare_all
@@ -57,7 +58,7 @@ from listener_router.pipeline import (
     Settlement,
     Stats,
 )
-from listener_router.store import ServiceStore
+from listener_router.store import RunningVersion, ServiceStore, unavailable
 
 __all__ = ["Service"]
 
@@ -155,6 +156,8 @@ class Service:
                                       consume=self.listeners.consumers(),
                                       prepare=functools.partial(declare_all, settings=s)).start()
         self.membership = Membership(store.nodes, node).start()
+        self._published_versions: tuple[Any, ...] | None = None
+        self.publish_versions()
 
         meter, held = Meter(self.stats), Held()
         loader = Loader(store, meter)
@@ -208,6 +211,9 @@ class Service:
         if self.link is not None:
             self.link.stop()
         if self.store is not None:
+            if getattr(self, "_published_versions", None) is not None:
+                with contextlib.suppress(Exception):  # a stopped process's rows are ignored anyway
+                    self.store.workflow_versions.forget(self.node)
             self.store.close()
 
     def __enter__(self) -> Service:
@@ -273,6 +279,7 @@ class Service:
                     self._last_refresh = time.monotonic()
                     for problem in self.registry.refresh():
                         log.error("%s", problem)
+                    self.publish_versions()
                 self.leader.tick()
         finally:
             try:
@@ -282,6 +289,22 @@ class Service:
                 self._gather.stop()
                 self.drain()
         return stats
+
+    def publish_versions(self) -> None:
+        """Write the workflow versions this process runs to the store when they changed
+        (``chalk status`` shows them); a failure is logged and tried again next time."""
+        assert self.store is not None
+        versions = tuple(self.registry.versions())
+        if versions == self._published_versions:
+            return
+        try:
+            with self.store.writes, unavailable():
+                self.store.workflow_versions.publish(self.node, [
+                    RunningVersion(self.node, v.name, v.version, v.path, v.loaded_at)
+                    for v in versions])
+            self._published_versions = versions
+        except StoreUnavailable as e:
+            log.warning("could not record the running workflow versions: %s", e)
 
     def maintain(self) -> dict[str, int]:
         """Run every leader task now (leader or not): what each did, by name."""

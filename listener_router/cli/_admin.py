@@ -74,7 +74,26 @@ def status(settings: Settings) -> None:
     for m in members:
         console.print(f"  {m.name} (pid {m.pid} on {m.host}), heartbeat "
                       f"{time.time() - m.heartbeat_at:.0f} s ago")
+    _versions(store, [m.name for m in members])
     store.close()
+
+
+def _versions(store: ServiceStore, members: Sequence[str]) -> None:
+    """The workflow versions the live members run, with their last reload."""
+    import datetime as dt
+
+    running = store.workflow_versions.running(members)
+    if not running:
+        console.print("workflows: no running service reports its versions (chalk run does)")
+        return
+    table = Table(title="running workflows")
+    for column in ("workflow", "version", "last reload", "process", "file"):
+        table.add_column(column, overflow="fold")
+    for v in running:
+        when = dt.datetime.fromtimestamp(v.loaded_at).isoformat(sep=" ", timespec="seconds")
+        table.add_row(v.name, v.version[:12], f"{when} ({time.time() - v.loaded_at:.0f} s ago)",
+                      v.node, v.path)
+    console.print(table)
 
 
 def jobs(settings: Settings, limit: int = 20) -> None:

@@ -4,7 +4,7 @@
 engine, taken from the blackboard's public :class:`~blackboard.SqlStore`):
 ``outbox`` (inbox and outbox, written in the commit transaction) and
 ``nodes`` (cluster heartbeats) and ``dead_letters`` (those ``chalk dlq`` took off
-the dead-letter queues).  It also hands out the blackboards the
+the dead-letter queues) and ``workflow_versions`` (what each process runs).  It also hands out the blackboards the
 pipeline loads records on, and renews and purges record leases through the
 blackboard's own calls.
 
@@ -36,6 +36,7 @@ from listener_router.store._dead_letters import DeadLetters
 from listener_router.store._nodes import Nodes
 from listener_router.store._outbox import Outbox
 from listener_router.store._schema import create_schema
+from listener_router.store._versions import WorkflowVersions
 
 __all__ = ["ServiceStore", "commit_failure", "unavailable"]
 
@@ -59,6 +60,7 @@ class ServiceStore:
         self.outbox = Outbox(sql.engine)
         self.nodes = Nodes(sql.engine)
         self.dead_letters = DeadLetters(sql.engine)
+        self.workflow_versions = WorkflowVersions(sql.engine)
         self.writes: contextlib.AbstractContextManager[object] = (
             threading.Lock() if sql.dialect == "sqlite" else contextlib.nullcontext())
 
