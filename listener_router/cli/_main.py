@@ -84,6 +84,7 @@ def cmd_process(args: argparse.Namespace) -> int:
     import engine
     from blackboard import Blackboard
     from listener_router._records import chunked, read_records
+    from listener_router.cli._output import result_record
     settings = _settings(args)
     registry = engine.WorkflowRegistry(settings.workflows_dir, aliases=settings.aliases,
                                        services=settings.services)
@@ -91,6 +92,7 @@ def cmd_process(args: argparse.Namespace) -> int:
         print(problem, file=sys.stderr)
     workflow = registry.get(args.workflow)
     records = list(read_records(args.input))
+    listed = {r["id"]: {k for k, v in r["attributes"].items() if isinstance(v, list)} for r in records}
     runner = make_runner(settings)
     ok = failed = 0
     out = open(args.output, "w", encoding="utf-8") if args.output else None  # noqa: SIM115
@@ -114,7 +116,7 @@ def cmd_process(args: argparse.Namespace) -> int:
                 if out is not None:
                     for r in results:
                         for rid in r.result_ids if r.ok else ():
-                            out.write(json.dumps({"id": rid, "attributes": bb.get_attributes(rid)},
+                            out.write(json.dumps(result_record(bb, rid, listed.get(rid, ())),
                                                  ensure_ascii=False) + "\n")
                 bb.invalidate_many(bad)
                 bb.commit_many(good)
@@ -238,7 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("process", parents=[common], help="run a workflow over a JSONL file, no broker")
     p.add_argument("--workflow", required=True, help="workflow name (<process name=…>)")
     p.add_argument("--input", required=True, help="JSON Lines file of records")
-    p.add_argument("--output", help="write the result records as JSON Lines here")
+    p.add_argument("--output", help="write the result records as JSON Lines here (attributes "
+                   "given as lists stay lists; annotations under \"annotations\")")
     p.add_argument("--workflows", metavar="DIR", help="workflow directory")
     p.add_argument("--local", action="store_true", help="run in-process instead of on Spark")
     p.add_argument("--batch-size", type=int, default=1000, help="records per Spark job (default 1000)")
