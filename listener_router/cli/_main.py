@@ -144,11 +144,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_graph(args: argparse.Namespace) -> int:
     import engine
     settings = _settings(args)
-    workflow = engine.load_workflow(args.file, aliases=settings.aliases, services=settings.services)
-    graph = engine.workflow_graph(workflow)
+    graph, errors = engine.draft_graph(args.file, aliases=settings.aliases,
+                                       services=settings.services)
+    for error in errors:  # drawn anyway, the faulty activities in red
+        print(error, file=sys.stderr)
     if args.output:
         engine.render_graph(graph, args.output)
-        print(f"wrote {args.output}")
+        print(f"wrote {args.output}" + (f" ({len(errors)} error(s) marked)" if errors else ""))
     else:
         print(engine.to_dot(graph))
     return 0
@@ -256,7 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("graph", parents=[common], help="draw a workflow's control-flow graph")
     p.add_argument("file", help="workflow file")
-    p.add_argument("-o", "--output", help="out.dot, out.svg or out.png (default: dot text on stdout)")
+    p.add_argument("-o", "--output", help="out.dot, out.svg or out.png, by the extension (default: "
+                   "dot text on stdout); errors go to stderr and into the drawing")
     p.set_defaults(func=cmd_graph)
 
     p = sub.add_parser("status", parents=[common], help="queues, store and service status")
