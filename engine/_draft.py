@@ -14,12 +14,14 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 import networkx as nx
 
 from engine._errors import WorkflowDefinitionError
 from engine._graph import workflow_graph
-from engine._loader import load_unresolved, load_workflow, tables
+from engine._loader import load_unresolved, tables
+from engine._tree import validate_tree
 
 __all__ = ["draft_graph", "mark_errors"]
 
@@ -46,22 +48,17 @@ def mark_errors(graph: nx.DiGraph, errors: Iterable[str], path: str) -> None:
 
 
 def draft_graph(path: str | os.PathLike[str], *, aliases: Mapping[str, str] | None = None,
-                services: Mapping[str, str] | None = None,
-                known_workflows: Iterable[str] | None = None) -> tuple[nx.DiGraph, list[str]]:
-    """The control-flow graph of the file at ``path`` with its errors marked, and the errors.
+                services: Mapping[str, str] | None = None) -> tuple[nx.DiGraph, list[str]]:
+    """The control-flow graph of the file at ``path`` with its errors marked, and the errors
+    (those ``chalk validate`` reports: sub-workflows resolve across the file's directory tree).
 
     Raises:
         WorkflowDefinitionError: the file has no activity tree to draw (not XML, no
             ``<process>``, unreadable).
     """
-    p = os.fspath(path)
+    p = str(Path(path))
     loaded = load_unresolved(p, tables(aliases, services))
-    try:
-        load_workflow(p, aliases=aliases, services=services,
-                      known_workflows=None if known_workflows is None else list(known_workflows))
-        errors: list[str] = []
-    except WorkflowDefinitionError as e:
-        errors = e.errors
+    errors = validate_tree(p, aliases=aliases, services=services).errors
     if loaded.workflow is None:
         raise WorkflowDefinitionError(errors or loaded.errors)
     graph = workflow_graph(loaded.workflow)

@@ -80,3 +80,18 @@ def test_a_file_that_is_not_a_workflow_still_names_file_and_line(tmp_path, capsy
     assert main(["graph", str(INVALID / "malformed.xml"), "-o", str(tmp_path / "m.svg")]) == 2
     assert f"{INVALID / 'malformed.xml'}:5: malformed XML" in capsys.readouterr().err
     assert not (tmp_path / "m.svg").exists()
+
+
+def test_errors_are_those_chalk_validate_reports(tmp_path, capsys):
+    process = ('<process name="%s" xmlns="http://docs.oasis-open.org/wsbpel/2.0/process/executable" '
+               'xmlns:proc="http://www.eclipse.org/smila/processor">%s</process>')
+    (tmp_path / "top.xml").write_text(process % ("Top", '<proc:invokeWorkflow workflow="Deep"/>'))
+    (tmp_path / "deep.xml").write_text(process % ("Deep", "<empty/>"))
+    graph, errors = draft_graph(tmp_path / "top.xml")   # Deep is found beside it
+    assert errors == [] and "red" not in to_dot(graph)
+    (tmp_path / "deep.xml").unlink()
+    graph, errors = draft_graph(tmp_path / "top.xml")
+    assert main(["validate", str(tmp_path / "top.xml")]) == 1
+    assert capsys.readouterr().out.splitlines() == errors
+    (faulty,) = [d for _, d in graph.nodes(data=True) if d.get("errors")]
+    assert faulty["kind"] == "invokeWorkflow" and "unknown sub-workflow" in faulty["errors"][0]
