@@ -207,7 +207,8 @@ def _version() -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="chalk", description="Chalk: a record-processing engine (RabbitMQ listener/router, "
-        "SQLAlchemy blackboard, BPEL-style XML workflows on PySpark).")
+        "SQLAlchemy blackboard, BPEL-style XML workflows on PySpark).",
+        epilog="chalk COMMAND --help describes a command and shows examples.")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv: debug)")
     parser.add_argument("--version", action="version", version=f"chalk {_version()}")
     common = argparse.ArgumentParser(add_help=False)
