@@ -86,6 +86,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from _measure import broker_pid, cpu_seconds, descendants, tree_cpu
+
 try:
     from celery import Celery, chain
     from kombu import Connection
@@ -320,59 +322,6 @@ def seed(db: Path, n: int) -> tuple[list[dict[str, Any]], dict[str, int]]:
     return records, versions
 
 
-def _cpu(pid: int, children: bool = False) -> float:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    ticks = int(fields[11]) + int(fields[12])
-    if children:  # pool processes that exited and were reaped
-        ticks += int(fields[13]) + int(fields[14])
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
-def _descendants(pid: int) -> list[int]:
-    out: list[int] = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                out += [int(c) for c in f.read().split()]
-    except OSError:
-        return out
-    return out + [d for c in out for d in _descendants(c)]
-
-
-def tree_cpu(pid: int) -> float:
-    return _cpu(pid, children=True) + sum(_cpu(p) for p in _descendants(pid))
-
-
-def broker_pid(url: str) -> int | None:
-    """The RabbitMQ node (beam.smp) listening on the broker URL's port, if it runs here."""
-    port = Connection(url).port or 5672
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as f:
-                for line in f.readlines()[1:]:
-                    cols = line.split()
-                    if cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
-                        inodes.add(cols[9])
-        except OSError:
-            continue
-    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
-        try:
-            with open(f"/proc/{pid}/comm") as f:
-                if f.read().strip() != "beam.smp":
-                    continue
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                if os.readlink(f"/proc/{pid}/fd/{fd}").removeprefix("socket:[").rstrip("]") in inodes:
-                    return pid
-        except OSError:
-            continue
-    return None
-
-
 class Worker:
     """The Celery worker node as a subprocess (its own session, killed with it)."""
 
@@ -395,7 +344,7 @@ class Worker:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"celery worker exited with {self.proc.returncode}:\n{self.tail()}")
-            if (len(_descendants(self.proc.pid)) >= concurrency
+            if (len(descendants(self.proc.pid)) >= concurrency
                     and app.control.ping(destination=[self.name], timeout=0.5)):
                 return
             time.sleep(0.2)
@@ -563,7 +512,7 @@ def _run_in(tmp: Path, args: argparse.Namespace, base: Config) -> dict[str, Any]
             with app.producer_or_acquire() as producer:
                 for c in chains:
                     c.apply_async(producer=producer)
-        cpu0 = (tree_cpu(worker.proc.pid), _cpu(beam) if beam else 0.0, time.process_time())
+        cpu0 = (tree_cpu(worker.proc.pid), cpu_seconds(beam) if beam else 0.0, time.process_time())
         started = time.perf_counter()
         if args.preload:
             app.control.add_consumer(cfg.queue, destination=[name], reply=True, timeout=5)
@@ -588,7 +537,7 @@ def _run_in(tmp: Path, args: argparse.Namespace, base: Config) -> dict[str, Any]
             if time.perf_counter() > deadline or now - last_change > args.idle_timeout:
                 break
         finished = consumer.last_new or time.perf_counter()
-        cpu1 = (tree_cpu(worker.proc.pid), _cpu(beam) if beam else 0.0, time.process_time())
+        cpu1 = (tree_cpu(worker.proc.pid), cpu_seconds(beam) if beam else 0.0, time.process_time())
         time.sleep(args.grace)  # late duplicates, and the pool processes' last counters
         elapsed = finished - started
         done = len(consumer.seen)

@@ -1,40 +1,46 @@
-"""Listener/router benchmark: end to end against the bare broker round trip.
+"""Listener/router benchmark: the service end to end against the bare broker round trip.
 
-Side by side in one run, on the same broker:
+Side by side in one sitting, on the same broker:
 
 * **bare**: an AMQP loop that consumes each message, publishes one outgoing
   message with asynchronous publisher confirms, and acks the input once the
   outgoing one is confirmed (no database, no workflow) — the floor;
 * **chalk**: the Chalk service: queue → 3-pipelet workflow (NormalizeWhitespace,
   WordCount, Fingerprint) on Spark → commit on SQLite (records, inbox,
-  outbox in one transaction) → route → ack.
+  outbox in one transaction) → route → ack.  One record per message.
 
-Chalk is measured twice: on the first messages after the service starts, and
-warm, after ``--warmup-batches`` small batches, when the JVM has compiled
-what each job runs (a new JVM spends most of a core compiling for the first
-few hundred jobs).  The bare loop runs first and again just before the warm
-pass; the warm ratio is to the higher of the two bare rates.
+By default the listener rule has **no batch keys** (the service's default
+settings: adaptive batch size and prefetch, small batches in the service's
+process); ``--batch-size N`` sets ``batch_size = N`` (and nothing else).
 
-The output queue is emptied before each pass, as a downstream consumer
-would keep it.  For the warm pass the CPU each process spent is printed per
-message: the service, its broker I/O process, Spark's JVM and RabbitMQ (on
-two cores these share the machine with the broker, so their sum bounds the
-rate).
+1. *Cold*: the first ``--messages`` after the service starts, once (a new
+   JVM compiles what each job runs for its first few hundred jobs).
+2. *Warm-up*: ``--warmup`` messages in batches of 100, each a Spark job.
+3. *Throughput*, ``--runs`` times: the bare loop, then the service, each
+   over ``--messages`` messages published before it starts; the ratio of
+   each run is to the bare rate measured just before it.  The CPU each
+   process spent per message is printed (the service, its broker I/O
+   process, Spark's JVM and Python workers, the RabbitMQ node): on two
+   cores their sum bounds the rate.
+4. *Latency*, ``--latency-runs`` times: messages offered at ``--rate`` per
+   second for ``--seconds`` by a producer in a process of its own; the time
+   from publish to arrival in the output queue, p50 and p99.
 
-Then latency: messages offered at a fixed rate (default 1,000/s) for a while
-by a producer in a process of its own, the time from publish to arrival in
-the output queue, p50 and p99 (warm): with every batch on Spark, and with
-``[engine] local_below`` (``--local-below``, default 1,000) so that the small
-batches such a rate makes run in the service's process.
+The summary gives medians and the targets (ratio ≥ 0.7 with the default
+settings, ≥ 0.6 with ``--batch-size 2000``; p50 ≤ 100 ms and p99 ≤ 500 ms at
+1,000 msg/s).  On a shared machine absolute rates move with the load (it is
+printed); the ratios, measured bare and chalk interleaved, move less.
 
-With ``--http HOST:PORT`` (e.g. ``127.0.0.1:0``) the warm pass is followed by
+With ``--http HOST:PORT`` (e.g. ``127.0.0.1:0``) the runs are followed by
 ``--ab-rounds`` rounds of two passes each, without and with the metrics and
 dashboard served (``[http] listen``; ``/metrics`` scraped every 5 s as
 Prometheus would), and the ratio of the median rates is printed: what
 watching the service costs its hot path.
 
-Run: ``.venv/bin/python bench/bench_listener.py`` (``--messages 20000 --batch-size
-1000`` for a quicker look; ``--runner local`` to leave Spark out).
+Run: ``.venv/bin/python bench/bench_listener.py`` (defaults: 100,000
+messages, 3 runs, 3 latency runs of 20 s); ``--batch-size 2000``;
+``--messages 20000 --runs 1 --latency-runs 1`` for a quick look; ``--json
+FILE`` writes every figure.
 """
 
 from __future__ import annotations
@@ -43,8 +49,6 @@ import argparse
 import json
 import multiprocessing
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -55,8 +59,17 @@ from pathlib import Path
 from typing import Any
 
 import pika
+from _measure import broker_pid, cpu_seconds, descendants, machine, median, named, percentile
 
-from listener_router import ListenerRule, RouterRule, Service, Settings
+from listener_router import (
+    BatchObserver,
+    BatchReport,
+    BatchSizing,
+    ListenerRule,
+    RouterRule,
+    Service,
+    Settings,
+)
 from listener_router.broker import (
     AmqpLink,
     OutMessage,
@@ -90,6 +103,8 @@ WORKFLOW = """<?xml version="1.0"?>
 </process>
 """
 
+TARGETS = {"ratio_default": 0.7, "ratio_batch_2000": 0.6, "p50_ms": 100.0, "p99_ms": 500.0}
+
 
 def body_for(i: int, sent: float | None = None) -> bytes:
     record: dict[str, Any] = {"id": f"b{i:07d}",
@@ -109,13 +124,28 @@ def publish(url: str, queue: str, bodies: list[bytes], prefix: str) -> None:
         link.stop()
 
 
-def bare_round_trip(url: str, settings: Settings, n: int) -> float:
+def purge(url: str, *queues: str) -> None:
+    conn = pika.BlockingConnection(connection_parameters(url))
+    for queue in queues:
+        conn.channel().queue_purge(queue)
+    conn.close()
+
+
+def delete_queues(url: str, *queues: str) -> None:
+    conn = pika.BlockingConnection(connection_parameters(url))
+    for queue in queues:
+        conn.channel().queue_delete(queue)
+    conn.close()
+
+
+def bare_round_trip(url: str, queue_type: str, n: int) -> float:
     """Consume → publish one outgoing (async confirms) → ack on confirm; messages/s."""
-    src, dst = settings.listeners[0].queue + ".bare", settings.routers[0].queue + ".bare"
+    tag = uuid.uuid4().hex[:6]
+    src, dst = f"bench.{tag}.bare.in", f"bench.{tag}.bare.out"
     conn = pika.BlockingConnection(connection_parameters(url))
     ch = conn.channel()
     for q in (src, dst):
-        ch.queue_declare(q, durable=True, arguments={"x-queue-type": settings.queue_type})
+        ch.queue_declare(q, durable=True, arguments={"x-queue-type": queue_type})
     conn.close()
     publish(url, src, [body_for(i) for i in range(n)], "bare")
     link = AmqpLink(url, prefetch=2000, consume=[src]).start()
@@ -137,52 +167,8 @@ def bare_round_trip(url: str, settings: Settings, n: int) -> float:
         elapsed = time.perf_counter() - (started or time.perf_counter())
     finally:
         link.stop()
-        conn = pika.BlockingConnection(connection_parameters(url))
-        for q in (src, dst):
-            conn.channel().queue_delete(q)
-        conn.close()
+        delete_queues(url, src, dst)
     return n / elapsed
-
-
-_FIRST = [0]  # each run takes new record IDs: every run creates its records
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process so far (0 when it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _descendants(pid: int) -> list[int]:
-    out: list[int] = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                out += [int(c) for c in f.read().split()]
-    except OSError:
-        return out
-    return out + [d for c in out for d in _descendants(c)]
-
-
-def _named(pids: list[int], comm: str) -> int | None:
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/comm") as f:
-                if f.read().strip() == comm:
-                    return pid
-        except OSError:
-            continue
-    return None
-
-
-def purge(url: str, queue: str) -> None:
-    conn = pika.BlockingConnection(connection_parameters(url))
-    conn.channel().queue_purge(queue)
-    conn.close()
 
 
 def scrape(url: str, every: float, stop: threading.Event) -> None:
@@ -193,32 +179,111 @@ def scrape(url: str, every: float, stop: threading.Event) -> None:
             response.read()
 
 
-def chalk_run(settings: Settings, n: int, spark: Any) -> tuple[float, dict[str, int], dict[str, float]]:
-    """Records/s through the service, its counters, and CPU-s by process (with
-    ``settings.http_listen``, its metrics are scraped every 5 s meanwhile)."""
-    queue = settings.listeners[0].queue
-    first = _FIRST[0]
-    _FIRST[0] += n
-    purge(settings.broker_url, settings.routers[0].queue)
-    publish(settings.broker_url, queue, [body_for(first + i) for i in range(n)], uuid.uuid4().hex[:6])
-    with Service(settings, spark=spark) as service:
-        child = getattr(service.link, "child_pid", None)
-        beam = subprocess.run(["pgrep", "-x", "beam.smp"], capture_output=True, text=True).stdout.split()
-        found = {"service": os.getpid(), "broker I/O": child,
-                 "JVM": _named(_descendants(os.getpid()), "java"),
-                 "RabbitMQ": int(beam[0]) if beam else None}
-        processes = {name: pid for name, pid in found.items() if pid is not None}
-        before = {name: cpu_seconds(pid) for name, pid in processes.items()}
-        stop = threading.Event()
-        if service.watch is not None:
-            threading.Thread(target=scrape, args=(service.watch.url + "metrics", 5.0, stop),
-                             daemon=True).start()
-        started = time.perf_counter()
-        stats = service.run(until=lambda s: s["committed"] >= n, idle_exit=60)
-        elapsed = time.perf_counter() - started
-        stop.set()
-        cpu = {name: cpu_seconds(pid) - before[name] for name, pid in processes.items()}
-    return stats["committed"] / elapsed, dict(stats.counts), cpu
+class Sizes(BatchObserver):
+    """The size of every finished batch."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+
+    def batch_finished(self, report: BatchReport) -> None:
+        self.sizes.append(report.messages)
+
+
+class Bench:
+    """The service's side: settings on fresh queues, one SparkSession, passes over them."""
+
+    def __init__(self, args: argparse.Namespace, tmp: Path):
+        self.args = args
+        (tmp / "workflows").mkdir()
+        (tmp / "workflows" / "bench3.xml").write_text(WORKFLOW)
+        tag = uuid.uuid4().hex[:6]
+        keys: dict[str, Any] = {} if args.batch_size is None else {"batch_size": args.batch_size}
+        self.rule = ListenerRule(name="bench", queue=f"bench.{tag}.in", workflow="Bench3", **keys)
+        self.settings = Settings(
+            blackboard_url=f"sqlite:///{tmp / 'bench.db'}", broker_url=args.broker,
+            workflows_dir=str(tmp / "workflows"), listeners=(self.rule,),
+            routers=(RouterRule(queue=f"bench.{tag}.out", attributes=("words", "sent")),),
+            runner=args.runner, spark_master=args.master)
+        self.spark = None
+        if args.runner == "spark":
+            import engine
+            self.spark = engine.spark_session(args.master, {"spark.sql.shuffle.partitions": "2"})
+        conn = pika.BlockingConnection(connection_parameters(args.broker))
+        declare_all(conn, self.settings)
+        conn.close()
+        self.first = 0  # each pass takes new record IDs: every pass creates its records
+        self.rabbit = broker_pid(args.broker)
+
+    def run(self, n: int, settings: Settings | None = None,
+            sizing: BatchSizing | None = None) -> dict[str, Any]:
+        """``n`` messages published, then the service started: records/s, counters, CPU
+        seconds per message by process (with ``settings.http_listen``, its metrics are
+        scraped every 5 s meanwhile)."""
+        settings = settings or self.settings
+        first, self.first = self.first, self.first + n
+        purge(settings.broker_url, settings.routers[0].queue)
+        publish(settings.broker_url, self.rule.queue, [body_for(first + i) for i in range(n)],
+                uuid.uuid4().hex[:6])
+        sizes = Sizes()
+        with Service(settings, spark=self.spark, sizing=sizing, observers=[sizes]) as service:
+            below = descendants(os.getpid())
+            jvm = named(below, "java")
+            found = {"service": os.getpid(), "broker I/O": getattr(service.link, "child_pid", None),
+                     "JVM": jvm, "RabbitMQ": self.rabbit}
+            processes = {name: pid for name, pid in found.items() if pid is not None}
+
+            def cpu() -> dict[str, float]:
+                out = {name: cpu_seconds(pid) for name, pid in processes.items()}
+                if jvm is not None:  # its Python workers (pyspark.daemon and its forks)
+                    out["Spark workers"] = sum(cpu_seconds(p) for p in descendants(jvm))
+                return out
+
+            before = cpu()
+            stop = threading.Event()
+            if service.watch is not None:
+                threading.Thread(target=scrape, args=(service.watch.url + "metrics", 5.0, stop),
+                                 daemon=True).start()
+            started = time.perf_counter()
+            stats = service.run(until=lambda s: s["committed"] >= n, idle_exit=60)
+            elapsed = time.perf_counter() - started
+            stop.set()
+            after = cpu()
+        counts = dict(stats.counts)
+        return {"messages": n, "seconds": elapsed, "rate": stats["committed"] / elapsed,
+                "committed": stats["committed"], "batches": counts.get("batches", 0),
+                "local_batches": counts.get("local_batches", 0), "sizes": sizes.sizes,
+                "cpu_us": {k: (after[k] - before.get(k, 0.0)) / n * 1e6 for k in after},
+                "phases_ms": {k[:-3]: v for k, v in counts.items() if k.endswith("_ms")}}
+
+    def warm_up(self, n: int) -> None:
+        """``n`` messages in Spark jobs of 100: the JVM compiles what each job runs."""
+        if n and self.spark is not None:
+            self.run(n, replace(self.settings, local_below=0), sizing=BatchSizing(100, 0.05))
+
+    def latency(self, rate: float, seconds: float) -> dict[str, Any]:
+        """Publish → arrival in the output queue, for messages offered at ``rate``; the
+        producer and the consumer run in a process of their own, as they would in use."""
+        total = int(rate * seconds)
+        settings = self.settings
+        purge(settings.broker_url, settings.routers[0].queue)
+        ctx = multiprocessing.get_context("spawn")
+        receive, send = ctx.Pipe(duplex=False)
+        client = ctx.Process(target=offer_and_collect, args=(
+            settings.broker_url, self.rule.queue, settings.routers[0].queue, rate, total, send))
+        with Service(settings, spark=self.spark) as service:
+            client.start()
+            stats = service.run(until=lambda s: s["committed"] >= total, idle_exit=30)
+            arrivals = receive.recv() if receive.poll(60) else []
+            client.join(timeout=30)
+        arrivals.sort()
+        return {"rate": rate, "seconds": seconds, "messages": len(arrivals),
+                "p50_ms": percentile(arrivals, 0.5) * 1000, "p99_ms": percentile(arrivals, 0.99) * 1000,
+                "batches": stats["batches"], "local_batches": stats["local_batches"]}
+
+    def close(self) -> None:
+        queue, out = self.rule.queue, self.settings.routers[0].queue
+        delete_queues(self.args.broker, queue, dlq_name(queue), out, dlq_name(out),
+                      *(retry_name(queue, i) for i in range(1, 4)))
 
 
 def offer_and_collect(url: str, queue: str, out: str, rate: float, total: int,
@@ -255,123 +320,103 @@ def offer_and_collect(url: str, queue: str, out: str, rate: float, total: int,
     result.send(arrivals)
 
 
-def latency(settings: Settings, rate: float, seconds: float, spark: Any) -> list[float]:
-    """Latency from publish to the output queue; the producer and the consumer run in a
-    process of their own, as they would in use (in the service's process they would take
-    turns with it for the interpreter)."""
-    total = int(rate * seconds)
-    ctx = multiprocessing.get_context("spawn")
-    receive, send = ctx.Pipe(duplex=False)
-    client = ctx.Process(target=offer_and_collect, args=(
-        settings.broker_url, settings.listeners[0].queue, settings.routers[0].queue,
-        rate, total, send))
-    with Service(settings, spark=spark) as service:
-        client.start()
-        service.run(until=lambda s: s["committed"] >= total, idle_exit=30)
-        arrivals = receive.recv() if receive.poll(60) else []
-        client.join(timeout=30)
-    return arrivals
+def _cpu_line(cpu: dict[str, float]) -> str:
+    return ", ".join(f"{name} {us:.0f}" for name, us in cpu.items()) + f"; sum {sum(cpu.values()):.0f}"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--messages", type=int, default=100000,
-                        help="messages per measured pass (one record each)")
-    parser.add_argument("--broker", default="amqp://guest:guest@127.0.0.1:5672/%2F")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="the rule's batch_size (default: none, the service's default settings)")
+    parser.add_argument("--messages", type=int, default=100_000,
+                        help="messages per throughput pass (one record each)")
+    parser.add_argument("--runs", type=int, default=3, help="throughput runs (bare, then chalk)")
+    parser.add_argument("--warmup", type=int, default=60_000,
+                        help="messages run in Spark jobs of 100 before the runs (0: none)")
+    parser.add_argument("--rate", type=float, default=1000.0, help="latency: messages/s offered")
+    parser.add_argument("--seconds", type=float, default=20.0, help="latency: seconds offered")
+    parser.add_argument("--latency-runs", type=int, default=3, help="latency runs (0: none)")
+    parser.add_argument("--no-cold", action="store_true", help="skip the cold pass")
+    parser.add_argument("--broker", default=os.environ.get(
+        "CHALK_BENCH_BROKER", "amqp://guest:guest@127.0.0.1:5672/%2F"))
     parser.add_argument("--runner", choices=["spark", "local"], default="spark")
     parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--batch-size", type=int, default=10000,
-                        help="the rule's batch_size (prefetch is 4x); each batch is one Spark job, "
-                             "whose fixed cost (~0.1 CPU-s in the JVM) smaller batches pay more often")
-    parser.add_argument("--rate", type=float, default=1000.0)
-    parser.add_argument("--seconds", type=float, default=20.0)
-    parser.add_argument("--local-below", type=int, default=1000,
-                        help="local_below for the second latency pass (0: skip it)")
     parser.add_argument("--http", metavar="HOST:PORT",
-                        help="after the warm pass, compare passes without and with the metrics "
+                        help="after the runs, compare passes without and with the metrics "
                              "and dashboard served there (e.g. 127.0.0.1:0)")
     parser.add_argument("--ab-rounds", type=int, default=3,
                         help="rounds of the --http comparison (one pass without, one with, each)")
-    parser.add_argument("--warmup-batches", type=int, default=600,
-                        help="batches of 100 messages the service runs between the cold and the warm pass")
+    parser.add_argument("--json", metavar="FILE", help="write every figure here")
     args = parser.parse_args()
     ensure_local_broker(args.broker)
-    tmp = Path(tempfile.mkdtemp(prefix="chalk-bench-"))
-    (tmp / "workflows").mkdir()
-    (tmp / "workflows" / "bench3.xml").write_text(WORKFLOW)
-    tag = uuid.uuid4().hex[:6]
-    rule = ListenerRule(name="bench", queue=f"bench.{tag}.in", workflow="Bench3",
-                        batch_size=args.batch_size, max_wait_ms=50, prefetch=4 * args.batch_size)
-    settings = Settings(blackboard_url=f"sqlite:///{tmp / 'bench.db'}", broker_url=args.broker,
-                        workflows_dir=str(tmp / "workflows"), listeners=(rule,),
-                        routers=(RouterRule(queue=f"bench.{tag}.out", attributes=("words", "sent")),),
-                        runner=args.runner, spark_master=args.master)
-    spark = None
-    if args.runner == "spark":
-        import engine
-        spark = engine.spark_session(args.master, {"spark.sql.shuffle.partitions": "2"})
-    conn = pika.BlockingConnection(connection_parameters(args.broker))
-    declare_all(conn, settings)
-    conn.close()
-
-    print(f"{args.messages} messages, batch {args.batch_size}, runner {args.runner} {args.master}")
-    bare = bare_round_trip(args.broker, settings, args.messages)
-    print(f"bare broker round trip: {bare:,.0f} msg/s")
-    cold, _, _ = chalk_run(settings, args.messages, spark)
-    print(f"chalk end to end, first {args.messages:,} after start: {cold:,.0f} records/s   "
-          f"ratio {cold / bare:.2f}")
-    if args.warmup_batches:
-        # A service that has run a while: the JVM has compiled what every job runs
-        # (analysis, planning, scheduling), which takes some hundreds of jobs.
-        small = replace(settings, listeners=(replace(rule, batch_size=100),))
-        chalk_run(small, 100 * args.warmup_batches, spark)
-    # The bare rate moves between runs on a shared machine (by 2x seen here):
-    # measured again next to the warm pass, the ratio takes the higher figure.
-    bare_again = bare_round_trip(args.broker, settings, args.messages)
-    print(f"bare broker round trip, again: {bare_again:,.0f} msg/s")
-    rate, counts, cpu = chalk_run(settings, args.messages, spark)
-    print(f"chalk end to end, warm (after {args.warmup_batches} more batches): {rate:,.0f} records/s   "
-          f"ratio {rate / max(bare, bare_again):.2f} (to the higher bare rate)")
-    print("  CPU per message (µs): " + ", ".join(
-        f"{name} {seconds / args.messages * 1e6:.0f}" for name, seconds in cpu.items())
-        + f"; sum {sum(cpu.values()) / args.messages * 1e6:.0f}")
-    phases = {k[:-3]: counts.get(k, 0) for k in (
-        "receive_ms", "inbox_ms", "load_ms", "stage_ms", "wait_ms", "run_ms", "route_ms",
-        "commit_ms", "publish_ms", "batch_ms")}
-    print(f"  phases (ms, summed over {counts.get('batches', 0)} batches; stage, commit and "
-          f"publish overlap the run): {phases}")
-    if args.http:
-        rates: dict[str, list[float]] = {"without": [], "with": []}
-        for _round in range(args.ab_rounds):
-            for name, pass_settings in (("without", settings),
-                                        ("with", replace(settings, http_listen=args.http))):
-                rates[name].append(chalk_run(pass_settings, args.messages, spark)[0])
-        plain, watched = statistics.median(rates["without"]), statistics.median(rates["with"])
-        print(f"metrics and dashboard served (--http {args.http}), {args.ab_rounds} round(s): "
-              f"without {plain:,.0f} records/s, with {watched:,.0f} records/s (medians)   "
-              f"ratio with/without {watched / plain:.3f}")
-        print("  passes without: " + ", ".join(f"{r:,.0f}" for r in rates["without"])
-              + "; with: " + ", ".join(f"{r:,.0f}" for r in rates["with"]))
-    passes = [("every batch on Spark", settings)]
-    if args.local_below and args.runner == "spark":
-        passes.append((f"local_below {args.local_below}",
-                       replace(settings, local_below=args.local_below)))
-    for name, pass_settings in passes:
-        purge(args.broker, settings.routers[0].queue)
-        lat = latency(pass_settings, args.rate, args.seconds, spark)
-        if lat:
-            lat.sort()
-            p50 = statistics.median(lat)
-            p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
-            print(f"latency at {args.rate:.0f} msg/s offered for {args.seconds:.0f} s, {name}: "
-                  f"p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms ({len(lat)} messages)")
-    conn = pika.BlockingConnection(connection_parameters(args.broker))
-    ch = conn.channel()
-    out = settings.routers[0].queue
-    for q in (rule.queue, dlq_name(rule.queue), out, dlq_name(out),
-              *(retry_name(rule.queue, i) for i in range(1, 4))):
-        ch.queue_delete(q)
-    conn.close()
+    what = ("default settings (no batch keys)" if args.batch_size is None
+            else f"batch_size = {args.batch_size}")
+    print(f"machine: {machine()}")
+    print(f"chalk: {what}; {args.messages:,} messages a pass, one record each; runner "
+          f"{args.runner} {args.master}", flush=True)
+    bench = Bench(args, Path(tempfile.mkdtemp(prefix="chalk-bench-")))
+    out: dict[str, Any] = {"bench": "listener", "settings": what, "batch_size": args.batch_size,
+                           "machine": machine(), "messages": args.messages}
+    try:
+        if not args.no_cold:
+            bare = bare_round_trip(args.broker, bench.settings.queue_type, args.messages)
+            cold = bench.run(args.messages)
+            out["cold"] = {"bare": bare, **cold, "ratio": cold["rate"] / bare}
+            print(f"cold (first {args.messages:,} after start): bare {bare:,.0f} msg/s, chalk "
+                  f"{cold['rate']:,.0f} records/s, ratio {cold['rate'] / bare:.2f}", flush=True)
+        print(f"warm-up: {args.warmup:,} messages in Spark jobs of 100", flush=True)
+        bench.warm_up(args.warmup)
+        runs = []
+        for i in range(args.runs):
+            bare = bare_round_trip(args.broker, bench.settings.queue_type, args.messages)
+            chalk = bench.run(args.messages)
+            runs.append({"bare": bare, **chalk, "ratio": chalk["rate"] / bare})
+            print(f"run {i + 1}: bare {bare:,.0f} msg/s, chalk {chalk['rate']:,.0f} records/s, "
+                  f"ratio {chalk['rate'] / bare:.2f}; {chalk['batches']} batches "
+                  f"(largest {max(chalk['sizes'], default=0):,}, "
+                  f"{chalk['local_batches']} in the service's process); CPU µs/message: "
+                  f"{_cpu_line(chalk['cpu_us'])}", flush=True)
+        out["runs"] = runs
+        if args.http:
+            rates: dict[str, list[float]] = {"without": [], "with": []}
+            for _round in range(args.ab_rounds):
+                for name, pass_settings in (("without", bench.settings),
+                                            ("with", replace(bench.settings, http_listen=args.http))):
+                    rates[name].append(bench.run(args.messages, pass_settings)["rate"])
+            plain, watched = median(rates["without"]), median(rates["with"])
+            out["http"] = {**rates, "ratio": watched / plain}
+            print(f"metrics and dashboard served (--http {args.http}), {args.ab_rounds} round(s): "
+                  f"without {plain:,.0f} records/s, with {watched:,.0f} records/s (medians)   "
+                  f"ratio with/without {watched / plain:.3f}", flush=True)
+        lat = []
+        for i in range(args.latency_runs):
+            one = bench.latency(args.rate, args.seconds)
+            lat.append(one)
+            print(f"latency run {i + 1}: {args.rate:,.0f} msg/s offered for {args.seconds:.0f} s: "
+                  f"p50 {one['p50_ms']:.0f} ms, p99 {one['p99_ms']:.0f} ms ({one['messages']:,} "
+                  f"messages, {one['batches']} batches, {one['local_batches']} in the service's "
+                  f"process)", flush=True)
+        out["latency"] = lat
+    finally:
+        bench.close()
+    target = TARGETS["ratio_default" if args.batch_size is None else "ratio_batch_2000"]
+    print(f"\nsummary ({what}; medians; load now {os.getloadavg()[0]:.1f}):")
+    if runs:
+        ratio = median([r["ratio"] for r in runs])
+        out["ratio_median"] = ratio
+        cpu = {k: median([r["cpu_us"].get(k, 0.0) for r in runs]) for k in runs[0]["cpu_us"]}
+        print(f"  throughput ratio to the bare loop  {ratio:.2f}   (runs "
+              f"{', '.join(format(r['ratio'], '.2f') for r in runs)}; target ≥ {target} with "
+              f"{'the defaults' if args.batch_size is None else 'batch_size = 2000'})")
+        print(f"  chalk {median([r['rate'] for r in runs]):,.0f} records/s, bare "
+              f"{median([r['bare'] for r in runs]):,.0f} msg/s; CPU µs/message: {_cpu_line(cpu)}")
+    if lat:
+        p50, p99 = median([x["p50_ms"] for x in lat]), median([x["p99_ms"] for x in lat])
+        out.update(p50_ms_median=p50, p99_ms_median=p99)
+        print(f"  latency at {args.rate:,.0f} msg/s            p50 {p50:.0f} ms, p99 {p99:.0f} ms   "
+              f"(targets ≤ {TARGETS['p50_ms']:.0f} and ≤ {TARGETS['p99_ms']:.0f} ms)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1))
     return 0
 
 

@@ -2,7 +2,8 @@
 
 ``load_workflow`` / ``WorkflowRegistry`` load and validate BPEL-shaped
 workflow files; ``SparkRunner`` runs a batch of instances as one Spark job,
-``LocalRunner`` does the same in this process.  ``validate_tree`` (a
+``LocalRunner`` does the same in this process (``classes_not_in_service``
+says what keeps a workflow's small batches from running there).  ``validate_tree`` (a
 :class:`ValidationReport`: errors, workflows found, unknown classes grouped
 for ``--summary``), ``validate_path``, ``workflow_graph``, ``to_dot`` and
 ``render_graph`` serve the ``chalk validate`` and ``chalk graph`` commands
@@ -20,7 +21,7 @@ from engine._errors import (
 )
 from engine._graph import render_graph, to_dot, workflow_graph
 from engine._loader import WorkflowRegistry, WorkflowVersion, load_workflow
-from engine._pipelets import DEFAULT_ALIASES, DEFAULT_SERVICES
+from engine._pipelets import DEFAULT_ALIASES, DEFAULT_SERVICES, classes_not_in_service
 from engine._pipelets import instantiate as instantiate_pipelet
 from engine._runner import InstanceResult, LocalRunner, SparkRunner, spark_session
 from engine._specs import Workflow
@@ -46,6 +47,7 @@ __all__ = [
     "WorkflowFault",
     "WorkflowRegistry",
     "WorkflowVersion",
+    "classes_not_in_service",
     "compile_condition",
     "draft_graph",
     "instantiate_pipelet",

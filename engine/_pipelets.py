@@ -31,6 +31,7 @@ __all__ = [
     "instantiate",
     "resolve_class",
     "resolve_service_class",
+    "classes_not_in_service",
 ]
 
 log = logging.getLogger(__name__)
@@ -130,3 +131,33 @@ def configured_pipelet(workflow: Workflow, spec: InvokePipelet) -> Any:
         return instantiate(spec)
 
     return _cached(workflow, spec.aid, make)
+
+
+def classes_not_in_service(workflow: Workflow) -> list[str]:
+    """The pipelet and service classes ``workflow`` calls (its sub-workflows too) that do
+    not declare ``runs_in_service = True``, or do not import; none: a small batch of it may
+    run in the service's own process (see ``pipelets.Pipelet.runs_in_service``)."""
+    refusing: list[str] = []
+    seen: set[str] = set()
+    todo = [workflow]
+    while todo:
+        wf = todo.pop()
+        if wf.name in seen:
+            continue
+        seen.add(wf.name)
+        todo += [sub for _name, sub in wf.subworkflows]
+        ensure_importable(wf.search_path)
+        for activity in wf.activities():
+            if isinstance(activity, InvokePipelet):
+                dotted = activity.pipelet_class
+            elif isinstance(activity, InvokeService):
+                dotted = activity.service_class
+            else:
+                continue
+            try:
+                allowed = getattr(_import(dotted), "runs_in_service", False) is True
+            except ImportError:
+                allowed = False
+            if not allowed and dotted not in refusing:
+                refusing.append(dotted or "(unresolved)")
+    return refusing

@@ -49,12 +49,14 @@ if TYPE_CHECKING:
     from listener_router._service import Service
     from listener_router.cluster import LeaderTask
     from listener_router.pipeline import (
+        AdaptiveSizing,
         BatchObserver,
         BatchReport,
         BatchSizing,
         Commit,
         CommitExtension,
         Stats,
+        WorkflowRun,
     )
 
 _HOMES = {
@@ -68,11 +70,13 @@ _HOMES = {
     "push_records": "_records", "read_records": "_records",
     "Service": "_service",
     "LeaderTask": "cluster",
-    "BatchObserver": "pipeline", "BatchReport": "pipeline", "BatchSizing": "pipeline",
+    "AdaptiveSizing": "pipeline", "BatchObserver": "pipeline", "BatchReport": "pipeline", "BatchSizing": "pipeline",
     "Commit": "pipeline", "CommitExtension": "pipeline", "Stats": "pipeline",
+    "WorkflowRun": "pipeline",
 }
 
 __all__ = [
+    "AdaptiveSizing",
     "BadMessage",
     "BatchObserver",
     "BatchReport",
@@ -97,6 +101,7 @@ __all__ = [
     "Stats",
     "StoreUnavailable",
     "UserError",
+    "WorkflowRun",
     "load_settings",
     "outgoing_id",
     "parse_message",

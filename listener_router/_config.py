@@ -72,6 +72,11 @@ def parse_listen(listen: str, where: str = "listen") -> tuple[str, int]:
     return host, int(port)
 
 
+def _prefetch_check(value: int, where: str) -> None:
+    if value > 65535:
+        raise ConfigError(f"{where} must be at most 65535 (AMQP's limit), got {value}")
+
+
 @dataclass(frozen=True)
 class ListenerRule:
     """Which messages go to which workflow, and how they are batched and retried."""
@@ -82,11 +87,17 @@ class ListenerRule:
     condition: str | None = setting(
         None, "XPath over the message (headers are variables: `$operation = 'ADD'`); "
         "absent: every message of the queue")
-    batch_size: int = setting(500, "messages per batch (one Spark job)", minimum=1)
-    max_wait_ms: int = setting(200, "how long a batch waits to fill", minimum=0)
-    prefetch: int = setting(2000, "unacked messages the broker hands over; at least ~3x "
-                            "batch_size (one batch gathering, one running, one committing)",
-                            minimum=1)
+    batch_size: int | None = setting(
+        None, "at most this many messages per batch (one Spark job); unset: adaptive, as large "
+        "as the backlog and the measured cost of a Spark job call for (README, \"Sizing "
+        "batches\")", minimum=1)
+    max_wait_ms: int | None = setting(
+        None, "how long a batch waits to fill while more messages wait; unset: 1000",
+        minimum=0)
+    prefetch: int | None = setting(
+        None, "unacked messages the broker hands over; unset: room for four batches of the "
+        "largest size (one gathering, one running, two committing), at most 65535",
+        minimum=1, check=_prefetch_check)
     consumers: int = setting(1, "consumers on the queue (one channel, shared prefetch)",
                              minimum=1)
     max_retries: int = setting(3, "retries of a failed message before it is dead-lettered",
@@ -169,9 +180,10 @@ class Settings:
     dataframe_forms: bool = setting(
         True, "run pipelets' DataFrame forms in the JVM where a workflow allows",
         section="engine")
-    local_below: int = setting(
-        0, "batches of fewer records run in the service's process, not as a Spark job "
-        "(0: never)", section="engine", minimum=0)
+    local_below: int | None = setting(
+        None, "batches of fewer records run in the service's process, not as a Spark job, "
+        "whatever the pipelets declare (0: never); unset: small batches do where every "
+        "pipelet of the workflow declares `runs_in_service`", section="engine", minimum=0)
     listeners: tuple[ListenerRule, ...] = setting(
         (ListenerRule(name="default"),), "one rule, `default`: every message of `chalk.in` "
         "runs the workflow `Demo`", section="listener")

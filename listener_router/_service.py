@@ -54,9 +54,12 @@ from listener_router.pipeline import (
     Loader,
     Meter,
     Observers,
+    Placement,
     Runner,
     Settlement,
     Stats,
+    default_sizing,
+    prefetch_for,
 )
 from listener_router.store import RunningVersion, ServiceStore, unavailable
 
@@ -87,8 +90,8 @@ class Service:
 
     ``observers`` get each finished batch's report; ``extensions`` write in
     each commit transaction; ``leader_tasks`` run besides the maintenance
-    while this process leads; ``sizing`` replaces the fixed batch size of the
-    listener rules (it is an observer too).  See ``docs/internals.md``.
+    while this process leads; ``sizing`` replaces the default batch policy
+    (``pipeline/_sizing.py``; it is an observer too).  See ``docs/internals.md``.
     """
 
     def __init__(self, settings: Settings, *, spark: Any = None, runner: Runner | None = None,
@@ -132,7 +135,7 @@ class Service:
         runner: Runner = self._runner or make_runner(s, self._spark)
         self.runner = runner
         local_runner = None
-        if s.local_below and not isinstance(runner, engine.LocalRunner):
+        if s.local_below != 0 and not isinstance(runner, engine.LocalRunner):
             local_runner = engine.LocalRunner()
         # More than one batch may run at once (Spark jobs from several threads;
         # the in-flight registry keeps their records and messages apart).  On
@@ -147,14 +150,14 @@ class Service:
         lease = s.lease_seconds
         self.inflight = InFlight(functools.partial(store.renew_leases, owner=node,
                                                    lease_seconds=lease), lease / 3).start()
-        sizing = self._sizing or BatchSizing(max(rule.batch_size for rule in s.listeners),
-                                             max(rule.max_wait_ms for rule in s.listeners) / 1000.0)
-        self.gathering = Gathering(sizing)
+        sizing = self.sizing = self._sizing or default_sizing(s.listeners)
         self.observers.add(sizing)
         link_class = ProcessLink if s.broker_process else AmqpLink
-        link = self.link = link_class(s.broker_url, prefetch=max(r.prefetch for r in s.listeners),
+        link = self.link = link_class(s.broker_url, prefetch=prefetch_for(s.listeners),
                                       consume=self.listeners.consumers(),
                                       prepare=functools.partial(declare_all, settings=s)).start()
+        deliveries = link.deliveries
+        self.gathering = Gathering(sizing, lambda: link.waiting + deliveries.qsize())
         self.membership = Membership(store.nodes, node).start()
         self._published_versions: tuple[Any, ...] | None = None
         self.publish_versions()
@@ -170,7 +173,8 @@ class Service:
                                             settlement=settlement, meter=meter,
                                             extensions=self.extensions)
         self._execute = ExecuteStage(registry=registry, runner=runner, local_runner=local_runner,
-                                     local_below=s.local_below, batch_timeout=s.batch_timeout,
+                                     placement=Placement(sizing, s.local_below),
+                                     batch_timeout=s.batch_timeout,
                                      loader=loader, commit=commit, settlement=settlement,
                                      meter=meter)
         self._gather = GatherStage(link=link, listeners=self.listeners, registry=registry,

@@ -56,6 +56,17 @@ class Pipelet:
     #: Settings a pipelet accepts; ``None`` means "do not check names".
     parameters: ClassVar[frozenset[str] | None] = None
 
+    #: True: small batches of a workflow made only of such pipelets may run in
+    #: the service's own process instead of as a Spark job (a job's fixed cost
+    #: is most of a small batch's time).  Declare it only when the pipelet
+    #: cannot crash the interpreter, hang, or wait on anything outside it (its
+    #: time grows with its input alone) and loads no large data: Spark's
+    #: workers would isolate those failures, the service's process cannot.
+    #: A message delivered again always runs on Spark.  The built-ins set it,
+    #: except those that run a pattern, stylesheet or file the configuration
+    #: names (a regular expression can take exponential time).
+    runs_in_service: ClassVar[bool] = False
+
     def __init__(self) -> None:
         self.config: dict[str, Any] = {}
 

@@ -64,6 +64,7 @@ class Fingerprint(Pipelet):
     read as streams.
     """
 
+    runs_in_service = True
     parameters = frozenset({"attributes", "attribute", "attachments", "attachment", "output",
                             "algorithm", "normalize"})
 

@@ -109,6 +109,7 @@ class HtmlToText(Pipelet):
     passes unchanged; binary or undecodable input fails the record.
     """
 
+    runs_in_service = True
     parameters = frozenset({"input", "inputName", "inputType", "output", "outputName",
                             "outputType", "title", "meta", "removeContentTags", "encoding"})
 

@@ -284,6 +284,7 @@ class MimeTypeIdentify(Pipelet):
     is left unchanged.
     """
 
+    runs_in_service = True
     parameters = frozenset({"contentAttachment", "ContentAttachment", "contentAttribute",
                             "extensionAttribute", "FileExtensionAttribute", "filenameAttribute",
                             "FileNameAttribute", "metaDataAttribute", "MetaDataAttribute",

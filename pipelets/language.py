@@ -129,6 +129,7 @@ class LanguageIdentify(Pipelet):
     Supported: English, German, French, Spanish, Italian, Dutch, Portuguese.
     """
 
+    runs_in_service = True
     parameters = frozenset({"attribute", "attributes", "output", "languages", "default",
                             "maxChars"})
 

@@ -43,6 +43,7 @@ class Splitter(Pipelet):
         indexAttribute: attribute receiving each fragment's number (default: none).
     """
 
+    runs_in_service = True
     parameters = frozenset({"factor", "marker", "indexAttribute"})
 
     def configure(self, config: dict[str, Any]) -> None:
@@ -79,6 +80,7 @@ class AddLiteral(Pipelet):
         prefix: text before the number (default ``SMILA #``).
     """
 
+    runs_in_service = True
     parameters = frozenset({"attribute", "prefix"})
     DEFAULT_ATTRIBUTE = "org.eclipse.smila.processing.bpel.pipelet.AddLiteralPipelet"
 
@@ -178,6 +180,7 @@ class HelloWorld(Pipelet):
         suffix: what is appended (default `` --- Hello world!!!``).
     """
 
+    runs_in_service = True
     parameters = frozenset({"source_attribute_name", "input", "target_attribute_name", "output", "suffix"})
 
     def configure(self, config: dict[str, Any]) -> None:

@@ -92,6 +92,7 @@ class DocumentSplitter(Pipelet):
     goes on as itself.
     """
 
+    runs_in_service = True
     parameters = frozenset({"attribute", "mode", "maxSize", "output", "indexAttribute",
                             "keepParent", "keepAttachments"})
 
@@ -225,6 +226,7 @@ class XmlSplit(Pipelet):
             not needed.
     """
 
+    runs_in_service = True
     parameters = frozenset({"beginTagName", "isBeginClosingTag", "endTagName", "isEndClosingTag",
                             "keyTagName", "inputType", "inputName", "input", "outputType", "outputName",
                             "output", "keepParent", "idSeparator", "maxBufferSize"})

@@ -70,6 +70,7 @@ class NormalizeWhitespace(Pipelet):
     copied as they are.
     """
 
+    runs_in_service = True
     parameters = frozenset({"attribute", "lowercase", "output"})
 
     def configure(self, config: dict[str, Any]) -> None:
@@ -107,6 +108,7 @@ class Lowercase(Pipelet):
         output: where to write (default: the attribute itself).
     """
 
+    runs_in_service = True
     parameters = frozenset({"attribute", "output"})
 
     def configure(self, config: dict[str, Any]) -> None:
@@ -138,6 +140,7 @@ class WordCount(Pipelet):
     digits (see :func:`count_words`).
     """
 
+    runs_in_service = True
     parameters = frozenset({"attribute", "output"})
 
     def configure(self, config: dict[str, Any]) -> None:

@@ -45,6 +45,8 @@ def _convert(owner: str, param: str, value: Any, kind: str | None) -> Any:
 class _ValuesPipelet(Pipelet):
     """Shared configuration of SetValue and AddValues."""
 
+    runs_in_service = True
+
     def _read(self, config: dict[str, Any], *, plural: bool) -> None:
         owner = type(self).__name__
         s = Settings(owner, config)
@@ -132,6 +134,7 @@ class Copy(Pipelet):
     decode fail the record.  Records without the source pass unchanged.
     """
 
+    runs_in_service = True
     parameters = frozenset({"input", "inputName", "output", "outputName", "inputType",
                             "outputType", "mode", "encoding", "separator"})
 
@@ -200,6 +203,7 @@ class Rename(Pipelet):
         to: its new name (or path) (required); an existing ``to`` is replaced.
     """
 
+    runs_in_service = True
     parameters = frozenset({"from", "to"})
 
     def configure(self, config: dict[str, Any]) -> None:
@@ -224,6 +228,7 @@ class RemoveAttribute(Pipelet):
             commas names several (required).
     """
 
+    runs_in_service = True
     parameters = frozenset({"attribute", "attributes"})
 
     def configure(self, config: dict[str, Any]) -> None:
@@ -254,6 +259,7 @@ class SubAttributeExtract(Pipelet):
     A record where the path finds nothing gets no output attribute.
     """
 
+    runs_in_service = True
     parameters = frozenset({"inputPath", "outputPath", "mode", "separator"})
 
     def configure(self, config: dict[str, Any]) -> None:
@@ -305,6 +311,8 @@ class SetAttributes(Pipelet):
     names (they are the attributes).
     """
 
+    runs_in_service = True
+
     def configure(self, config: dict[str, Any]) -> None:
         super().configure(config)
         for name, value in config.items():
@@ -345,6 +353,7 @@ class FileUri(Pipelet):
             ``SesameRecordHelper``).
     """
 
+    runs_in_service = True
     parameters = frozenset({"filenameAttribute", "_filenameAttribute", "output"})
 
     def configure(self, config: dict[str, Any]) -> None:

@@ -183,6 +183,7 @@ class XPathExtract(Pipelet):
     replaced, and removed when the expression finds nothing.
     """
 
+    runs_in_service = True
     parameters = frozenset({"xpath", "input", "inputName", "inputType", "output",
                             "outputName", "outputType", "namespaces", "namespace",
                             "separator", "serialize"})

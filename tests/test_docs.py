@@ -184,7 +184,9 @@ def test_the_readme_configuration_is_accepted(tmp_path: Path) -> None:
     config.write_text(block_with(REPO / "README.md", "toml", "[[listener]]"))
     settings = load_settings(config, env={})
     assert [r.name for r in settings.listeners] == ["add"]
-    assert settings.local_below == 0 and settings.broker_process is True
+    assert settings.local_below is None and settings.broker_process is True
+    rule = settings.listeners[0]
+    assert (rule.batch_size, rule.max_wait_ms, rule.prefetch) == (None, None, None)  # adaptive
 
 
 # -- docs/configuration.md -------------------------------------------------------------------

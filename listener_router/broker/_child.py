@@ -61,6 +61,9 @@ class _RelayLink(AmqpLink):
     def _state_changed(self, up: bool) -> None:
         self._events.put(("up", self.generation) if up else ("down", self.last_error))
 
+    def _waiting_changed(self, waiting: int) -> None:
+        self._events.put(("waiting", waiting))
+
 
 class _ToParent(logging.Handler):
     def __init__(self, events: _Events):

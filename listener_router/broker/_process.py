@@ -18,7 +18,8 @@ Theory of operation.
   ``("cancel",)``, ``("stop",)``;
 - child → parent: lists of events: ``("d", *Delivery fields)``,
   ``("up", generation)``, ``("down", error)``, ``("confirm", id, error or
-  None)``, ``("log", level, logger, text)``.
+  None)``, ``("waiting", ready messages in the broker)``, ``("log", level,
+  logger, text)``.
 
 The child's side (``_child``, run as ``python -m listener_router.broker._child``)
 dies with its parent: it asks the kernel for SIGKILL when the
@@ -70,6 +71,7 @@ class ProcessLink:
         self.ready = threading.Event()
         self.generation = 0
         self.last_error: str | None = None
+        self.waiting = 0
         self._stopping = False
         self._epoch = 0
         self._conn: Connection | None = None
@@ -254,6 +256,8 @@ class ProcessLink:
                 self.last_error = None
                 self.ready.set()
                 up = True
+            elif kind == "waiting":
+                self.waiting = event[1]
             elif kind == "down":
                 self.ready.clear()
                 self.last_error = event[1]

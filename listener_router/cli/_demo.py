@@ -47,8 +47,7 @@ def run_demo(records: int = 1000, config: str | None = None) -> int:
         Path(f"{db}{suffix}").unlink(missing_ok=True)
     settings = replace(
         settings, blackboard_url=f"sqlite:///{db}", workflows_dir=str(SHIPPED_WORKFLOWS),
-        listeners=(ListenerRule(name="demo", queue=IN_QUEUE, workflow="Demo", batch_size=500,
-                                max_wait_ms=300),),
+        listeners=(ListenerRule(name="demo", queue=IN_QUEUE, workflow="Demo"),),
         routers=(RouterRule(queue=OUT_QUEUE, attributes=("text", "words")),))
     console.print(f"[bold]Chalk demo[/]: {records} records → {IN_QUEUE} → workflow Demo "
                   f"(Spark {settings.spark_master}) → {OUT_QUEUE}")

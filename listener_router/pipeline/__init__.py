@@ -18,7 +18,9 @@ finish      publish with confirms, mark sent, ack   ``chalk-finish``       ``Lan
 
 The batch grows while the execute stage is busy, up to the batch size
 (``BatchSizing``), so a slow run makes the next batch larger instead of
-leaving messages waiting behind small batches.  ``_states`` is the one
+leaving messages waiting behind small batches; ``_sizing`` is the default
+policy (the size from the backlog and the measured cost of a run, small
+batches in the service's process where the workflow allows).  ``_states`` is the one
 table of what may happen to a message; ``_inflight`` keeps batches in flight
 from loading each other's records; ``_held`` keeps deferred messages until
 they are gathered again; ``_retries`` decides retry or dead letter;
@@ -34,8 +36,16 @@ from listener_router.pipeline._held import Held
 from listener_router.pipeline._inflight import InFlight
 from listener_router.pipeline._lanes import BACKLOG, Lane
 from listener_router.pipeline._loading import Loader
-from listener_router.pipeline._report import BatchObserver, BatchReport, Meter, Observers, Stats
+from listener_router.pipeline._report import (
+    BatchObserver,
+    BatchReport,
+    Meter,
+    Observers,
+    Stats,
+    WorkflowRun,
+)
 from listener_router.pipeline._settle import Settlement
+from listener_router.pipeline._sizing import AdaptiveSizing, Placement, default_sizing, prefetch_for
 from listener_router.pipeline._states import TRANSITIONS, State, check_transition
 from listener_router.pipeline._work import Work
 
@@ -44,6 +54,7 @@ __all__ = [
     "CONFIRM_TIMEOUT",
     "HANG_EXIT",
     "TRANSITIONS",
+    "AdaptiveSizing",
     "Batch",
     "BatchObserver",
     "BatchReport",
@@ -65,11 +76,15 @@ __all__ = [
     "Meter",
     "Observers",
     "Orphans",
+    "Placement",
     "Runner",
     "Settlement",
     "State",
     "Stats",
     "Work",
+    "WorkflowRun",
     "check_transition",
+    "default_sizing",
     "hang_watch",
+    "prefetch_for",
 ]

@@ -2,23 +2,27 @@
 
 :class:`Gathering` is the queue between the gather stage and the execute
 stage: the gather stage adds chunks to the batch being gathered, the
-service's loop takes it (:meth:`Gathering.take`) once it is full or its
-first message has waited long enough, and hands it to the execute stage.
-How full is full, and how long is long enough, is :class:`BatchSizing`'s
-to say.
+service's loop takes it (:meth:`Gathering.take`) when :class:`BatchSizing`
+says it is ready (full, or waited long enough; the default policy,
+``_sizing.AdaptiveSizing``, also when nothing more is waiting) and hands it
+to the execute stage.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from blackboard import Blackboard
 from listener_router.pipeline._report import BatchObserver, BatchReport
 from listener_router.pipeline._work import Work
 
-__all__ = ["Batch", "BatchSizing", "Gathering", "Group"]
+__all__ = ["Batch", "BatchSizing", "Gathering", "Group", "LOCAL_LIMIT", "READY_POLL"]
+
+LOCAL_LIMIT = 400         # records below which a batch may run in the service's process
+READY_POLL = 0.01         # seconds between looks at a batch that is not ready
 
 
 @dataclass(eq=False)
@@ -50,16 +54,28 @@ class BatchSizing(BatchObserver):
     """How many messages a batch takes (``size``) and how long its first message waits
     for the rest (``max_wait``, seconds).
 
-    This policy is fixed: the listener rules' largest ``batch_size`` and
-    ``max_wait_ms``.  (A batch still grows to ``size`` only while messages
-    are waiting, so it is small under light load.)  An adaptive policy
-    changes ``size`` as it learns from each finished batch's report: it is a
-    :class:`BatchObserver`, registered as one by the service.
+    This base policy is fixed: a batch is ready when it holds ``size``
+    messages or its first one has waited ``max_wait``.  The service's
+    default, ``_sizing.AdaptiveSizing``, changes ``size`` as it learns from
+    each finished batch's report (a sizing is a :class:`BatchObserver`,
+    registered as one by the service) and takes a batch at once when nothing
+    more is waiting.
     """
 
     def __init__(self, size: int, max_wait: float):
         self.size = size
         self.max_wait = max_wait
+
+    def ready(self, messages: int, age: float, waiting: int) -> bool:
+        """Whether the batch being gathered is taken now: it holds ``messages``, its first
+        one has waited ``age`` seconds, and ``waiting`` more messages wait for a batch (ready
+        in the broker or not yet gathered).  Asked while the runner is free."""
+        return messages >= self.size or age >= self.max_wait
+
+    def local_limit(self, workflow: str) -> int:
+        """Records below which a batch of ``workflow`` may run in the service's process
+        (when its pipelets allow it and no message of it came again)."""
+        return LOCAL_LIMIT
 
 
 class Gathering:
@@ -70,8 +86,9 @@ class Gathering:
     ever taken between chunks.
     """
 
-    def __init__(self, sizing: BatchSizing):
+    def __init__(self, sizing: BatchSizing, waiting: Callable[[], int] = lambda: 0):
         self.sizing = sizing
+        self.waiting = waiting  # messages ready in the broker or not yet gathered
         self.lock = threading.Condition()
         self.batch: Batch | None = None
 
@@ -94,23 +111,23 @@ class Gathering:
         return True
 
     def take(self, timeout: float, *, now: bool = False) -> Batch | None:
-        """The batch once it is full or its first message waited ``max_wait`` (or at once
-        when ``now``); None when none is ready within ``timeout``."""
+        """The batch once the sizing says it is ready (or at once when ``now``); None when
+        none is ready within ``timeout``."""
         deadline = time.monotonic() + timeout
         with self.lock:
             while True:
                 batch = self.batch
+                wake = deadline
                 if batch is not None and batch.works:
                     sizing = self.sizing
-                    due = batch.opened + sizing.max_wait
-                    if now or len(batch.works) >= sizing.size or time.monotonic() >= due:
+                    age = time.monotonic() - batch.opened
+                    if now or sizing.ready(len(batch.works), age, self.waiting()):
                         self.batch = None
                         batch.report.size_limit = sizing.size
                         self.lock.notify_all()
                         return batch
-                    wake = min(deadline, due)
-                else:
-                    wake = deadline
+                    # Readiness may turn on what is waiting, which changes without a notify.
+                    wake = min(deadline, time.monotonic() + READY_POLL)
                 remaining = wake - time.monotonic()
                 if remaining <= 0 and wake == deadline:
                     return None

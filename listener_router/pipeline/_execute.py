@@ -10,11 +10,11 @@ group is isolated here, synchronously: its records are dropped and it is
 split in halves that are loaded, run and settled again, until the message
 that breaks the runner stands alone and fails.
 
-A batch of fewer than ``local_below`` records runs in this process
-(``engine.LocalRunner``), saving a Spark job's fixed cost; never a
-redelivered message's (it may be what crashed a process before, and Spark
-isolates a crash or a hang where this process cannot), and a local run past
-``batch_timeout`` ends the process (:func:`hang_watch`).
+A small batch runs in this process (``engine.LocalRunner``) where the
+placement (``_sizing.Placement``) says so, saving a Spark job's fixed cost;
+never a redelivered message's (it may be what crashed a process before, and
+Spark isolates a crash or a hang where this process cannot), and a local run
+past ``batch_timeout`` ends the process (:func:`hang_watch`).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from listener_router.pipeline._loading import Loader
 from listener_router.pipeline._report import BatchReport, Meter
 from listener_router.pipeline._retries import fail
 from listener_router.pipeline._settle import Settlement
+from listener_router.pipeline._sizing import Placement
 from listener_router.pipeline._work import Work
 
 __all__ = ["ExecuteStage", "HANG_EXIT", "Runner", "hang_watch"]
@@ -85,12 +86,12 @@ class ExecuteStage:
     """Runs a batch's groups (see module doc)."""
 
     def __init__(self, *, registry: engine.WorkflowRegistry, runner: Runner,
-                 local_runner: Runner | None, local_below: int, batch_timeout: float,
+                 local_runner: Runner | None, placement: Placement | None, batch_timeout: float,
                  loader: Loader, commit: CommitStage, settlement: Settlement, meter: Meter):
         self.registry = registry
         self.runner = runner
         self.local_runner = local_runner
-        self.local_below = local_below
+        self.placement = placement
         self.batch_timeout = batch_timeout
         self.loader = loader
         self.commit = commit
@@ -124,36 +125,34 @@ class ExecuteStage:
         report = group.batch.report if group.batch is not None else None
         workflow = self.registry.get(name)
         instances = [w.message.record_ids for w in works]  # type: ignore[union-attr]
+        records = sum(len(ids) for ids in instances)
+        local = self.local_runner is not None and self.placement is not None and \
+            self.placement.runs_here(workflow, works, records)
         started = time.perf_counter()
-        where = "spark" if isinstance(self.runner, engine.SparkRunner) else "local"
+        where = "local" if local or not isinstance(self.runner, engine.SparkRunner) else "spark"
         try:
-            if self.local_runner is not None and self._runs_here(works, instances):
-                where = "local"
+            if local:
+                assert self.local_runner is not None
                 with hang_watch(self.batch_timeout, name, len(works)):
                     results = self.local_runner.run(workflow, bb, instances)
                 self.meter.stats.add("local_batches")
-                if report is not None:
-                    report.local_runs += 1
             else:
                 results = self.runner.run(workflow, bb, instances)
-            if report is not None:
-                report.add_run(name, where, time.perf_counter() - started)
         except Exception as e:  # the runner failed on the driver: nothing is known done
+            self.meter.time("run", time.perf_counter() - started, report)
             self._check_runner(e)
             log.warning("workflow %s: the runner failed on %d message(s): %s", name,
                         len(works), e)
             self._isolate(group, works, f"runner failed: {type(e).__name__}: {e}")
             return None
-        finally:
-            self.meter.time("run", time.perf_counter() - started, report)
+        seconds = time.perf_counter() - started
+        self.meter.time("run", seconds, report)
+        if report is not None:
+            report.add_run(name, where, seconds, records)
+            if local:
+                with report.lock:
+                    report.local_runs += 1
         return list(results)
-
-    def _runs_here(self, works: list[Work], instances: list[list[str]]) -> bool:
-        """A small batch runs in this process (``local_below``); not if a message of it
-        came again (see module doc)."""
-        if any(w.delivery.redelivered for w in works):
-            return False
-        return sum(len(ids) for ids in instances) < self.local_below
 
     def _isolate(self, group: Group, works: list[Work], error: str) -> None:
         """Fail a lone message; split a larger group in halves and run each again.

@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-__all__ = ["Stats", "BatchReport", "BatchObserver", "Observers", "Meter"]
+__all__ = ["Stats", "BatchReport", "BatchObserver", "Observers", "Meter", "WorkflowRun"]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,20 @@ class Stats:
         return self.counts[key]
 
 
+@dataclass(frozen=True, slots=True)
+class WorkflowRun:
+    """One run of a workflow over a group of a batch: where, how many records, how long."""
+
+    workflow: str
+    runner: str                    # "spark" (a Spark job) or "local" (in the service's process)
+    seconds: float
+    records: int = 0
+
+    @property
+    def local(self) -> bool:
+        return self.runner == "local"
+
+
 @dataclass(eq=False)
 class BatchReport:
     """What one batch did, handed to observers once it is finished.
@@ -61,8 +75,8 @@ class BatchReport:
     records: Counter[tuple[str, str]] = field(default_factory=Counter)  # (workflow, committed|invalidated)
     published: int = 0             # messages published for it (routed, retry copies, dead letters)
     sent: Counter[str] = field(default_factory=Counter)  # routed messages by target queue
-    runs: list[tuple[str, str, float]] = field(default_factory=list)  # (workflow, runner, seconds)
-    local_runs: int = 0            # workflow runs in the service's process (``local_below``)
+    runs: list[WorkflowRun] = field(default_factory=list)  # each run of a workflow, in order
+    local_runs: int = 0            # workflow runs in the service's process
     seconds: dict[str, float] = field(default_factory=dict)
     finished: float = 0.0          # wall clock, when observers got it
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -81,10 +95,10 @@ class BatchReport:
         with self.lock:
             self.sent.update(targets)
 
-    def add_run(self, workflow: str, runner: str, seconds: float) -> None:
+    def add_run(self, workflow: str, runner: str, seconds: float, records: int = 0) -> None:
         """One workflow run of the batch: ``runner`` is ``spark`` or ``local``."""
         with self.lock:
-            self.runs.append((workflow, runner, seconds))
+            self.runs.append(WorkflowRun(workflow, runner, seconds, records))
 
     def states(self) -> Counter[str]:
         """Messages by the state they were settled in (committed, duplicate, retrying, …)."""

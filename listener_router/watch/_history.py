@@ -24,7 +24,7 @@ import pika
 import pika.exceptions
 
 from listener_router.broker import connection_parameters
-from listener_router.pipeline import BatchObserver, BatchReport
+from listener_router.pipeline import BatchObserver, BatchReport, WorkflowRun
 
 __all__ = ["BatchSummary", "History", "Sample", "Sampler", "HOUR"]
 
@@ -45,7 +45,7 @@ class BatchSummary:
     records: dict[tuple[str, str], int]
     published: int
     seconds: dict[str, float]
-    runs: tuple[tuple[str, str, float], ...]
+    runs: tuple[WorkflowRun, ...]
 
     @classmethod
     def of(cls, report: BatchReport) -> BatchSummary:

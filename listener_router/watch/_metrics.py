@@ -179,8 +179,8 @@ class Metrics(BatchObserver):
             (self.committed if kind == "committed" else self.invalidated).labels(workflow).inc(n)
         for key, seconds in report.seconds.items():
             self.stage_seconds.labels(STAGES.get(key, key)).observe(seconds)
-        for workflow, runner, seconds in report.runs:
-            self.run_seconds[runner].labels(workflow).observe(seconds)
+        for run in report.runs:
+            self.run_seconds[run.runner].labels(run.workflow).observe(run.seconds)
 
     def exposition(self) -> bytes:
         """The metrics in Prometheus' text format."""

@@ -121,7 +121,7 @@ _TEMPLATES = {
 <td>{% for key, n in b.records | dictsort %}{{ key[0] }}: {{ key[1] }} {{ n }}{% if not loop.last %}<br>{% endif %}{% endfor %}</td>
 <td class="num">{{ b.published }}</td>
 {% for s in ("stage", "load", "run", "commit", "publish", "batch") %}<td class="num">{{ b.seconds.get(s) | ms }}</td>{% endfor %}
-<td>{% for wf, runner, sec in b.runs %}{{ wf }} {{ runner }} {{ sec | ms }}{% if not loop.last %}<br>{% endif %}{% endfor %}</td></tr>
+<td>{% for run in b.runs %}{{ run.workflow }} {{ run.runner }} {{ run.seconds | ms }}{% if not loop.last %}<br>{% endif %}{% endfor %}</td></tr>
 {% endfor %}</table>{% endif %}
 """,
     "jobs.html": """{% if record %}<p>messages that routed record <code>{{ record }}</code>:</p>{% endif %}

@@ -19,7 +19,9 @@ def test_defaults_work_with_no_file(tmp_path, monkeypatch):
     assert [r.queue for r in settings.routers] == ["chalk.out"]
     assert settings.source is None
     assert settings.dataframe_forms is True
-    assert settings.local_below == 0
+    assert settings.local_below is None  # unset: where the workflow's pipelets allow it
+    (rule,) = settings.listeners
+    assert (rule.batch_size, rule.max_wait_ms, rule.prefetch) == (None, None, None)  # adaptive
 
 
 def test_file_and_environment_are_read(tmp_path):
@@ -65,6 +67,8 @@ attributes = ["a"]
     ("[engine]\ndataframe_forms = 'yes'\n", "dataframe_forms must be boolean"),
     ("[engine]\nlocal_below = -1\n", "local_below must be 0 or more"),
     ("[spark]\nconf = 3\n", "[spark] conf must be a table"),
+    ("[engine]\nlocal_below = 'often'\n", "local_below must be integer"),
+    ("[[listener]]\nprefetch = 70000\n", "prefetch must be at most 65535"),
     ("not = toml = at all\n", "not valid TOML"),
 ])
 def test_bad_configuration_names_file_and_key(tmp_path, text, message):
@@ -139,8 +143,8 @@ def _other_value(kind, key, default):
         return value, value
     if kind is bool:
         return ("false" if default else "true"), not default
-    if kind is int:
-        return str(default + 7), default + 7
+    if kind is int:  # None: unset (adaptive batch keys, local_below)
+        return str((default or 0) + 7), (default or 0) + 7
     if kind is float:
         return str(default + 1.5), default + 1.5
     if kind is str:

@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.broker, pytest.mark.spark]
 def counting(make_settings, tmp_path, declare):
     workflows = write_test_workflows(tmp_path / "workflows")
     settings = make_settings("Counting", workflows_dir=workflows, batch_size=500,
-                             max_wait_ms=300, prefetch=1000)
+                             max_wait_ms=300, prefetch=1000, create_missing=True)
     settings = settings.with_overrides(local_below=50)
     declare(settings)
     return settings

@@ -21,7 +21,8 @@ def test_a_record_in_many_batches_is_counted_once_per_message(make_settings, run
                                                                  broker, tmp_path, declare,
                                                                  concurrent, local_below):
     workflows = write_test_workflows(tmp_path / "workflows")
-    settings = make_settings("Counting", workflows_dir=workflows, batch_size=15, max_wait_ms=20)
+    settings = make_settings("Counting", workflows_dir=workflows, batch_size=15, max_wait_ms=20,
+                             create_missing=True)
     # local_below 16: every batch runs in the service's process, two at once
     settings = settings.with_overrides(concurrent_batches=concurrent, local_below=local_below)
     queue = settings.listeners[0].queue

@@ -101,18 +101,6 @@ def test_bad_input_is_dead_lettered_with_its_reason_and_the_rest_commits(
         "good": {"text": "fine text", "words": 2}}
 
 
-def test_unknown_workflow_is_dead_lettered(make_settings, run_service, broker, declare):
-    settings = make_settings("NoSuchWorkflow")
-    queue = settings.listeners[0].queue
-    declare(settings)
-    broker.publish(queue, b'{"id": "a"}', message_id="m1")
-    stats = run_service(settings, until=lambda s: s["dead"] >= 1)
-
-    assert stats["dead"] == 1
-    (props, _), = broker.drain(dlq_name(queue))
-    assert "unknown workflow 'NoSuchWorkflow'" in props.headers["x-chalk-error"]
-
-
 def test_a_message_delivered_twice_is_applied_once(make_settings, run_service, broker,
                                                    test_workflows):
     settings = make_settings("Counting", workflows_dir=test_workflows)

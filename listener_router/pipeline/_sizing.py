@@ -1,0 +1,214 @@
+"""The default batch policy: batches as large as the backlog and the measured job cost call
+for, and small ones run in the service's process where the workflow allows.
+
+Theory of operation.
+
+*When a batch is taken* (:meth:`AdaptiveSizing.ready`, asked by
+``Gathering`` whenever the runner is free): when it is full (``size``), or
+when nothing more is waiting — no message ready in the broker for the
+consumed queues (``Link.waiting``, looked at ten times a second) and every
+delivery gathered — since waiting then only adds latency, or when its first
+message has waited ``max_wait`` while more were waiting.  Under a light load
+a batch is what arrived while the one before ran; under a backlog batches
+fill to ``size``.
+
+*How large* ``size`` *is.*  A run of ``n`` records takes about ``F + c·n``
+seconds: ``F`` is fixed per Spark job (planning, scheduling, py4j round
+trips: 0.05-0.25 s on a warm session, ~0.1 CPU-s in the JVM; taken as at
+least ``MIN_FIXED``), ``c`` the cost
+of a record.  ``size`` is the smallest batch whose fixed cost is at most
+``FIXED_SHARE`` of its run, ``F / (FIXED_SHARE·c)``, within ``MIN_SIZE`` …
+``MAX_SIZE`` and short enough that a run lasts at most ``MAX_RUN`` seconds
+(large records: fewer per batch).  ``F`` and ``c`` are fitted per workflow
+to its Spark runs (least squares over about the last twenty, plus one run of
+no records taking ``PRIOR_FIXED`` that never ages, so that runs of one size
+still give an answer); ``size`` is the smallest over the
+workflows.  A listener rule's ``batch_size`` fixes ``size`` instead, and its
+``max_wait_ms`` ``max_wait``.
+
+*Where a batch runs* (:class:`Placement`).  A Spark job's fixed cost is most
+of a small batch's time, so under a light load it is most of the latency.  A
+batch smaller than :meth:`AdaptiveSizing.local_limit` records runs in the
+service's process when every pipelet of its workflow declares
+``runs_in_service`` (the built-ins do, except those running a regular
+expression, stylesheet or file the configuration names): the size at which
+a run here (``c_local·n``, fitted from runs here) would take as long as a
+Spark job (``F + c·n``), at most ``MAX_LOCAL``.  Not a batch holding a
+message delivered again (its first delivery may have crashed a process:
+Spark isolates a crash or a hang, this process cannot), and a run here past
+``batch_timeout`` ends the process (``_execute.hang_watch``).
+``[engine] local_below = N`` runs batches under N records here whatever the
+pipelets declare; ``0`` never.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+
+import engine
+from listener_router._config import ListenerRule
+from listener_router.pipeline._batch import BatchSizing
+from listener_router.pipeline._report import BatchReport
+from listener_router.pipeline._work import Work
+
+__all__ = ["AdaptiveSizing", "DEFAULT_MAX_WAIT", "FIXED_SHARE", "MAX_LOCAL", "MAX_PREFETCH", "MAX_RUN",
+           "MAX_SIZE", "MIN_SIZE", "Placement", "PREFETCH_BATCHES", "RunCost", "default_sizing",
+           "prefetch_for"]
+
+log = logging.getLogger(__name__)
+
+FIXED_SHARE = 0.1          # a job's fixed cost is at most this share of its batch's run
+MIN_SIZE = 100
+MAX_SIZE = 20_000
+MAX_RUN = 10.0             # seconds one run may take (records of large documents: fewer)
+MAX_LOCAL = 1_000          # records a batch run in the service's process holds at most
+DEFAULT_MAX_WAIT = 1.0     # seconds a batch waits to fill while more messages wait
+PREFETCH_BATCHES = 4       # prefetch: one batch gathering, one running, two committing/acking
+MAX_PREFETCH = 65_535      # AMQP's prefetch count is 16 bits
+PRIOR_FIXED = 0.1          # seconds: a warm Spark job's fixed cost, before any is measured
+MIN_FIXED = 0.05           # seconds: no Spark job costs less (py4j round trips, scheduling)
+PRIOR_PER_RECORD = 50e-6   # seconds per record on Spark, before any is measured
+PRIOR_LOCAL = 300e-6       # seconds per record in the service's process, before any is measured
+DECAY = 0.95               # weight of a run after the next one (about the last twenty count)
+
+
+class RunCost:
+    """A workflow's run time: ``fixed + per_record·n`` on Spark, ``local·n`` here."""
+
+    def __init__(self) -> None:
+        self.fixed = PRIOR_FIXED
+        self.per_record = PRIOR_PER_RECORD
+        self.local = PRIOR_LOCAL
+        self._sums = [0.0] * 5  # decayed Σw, Σw·n, Σw·n², Σw·t, Σw·n·t of the Spark runs
+        self._local_weight = 0.0
+
+    def add_spark(self, records: int, seconds: float) -> None:
+        sums = self._sums
+        n, t = float(records), seconds
+        for i, x in enumerate((1.0, n, n * n, t, n * t)):
+            sums[i] = sums[i] * DECAY + x
+        # The prior fixed cost, as a run of no records that never ages: with runs of one
+        # size only, the line goes through it and them.
+        s0, s1, s2, t0, t1 = sums
+        s0, t0 = s0 + 1, t0 + PRIOR_FIXED
+        det = s0 * s2 - s1 * s1
+        if det <= 0:
+            return
+        per_record = (s0 * t1 - s1 * t0) / det
+        self.per_record = max(per_record, 1e-7)
+        # A loaded machine makes single runs slow at random; the intercept of a few
+        # such runs can fall to nothing, and no job costs nothing.
+        self.fixed = max((t0 - self.per_record * s1) / s0, MIN_FIXED)
+
+    def add_local(self, records: int, seconds: float) -> None:
+        if records <= 0:
+            return
+        # A mean per record, weighted by records: small runs are mostly noise.
+        self._local_weight = self._local_weight * DECAY + records
+        share = records / self._local_weight
+        self.local += (seconds / records - self.local) * share
+
+    def best_size(self) -> int:
+        """The smallest batch whose fixed cost is at most ``FIXED_SHARE`` of its run."""
+        size = self.fixed / (FIXED_SHARE * self.per_record)
+        longest = (MAX_RUN - self.fixed) / self.per_record
+        return int(max(MIN_SIZE, min(MAX_SIZE, size, longest)))
+
+    def local_limit(self) -> int:
+        """Records below which a run here is quicker than a Spark job."""
+        gain = self.local - self.per_record
+        if gain <= 0:
+            return MAX_LOCAL
+        return int(max(0, min(MAX_LOCAL, self.fixed / gain)))
+
+
+class AdaptiveSizing(BatchSizing):
+    """The default policy (see module doc): ``size`` from the measured run costs unless
+    ``limit`` fixes it; a batch is taken at once when nothing more is waiting."""
+
+    def __init__(self, limit: int | None = None, max_wait: float = DEFAULT_MAX_WAIT):
+        super().__init__(limit or MAX_SIZE, max_wait)
+        self.limit = limit
+        self.costs: dict[str, RunCost] = {}
+        self._lock = threading.Lock()
+
+    def ready(self, messages: int, age: float, waiting: int) -> bool:
+        return messages >= self.size or waiting <= 0 or age >= self.max_wait
+
+    def local_limit(self, workflow: str) -> int:
+        cost = self.costs.get(workflow)
+        return (cost or RunCost()).local_limit()
+
+    def batch_finished(self, report: BatchReport) -> None:
+        if not report.runs:
+            return
+        with self._lock:
+            for run in report.runs:
+                cost = self.costs.get(run.workflow)
+                if cost is None:
+                    cost = self.costs[run.workflow] = RunCost()
+                if run.local:
+                    cost.add_local(run.records, run.seconds)
+                else:
+                    cost.add_spark(run.records, run.seconds)
+            if self.limit is None:
+                size = min(cost.best_size() for cost in self.costs.values())
+                if abs(size - self.size) > self.size / 5:
+                    log.debug("batch size %d (was %d): %s", size, self.size, "; ".join(
+                        f"{name} {cost.fixed:.3f} s + {cost.per_record * 1e6:.1f} µs/record"
+                        for name, cost in self.costs.items()))
+                self.size = size
+
+
+def default_sizing(rules: Sequence[ListenerRule]) -> AdaptiveSizing:
+    """The policy for these rules: adaptive, within the largest ``batch_size`` when every
+    rule gives one, waiting the longest ``max_wait_ms`` any gives."""
+    sizes = [rule.batch_size for rule in rules]
+    waits = [rule.max_wait_ms for rule in rules if rule.max_wait_ms is not None]
+    limit = max(s for s in sizes if s is not None) if sizes and None not in sizes else None
+    return AdaptiveSizing(limit, max(waits) / 1000.0 if waits else DEFAULT_MAX_WAIT)
+
+
+def prefetch_for(rules: Sequence[ListenerRule]) -> int:
+    """The link's prefetch: the largest a rule gives, else room for ``PREFETCH_BATCHES``
+    batches of the largest size."""
+    given = [rule.prefetch for rule in rules if rule.prefetch is not None]
+    if given:
+        return max(given)
+    largest = max((rule.batch_size or MAX_SIZE) for rule in rules)
+    return min(MAX_PREFETCH, PREFETCH_BATCHES * largest)
+
+
+class Placement:
+    """Which batches run in the service's process rather than on Spark (module doc)."""
+
+    def __init__(self, sizing: BatchSizing, local_below: int | None = None):
+        self.sizing = sizing
+        self.local_below = local_below
+        self._allowed: dict[tuple[str, str], bool] = {}
+
+    def runs_here(self, workflow: engine.Workflow, works: Sequence[Work], records: int) -> bool:
+        if any(w.delivery.redelivered for w in works):
+            return False
+        if self.local_below is not None:
+            return records < self.local_below
+        if not self._allows(workflow):
+            return False
+        return records < self.sizing.local_limit(workflow.name)
+
+    def _allows(self, workflow: engine.Workflow) -> bool:
+        key = (workflow.name, workflow.version)
+        allowed = self._allowed.get(key)
+        if allowed is None:
+            refusing = engine.classes_not_in_service(workflow)
+            allowed = self._allowed[key] = not refusing
+            if allowed:
+                log.info("workflow %s: small batches run in the service's process (its "
+                         "pipelets declare runs_in_service)", workflow.name)
+            else:
+                log.info("workflow %s: every batch runs on Spark (%s %s not declare "
+                         "runs_in_service)", workflow.name, ", ".join(refusing),
+                         "does" if len(refusing) == 1 else "do")
+        return allowed
