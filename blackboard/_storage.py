@@ -461,8 +461,26 @@ class SqlStore:
     def purge_expired_leases(self, now: float | None = None) -> int:
         """Drop leases whose holder did not renew them in time (leader maintenance)."""
         with self.transaction() as tx:
-            return tx.conn.execute(delete(leases).where(
-                leases.c.expires_at < (time.time() if now is None else now))).rowcount or 0
+            return self.drop_leases(tx.conn, expired_before=time.time() if now is None else now)
+
+    @staticmethod
+    def drop_leases(conn: Connection, *, owners: Sequence[str] = (),
+                    expired_before: float | None = None) -> int:
+        """Inside a transaction the caller opened on this store's engine: drop the
+        leases held by ``owners`` (a dead process's) and, with ``expired_before``,
+        those that expired before that time.  Returns how many went.
+
+        The caller's transaction makes this part of its own check (a cluster
+        leader confirms it still leads in the same transaction).
+        """
+        dropped = 0
+        if owners:
+            dropped += conn.execute(delete(leases).where(
+                leases.c.owner.in_(list(owners)))).rowcount or 0
+        if expired_before is not None:
+            dropped += conn.execute(delete(leases).where(
+                leases.c.expires_at < expired_before)).rowcount or 0
+        return dropped
 
     def record_count(self) -> int:
         """How many records are stored (``chalk status``)."""

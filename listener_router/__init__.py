@@ -7,7 +7,9 @@ Where things live (see ``docs/internals.md`` for one message's way through them)
 - ``pipeline/`` — the stages a batch goes through: gather → execute →
   commit → finish, the message life table, retries and dead letters;
 - ``store/``    — the service's own tables (inbox, outbox, nodes);
-- ``cluster/``  — membership, the leader and its periodic tasks;
+- ``cluster/``  — membership, the fenced leader, views and topology events,
+  failover, the leader's periodic tasks;
+- ``events/``   — distributed events on the ``chalk.events`` topic exchange;
 - ``cli/``      — the ``chalk`` command;
 - ``_service``  — :class:`Service`: wiring and lifecycle;
 - ``_config``, ``_messages``, ``_rules``, ``_records``, ``_errors`` —
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
         ConfigError,
         ExtensionFailed,
         InfrastructureError,
+        NotLeader,
         RecordFileError,
         RecordsBusy,
         RunnerUnusable,
@@ -47,7 +50,14 @@ if TYPE_CHECKING:
     from listener_router._messages import Incoming, outgoing_id, parse_message
     from listener_router._records import push_records, read_records
     from listener_router._service import Service
-    from listener_router.cluster import LeaderTask
+    from listener_router.cluster import (
+        ClusterView,
+        LeaderTask,
+        TopologyEvent,
+        TopologyEventType,
+        TopologyListener,
+    )
+    from listener_router.events import EventKind, Events
     from listener_router.pipeline import (
         AdaptiveSizing,
         BatchObserver,
@@ -64,13 +74,17 @@ _HOMES = {
     "load_settings": "_config",
     "BadMessage": "_errors", "BrokerUnavailable": "_errors", "ChalkServiceError": "_errors",
     "CommitRefused": "_errors", "ConfigError": "_errors", "ExtensionFailed": "_errors",
-    "InfrastructureError": "_errors", "RecordFileError": "_errors", "RecordsBusy": "_errors",
+    "InfrastructureError": "_errors", "NotLeader": "_errors", "RecordFileError": "_errors",
+    "RecordsBusy": "_errors",
     "RunnerUnusable": "_errors", "StoreUnavailable": "_errors", "UserError": "_errors",
     "Incoming": "_messages", "outgoing_id": "_messages", "parse_message": "_messages",
     "push_records": "_records", "read_records": "_records",
     "Service": "_service",
-    "LeaderTask": "cluster",
-    "AdaptiveSizing": "pipeline", "BatchObserver": "pipeline", "BatchReport": "pipeline", "BatchSizing": "pipeline",
+    "ClusterView": "cluster", "LeaderTask": "cluster", "TopologyEvent": "cluster",
+    "TopologyEventType": "cluster", "TopologyListener": "cluster",
+    "EventKind": "events", "Events": "events",
+    "AdaptiveSizing": "pipeline", "BatchObserver": "pipeline", "BatchReport": "pipeline",
+    "BatchSizing": "pipeline",
     "Commit": "pipeline", "CommitExtension": "pipeline", "Stats": "pipeline",
     "WorkflowRun": "pipeline",
 }
@@ -83,15 +97,19 @@ __all__ = [
     "BatchSizing",
     "BrokerUnavailable",
     "ChalkServiceError",
+    "ClusterView",
     "Commit",
     "CommitExtension",
     "CommitRefused",
     "ConfigError",
+    "EventKind",
+    "Events",
     "ExtensionFailed",
     "Incoming",
     "InfrastructureError",
     "LeaderTask",
     "ListenerRule",
+    "NotLeader",
     "RecordFileError",
     "RecordsBusy",
     "RouterRule",
@@ -100,6 +118,9 @@ __all__ = [
     "Settings",
     "Stats",
     "StoreUnavailable",
+    "TopologyEvent",
+    "TopologyEventType",
+    "TopologyListener",
     "UserError",
     "WorkflowRun",
     "load_settings",

@@ -37,10 +37,11 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Settings", "ListenerRule", "RouterRule", "ConfigError", "SECTIONS", "load_settings",
-           "make_runner", "parse_listen", "settings_keys"]
+__all__ = ["Settings", "ListenerRule", "RouterRule", "EventSettings", "ConfigError", "SECTIONS",
+           "load_settings", "make_runner", "parse_listen", "settings_keys"]
 
 DEFAULT_BROKER = "amqp://guest:guest@localhost:5672/%2F"
+EVENTS_EXCHANGE = "chalk.events"
 
 # One line on each section, for docs/configuration.md (keys document themselves).
 SECTIONS = {
@@ -49,7 +50,10 @@ SECTIONS = {
     "spark": "The Spark cluster workflows run on.",
     "workflows": "Where workflow files are, and what their class and service names mean.",
     "engine": "How batches of workflow instances run.",
-    "node": "This service process as a member of a cluster.",
+    "node": "This service process as a member of a cluster: its name, its heartbeat, how "
+            "long a silent member counts as alive.",
+    "events": "Distributed events on a topic exchange (`chalk events --follow` prints them); "
+              "each kind is off until switched on here.",
     "listener": "Which messages go to which workflow, batched and retried how "
                 "(a list: the first rule whose queue and condition match takes a message).",
     "router": "Where each result record of a successful workflow goes "
@@ -133,6 +137,31 @@ class RouterRule:
         return None
 
 
+def _events_exchange(exchange: str, where: str) -> None:
+    if not exchange or exchange.startswith("amq."):
+        raise ConfigError(f"{where} must name a topic exchange of Chalk's own, got {exchange!r}")
+
+
+@dataclass(frozen=True)
+class EventSettings:
+    """The ``[events]`` keys as one value: which distributed events the service writes."""
+
+    exchange: str = EVENTS_EXCHANGE    # a topic exchange
+    committed: bool = False            # record.committed.<workflow>, one per committed record
+    invalidated: bool = False          # record.invalidated.<workflow>, one per failed record
+    dead_lettered: bool = False        # message.dead_lettered.<queue>, one per dead letter
+    topology: bool = False             # topology.changed, one per established cluster view
+    job_finished: bool = False         # job.finished.<schedule>, from scheduled jobs
+
+    @property
+    def any(self) -> bool:
+        """Whether any kind is on (the exchange is declared then)."""
+        return any(getattr(self, kind) for kind in _EVENT_KINDS)
+
+
+_EVENT_KINDS = ("committed", "invalidated", "dead_lettered", "topology", "job_finished")
+
+
 @dataclass(frozen=True)
 class Settings:
     """Every setting, read once (:func:`load_settings`); see docs/configuration.md."""
@@ -195,6 +224,25 @@ class Settings:
         "stable across restarts)", section="node", key="name", env=("CHALK_NODE",))
     retention_days: float = setting(7.0, "processed-message and sent-outbox history kept",
                                     section="node", minimum=0, positive=True)
+    heartbeat_seconds: float = setting(5.0, "seconds between this member's heartbeats",
+                                       section="node", minimum=0, positive=True)
+    ttl_seconds: float = setting(
+        30.0, "a member silent this long is gone: its record leases are released and its "
+        "unsent outbox published at once, a new leader takes over; more than "
+        "`heartbeat_seconds` (3x or more)", section="node", minimum=0, positive=True)
+    events_exchange: str = setting(EVENTS_EXCHANGE, "the topic exchange events go to",
+                                   section="events", key="exchange", check=_events_exchange)
+    events_committed: bool = setting(False, "`record.committed.<workflow>`: one per committed "
+                                     "record", section="events", key="committed")
+    events_invalidated: bool = setting(
+        False, "`record.invalidated.<workflow>`: one per record of a failed instance "
+        "(retried or dead)", section="events", key="invalidated")
+    events_dead_lettered: bool = setting(False, "`message.dead_lettered.<queue>`: one per dead "
+                                         "letter", section="events", key="dead_lettered")
+    events_topology: bool = setting(False, "`topology.changed`: one per cluster view the "
+                                    "leader establishes", section="events", key="topology")
+    events_job_finished: bool = setting(False, "`job.finished.<schedule>`: one per scheduled "
+                                        "job run", section="events", key="job_finished")
     http_listen: str | None = setting(
         None, "`host:port` (`[::1]:9187` for IPv6; port 0: any free one) where metrics and the "
         "dashboard are served; unset: off", section="http", key="listen", check=parse_listen)
@@ -205,6 +253,25 @@ class Settings:
 
     def with_overrides(self, **changes: Any) -> Settings:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    @property
+    def events(self) -> EventSettings:
+        """The ``[events]`` keys as one value."""
+        return EventSettings(self.events_exchange, **{
+            kind: getattr(self, f"events_{kind}") for kind in _EVENT_KINDS})
+
+    def with_events(self, events: EventSettings) -> Settings:
+        """These settings with ``events`` as the ``[events]`` keys."""
+        return replace(self, events_exchange=events.exchange, **{
+            f"events_{kind}": getattr(events, kind) for kind in _EVENT_KINDS})
+
+    def problem(self) -> str | None:
+        """What is wrong with keys that are right one by one, or None."""
+        if self.ttl_seconds <= self.heartbeat_seconds:
+            return (f"[node] ttl_seconds ({self.ttl_seconds:g}) must be more than "
+                    f"heartbeat_seconds ({self.heartbeat_seconds:g}); three heartbeats or more "
+                    "is safe")
+        return None
 
 
 def settings_keys() -> list[tuple[dataclasses.Field[Any], Key]]:
@@ -311,7 +378,11 @@ def load_settings(path: str | os.PathLike[str] | None = None,
         elif key.name in table:
             values[f.name] = check_value(kind, key, table[key.name],
                                          f"{where} [{section}] {key.name}")
-    return Settings(**values, source=source)
+    settings = Settings(**values, source=source)
+    problem = settings.problem()
+    if problem:
+        raise ConfigError(f"{where}: {problem}")
+    return settings
 
 
 def make_runner(settings: Settings, spark: Any = None) -> Any:

@@ -14,6 +14,7 @@
         ├── StoreUnavailable   the database is down or failed (an outage)
         ├── RecordsBusy        another owner holds or changed records of the batch (leases)
         ├── ExtensionFailed    a commit extension failed: its batch is held, nothing written
+        ├── NotLeader          leader work refused: another member leads now (fencing)
         └── RunnerUnusable     the workflow runner cannot run anything any more (stop)
 
 "Retry later" or "dead-letter now" is decided by the class.  Third-party
@@ -34,6 +35,7 @@ __all__ = [
     "ConfigError",
     "ExtensionFailed",
     "InfrastructureError",
+    "NotLeader",
     "RecordFileError",
     "RecordsBusy",
     "RunnerUnusable",
@@ -90,6 +92,11 @@ class RecordsBusy(InfrastructureError):
 
 class ExtensionFailed(InfrastructureError):
     """A commit extension raised: the batch's transaction is rolled back and held."""
+
+
+class NotLeader(InfrastructureError):
+    """Leader work refused: this process no longer leads the cluster (its fencing
+    epoch is over; another member took over while it was frozen or cut off)."""
 
 
 class RunnerUnusable(InfrastructureError, RuntimeError):

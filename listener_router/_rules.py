@@ -163,12 +163,12 @@ class Router:
         for rid in result_ids:
             for position, rule in rules:
                 exchange, key = rule.exchange, rule.routing_key or rule.queue
+                if position in self._conditions:
+                    if not self._conditions[position].test([bb.document(rid)]):
+                        continue
                 if rule.use_next_destination:
                     key = self._next_destination(bb, rid)
                     if key is None:
-                        continue
-                elif position in self._conditions:
-                    if not self._conditions[position].test([bb.document(rid)]):
                         continue
                 assert key is not None
                 attributes = bb.get_attributes(rid, rule.attributes) if rule.attributes else {}

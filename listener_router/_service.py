@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.metadata
 import logging
 import os
 import signal
@@ -38,8 +39,12 @@ from listener_router.cluster import (
     Membership,
     OrphanedOutbox,
     Retention,
+    TopologyEvent,
+    TopologyEventType,
+    TopologyListener,
     claim_node_name,
 )
+from listener_router.events import CommittedEvents, EventKind, Events, FailureEvents
 from listener_router.pipeline import (
     BatchObserver,
     BatchSizing,
@@ -56,6 +61,7 @@ from listener_router.pipeline import (
     Observers,
     Placement,
     Runner,
+    SettleExtension,
     Settlement,
     Stats,
     default_sizing,
@@ -90,7 +96,8 @@ class Service:
 
     ``observers`` get each finished batch's report; ``extensions`` write in
     each commit transaction; ``leader_tasks`` run besides the maintenance
-    while this process leads; ``sizing`` replaces the default batch policy
+    while this process leads; ``topology_listeners`` hear the cluster's
+    topology events; ``sizing`` replaces the default batch policy
     (``pipeline/_sizing.py``; it is an observer too).  See ``docs/internals.md``.
     """
 
@@ -99,6 +106,7 @@ class Service:
                  observers: Iterable[BatchObserver] = (),
                  extensions: Iterable[CommitExtension] = (),
                  leader_tasks: Iterable[LeaderTask] = (),
+                 topology_listeners: Iterable[TopologyListener] = (),
                  sizing: BatchSizing | None = None):
         self.settings = settings
         self.stats = Stats()
@@ -108,6 +116,8 @@ class Service:
         self.observers = Observers(observers)
         self.extensions: list[CommitExtension] = list(extensions)
         self.leader_tasks: list[LeaderTask] = list(leader_tasks)
+        self.topology_listeners: list[TopologyListener] = list(topology_listeners)
+        self.events: Events | None = None
         self._sizing = sizing
         self._stopping = threading.Event()
         self._signals = 0
@@ -158,20 +168,33 @@ class Service:
                                       prepare=functools.partial(declare_all, settings=s)).start()
         deliveries = link.deliveries
         self.gathering = Gathering(sizing, lambda: link.waiting + deliveries.qsize())
-        self.membership = Membership(store.nodes, node).start()
-        self._published_versions: tuple[Any, ...] | None = None
-        self.publish_versions()
+        events = self.events = Events(s.events, node)
+        extensions = list(self.extensions)
+        if events.enabled(EventKind.COMMITTED):
+            extensions.append(CommittedEvents(events))
+        settle: list[SettleExtension] = []
+        if events.enabled(EventKind.INVALIDATED) or events.enabled(EventKind.DEAD_LETTERED):
+            settle.append(FailureEvents(events))
 
         meter, held = Meter(self.stats), Held()
         loader = Loader(store, meter)
         finish = self._finish = FinishStage(link=link, settings=s, store=store, held=held,
                                             meter=meter, stats=self.stats,
-                                            observers=self.observers)
+                                            observers=self.observers, extensions=settle,
+                                            writer=node)
+        self.membership = Membership(
+            store, node, interval=s.heartbeat_seconds, ttl=s.ttl_seconds,
+            properties={"version": _version(), "queues": list(self.listeners.queues),
+                        "workflows": registry.names()},
+            listeners=[*self.topology_listeners, _WakeHeld(held)],
+            publish=finish.publish_orphans, events=events).start()
+        self._published_versions: tuple[Any, ...] | None = None
+        self.publish_versions()
         settlement = Settlement(loader=loader, inflight=self.inflight, held=held, finish=finish,
                                 meter=meter)
         commit = self._commit = CommitStage(router=router, store=store, loader=loader,
                                             settlement=settlement, meter=meter,
-                                            extensions=self.extensions)
+                                            extensions=extensions)
         self._execute = ExecuteStage(registry=registry, runner=runner, local_runner=local_runner,
                                      placement=Placement(sizing, s.local_below),
                                      batch_timeout=s.batch_timeout,
@@ -284,6 +307,8 @@ class Service:
                     for problem in self.registry.refresh():
                         log.error("%s", problem)
                     self.publish_versions()
+                    if self.membership is not None:
+                        self.membership.advertise(workflows=self.registry.names())
                 self.leader.tick()
         finally:
             try:
@@ -319,3 +344,24 @@ class Service:
         for stage in (self._commit, self._finish):
             if stage is not None:
                 stage.lane.drain()
+
+
+class _WakeHeld(TopologyListener):
+    """When members left the view, their leases were released with it: messages held
+    for records those members had locked are gathered again at once."""
+
+    def __init__(self, held: Held):
+        self.held = held
+
+    def handle_topology_event(self, event: TopologyEvent) -> None:
+        if event.type is TopologyEventType.TOPOLOGY_CHANGED and event.old_view and event.new_view:
+            before = {(m.name, m.joined_at) for m in event.old_view.members}
+            if before - {(m.name, m.joined_at) for m in event.new_view.members}:
+                self.held.wake()
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("chalk")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"

@@ -4,6 +4,7 @@ README's configuration."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 import textwrap
@@ -187,6 +188,53 @@ def test_the_readme_configuration_is_accepted(tmp_path: Path) -> None:
     assert settings.local_below is None and settings.broker_process is True
     rule = settings.listeners[0]
     assert (rule.batch_size, rule.max_wait_ms, rule.prefetch) == (None, None, None)  # adaptive
+    assert (settings.heartbeat_seconds, settings.ttl_seconds) == (5.0, 30.0)
+    assert settings.events.exchange == "chalk.events" and not settings.events.any
+
+
+def test_the_readme_topology_listener_maps_queues_to_members() -> None:
+    from listener_router import ClusterView, TopologyEvent, TopologyEventType, TopologyListener
+    from listener_router.cluster import MemberDescription
+
+    namespace: dict[str, Any] = {}
+    exec(compile(block_with(REPO / "README.md", "python", "class QueueMap"), "queue-map", "exec"),
+         namespace)
+    listener = namespace["QueueMap"]()
+    assert isinstance(listener, TopologyListener)
+    members = tuple(MemberDescription(name, "host", 1, float(i), i == 0, i == 0,
+                                      {"queues": queues, "workflows": ["W"]})
+                    for i, (name, queues) in enumerate([("a", ["in"]), ("b", ["in", "other"])]))
+    view = ClusterView("c1", 2, "a", 1, members)
+    listener.handle_topology_event(TopologyEvent(TopologyEventType.TOPOLOGY_CHANGING, view, None))
+    assert listener.members_of == {}
+    listener.handle_topology_event(TopologyEvent(TopologyEventType.TOPOLOGY_CHANGED, None, view))
+    assert listener.members_of == {"in": ["a", "b"], "other": ["b"]}
+
+
+def test_the_readme_subscriber_binds_to_chalk_events_and_drops_copies(broker_url: str,
+                                                                      amqp_queues: Any) -> None:
+    import pika
+
+    namespace: dict[str, Any] = {}
+    exec(compile(block_with(REPO / "README.md", "python", "def subscribe"), "subscriber", "exec"),
+         namespace)
+    queue = amqp_queues("billing.events")
+    connection, channel = namespace["subscribe"](broker_url, queue)
+    try:
+        channel.confirm_delivery()
+        event = json.dumps({"event": "record.committed", "record": "doc-1"}).encode()
+        props = pika.BasicProperties(message_id="evt:1", headers={"event.application": "h/0"})
+        for key in ("record.committed.Docs", "record.committed.Docs", "record.invalidated.Docs"):
+            channel.basic_publish("chalk.events", key, event, props)
+        handled = []
+        while True:
+            method, properties, body = channel.basic_get(queue, auto_ack=True)
+            if method is None:
+                break
+            handled.append(namespace["handle"](properties, body))
+    finally:
+        connection.close()
+    assert handled == [True, False]  # the copy dropped by ID; the other kind not bound
 
 
 # -- docs/configuration.md -------------------------------------------------------------------

@@ -8,7 +8,8 @@ For an input queue ``Q``:
 - ``Q.retry.N`` — classic delay queues, one per backoff step: messages wait
   their TTL there and dead-letter back into ``Q``.
 
-Output queues are declared like inputs (a downstream Chalk service consumes
+The events exchange (``[events] exchange``, a durable topic exchange) is
+declared when any kind of event is on.  Output queues are declared like inputs (a downstream Chalk service consumes
 them), so two services agree on a queue's arguments whichever declares it
 first.  A queue that already exists with other arguments (made by someone
 else) is used as it is, with a warning.
@@ -60,16 +61,16 @@ class _Declarer:
             log.warning("queue %s exists with other arguments than Chalk's (%s); using it as "
                         "it is", name, e.reply_text)
 
-    def exchange(self, name: str) -> None:
-        """Use an existing exchange; declare a durable direct one when there is none."""
+    def exchange(self, name: str, kind: str = "direct") -> None:
+        """Use an existing exchange; declare a durable one of ``kind`` when there is none."""
         try:
             self.channel.exchange_declare(name, passive=True)
         except pika.exceptions.ChannelClosedByBroker as e:
             if e.reply_code != 404:
                 raise
             self.channel = self.connection.channel()
-            self.channel.exchange_declare(name, exchange_type="direct", durable=True)
-            log.info("declared exchange %s (durable, direct)", name)
+            self.channel.exchange_declare(name, exchange_type=kind, durable=True)
+            log.info("declared exchange %s (durable, %s)", name, kind)
 
     def close(self) -> None:
         if self.channel.is_open:
@@ -112,6 +113,8 @@ def declare_all(connection: pika.BlockingConnection, settings: Settings,
         if router.queue and router.queue not in names and not router.exchange:
             declare_input(declarer, router.queue, settings)
             names.add(router.queue)
+    if settings.events.any:
+        declarer.exchange(settings.events.exchange, "topic")
     declarer.close()
 
 

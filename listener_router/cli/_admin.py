@@ -16,7 +16,6 @@ from listener_router._config import Settings
 from listener_router._errors import BrokerUnavailable
 from listener_router.broker import connect, dlq_name
 from listener_router.cli._dead_letters import dead_letters, purge, replay
-from listener_router.cluster import Membership
 from listener_router.store import ServiceStore
 
 __all__ = ["status", "jobs", "dlq_list", "dlq_show", "dlq_replay", "dlq_purge", "channel", "depth"]
@@ -67,13 +66,18 @@ def status(settings: Settings) -> None:
                   f"message(s), {store.outbox.unsent_count()} unsent outbox message(s)")
     for owner, n in held.items():
         console.print(f"  leases held by {owner}: {n}")
-    membership = Membership(store.nodes, "chalk-status")
-    members = membership.members()
-    console.print(f"cluster: {len(members)} live member(s)"
-                  + (f", leader {members[0].name}" if members else ""))
+    state = store.cluster.read()
+    now = time.time()
+    members = [m for m in store.nodes.all() if m.live(now, settings.ttl_seconds)]
+    console.print(f"cluster {state.cluster_id[:8]}: {len(members)} live member(s), leader "
+                  f"{state.leader or 'none'} (epoch {state.epoch}), view {state.view_seq} of "
+                  f"{len(state.view_members)} member(s)")
     for m in members:
-        console.print(f"  {m.name} (pid {m.pid} on {m.host}), heartbeat "
-                      f"{time.time() - m.heartbeat_at:.0f} s ago")
+        queues = ", ".join(m.properties.get("queues", [])) or "-"
+        workflows = ", ".join(m.properties.get("workflows", [])) or "-"
+        console.print(f"  {m.name} (pid {m.pid} on {m.host}, version "
+                      f"{m.properties.get('version', '?')}), heartbeat "
+                      f"{now - m.heartbeat_at:.0f} s ago; queues {queues}; workflows {workflows}")
     _versions(store, [m.name for m in members])
     store.close()
 

@@ -69,6 +69,14 @@ HELP: dict[str, tuple[str, str]] = {
         "chalk dlq replay --queue chalk.in        # after fixing the cause\n"
         "chalk dlq purge --queue chalk.in",
     ),
+    "events": (
+        "Print the cluster's events (records committed or invalidated, messages dead-lettered, "
+        "topology changes) as they are published on the events exchange; events are not "
+        "stored, so only those published while following are shown.",
+        "chalk events --follow                    # everything, one line each; Ctrl-C stops\n"
+        "chalk events --follow --pattern 'message.dead_lettered.#' --json\n"
+        "chalk events --follow --pattern topology.changed --count 1",
+    ),
     "demo": (
         "Push sample records through the shipped demo workflow on a local broker and Spark, "
         "and report what happened (records, batches, time per phase).",

@@ -190,6 +190,27 @@ def cmd_dlq(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- chalk events ---------------------------------------------------------------------
+def cmd_events(args: argparse.Namespace) -> int:
+    from listener_router.events import ReceivedEvent, follow
+    settings = _settings(args)
+    if not args.follow:
+        raise ConfigError("give --follow: events are not stored, only those published while "
+                          "following are shown")
+    patterns = args.pattern or ["#"]
+    exchange = settings.events.exchange
+
+    def show(event: ReceivedEvent) -> None:
+        print(event.json() if args.json else event.line(), flush=True)
+
+    def ready() -> None:
+        print(f"following {exchange} ({', '.join(patterns)})"
+              + ("" if args.count else "; Ctrl-C to stop"), file=sys.stderr, flush=True)
+
+    follow(settings.broker_url, exchange, patterns, show, count=args.count, ready=ready)
+    return 0
+
+
 # -- chalk demo -----------------------------------------------------------------------
 def cmd_demo(args: argparse.Namespace) -> int:
     from listener_router.cli._demo import run_demo
@@ -278,6 +299,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=50, metavar="N",
                    help="for list: show at most N dead letters, oldest first (default 50)")
     p.set_defaults(func=cmd_dlq)
+
+    p = sub.add_parser("events", parents=[common],
+                       help="print the cluster's events as they are published (chalk.events)")
+    p.add_argument("--follow", action="store_true",
+                   help="bind a temporary queue to the events exchange and print each event")
+    p.add_argument("--pattern", action="append", metavar="KEY",
+                   help="routing-key pattern (repeatable; default '#': all), e.g. "
+                        "'record.committed.#', 'message.dead_lettered.#', 'topology.changed'")
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.add_argument("--count", type=int, metavar="N", help="stop after N events")
+    p.set_defaults(func=cmd_events)
 
     p = sub.add_parser("demo", parents=[common], help="push sample records through the demo workflow and report")
     p.add_argument("--records", type=int, default=1000, help="how many sample records (default 1000)")

@@ -1,10 +1,15 @@
-"""The cluster: membership with heartbeats and a stable leader, and the leader's tasks.
+"""The cluster: membership with heartbeats, a stable fenced leader, views, failover, leader tasks.
 
-``_membership``: every service process writes a heartbeat; the live member
-that started first leads.  ``_leader``: periodic tasks only the leader runs
-(today's maintenance; a scheduler or failover check is one more task).
+``_membership``: every service process writes a heartbeat and advertises
+its properties; the leader holds a fencing epoch, fails over members whose
+heartbeat lapsed and establishes the view; :meth:`Membership.fenced` is the
+transaction all leader work runs in.  ``_topology``: the view and the
+topology events in-process listeners hear.  ``_failover``: what the leader
+does for a member that is gone.  ``_leader``: periodic tasks only the
+leader runs (today's maintenance; a scheduler is one more task).
 """
 
+from listener_router.cluster._failover import FailedOver, Failover
 from listener_router.cluster._leader import (
     MAINTAIN_EVERY,
     ORPHAN_AGE,
@@ -15,17 +20,34 @@ from listener_router.cluster._leader import (
     OrphanedOutbox,
     Retention,
 )
-from listener_router.cluster._membership import Membership, claim_node_name
+from listener_router.cluster._membership import LeaderTransaction, Membership, claim_node_name
+from listener_router.cluster._topology import (
+    ClusterView,
+    MemberDescription,
+    TopologyEvent,
+    TopologyEventType,
+    TopologyListener,
+    TopologyListeners,
+)
 
 __all__ = [
     "MAINTAIN_EVERY",
     "ORPHAN_AGE",
+    "ClusterView",
     "ExpiredLeases",
+    "FailedOver",
+    "Failover",
     "ForgetDeadMembers",
     "LeaderTask",
     "LeaderTasks",
+    "LeaderTransaction",
+    "MemberDescription",
     "Membership",
     "OrphanedOutbox",
     "Retention",
+    "TopologyEvent",
+    "TopologyEventType",
+    "TopologyListener",
+    "TopologyListeners",
     "claim_node_name",
 ]

@@ -3,10 +3,14 @@
 A :class:`LeaderTask` says what (``run``) and how often (``every``);
 :class:`LeaderTasks` runs the due ones from the service's loop while
 :attr:`Membership.is_leader <listener_router.cluster.Membership.is_leader>`
-holds.  Today's maintenance is four tasks: expired leases, orphaned outbox
-batches, retention, members long dead.  A scheduler or a failover check is
-one more task.  A task that fails is logged and tried again at its next
-turn; it never stops the service or the other tasks.
+holds.  Each task does its work in :meth:`LeaderTask.fenced` transactions,
+so a process that lost leadership while frozen is refused
+(:class:`~listener_router.NotLeader`) instead of doing leader work.  Today's
+maintenance is four tasks: expired leases, orphaned outbox batches,
+retention, members long dead (failing over a member whose heartbeat lapsed
+is the membership's own, at the heartbeat).  A scheduler is one more task.
+A task that fails is logged and tried again at its next turn; it never stops
+the service or the other tasks.
 """
 
 from __future__ import annotations
@@ -14,11 +18,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 
-from listener_router._errors import InfrastructureError
+from listener_router._errors import InfrastructureError, NotLeader
 from listener_router.broker import OutMessage
-from listener_router.cluster._membership import Membership
-from listener_router.store import ServiceStore, unavailable
+from listener_router.cluster._membership import LeaderTransaction, Membership
+from listener_router.store import ServiceStore
 
 __all__ = ["LeaderTask", "LeaderTasks", "ExpiredLeases", "OrphanedOutbox", "Retention",
            "ForgetDeadMembers", "MAINTAIN_EVERY", "ORPHAN_AGE"]
@@ -30,13 +35,26 @@ ORPHAN_AGE = 120.0        # an unsent outbox batch this old has lost its inputs'
 
 
 class LeaderTask:
-    """Work the leader does every ``every`` seconds; ``run`` returns how much it did."""
+    """Work the leader does every ``every`` seconds; ``run`` returns how much it did.
+
+    Do the work in ``with self.fenced() as tx:`` (rows with
+    ``tx.connection``, messages and events with ``tx.publish``/``tx.emit``):
+    it commits only while this process still leads.
+    """
 
     name = "task"
     every = MAINTAIN_EVERY
+    membership: Membership | None = None     # set when registered with LeaderTasks
 
     def run(self) -> int:
         return 0
+
+    def fenced(self) -> AbstractContextManager[LeaderTransaction]:
+        """A transaction that commits only while this process leads
+        (:meth:`Membership.fenced`); raises :class:`~listener_router.NotLeader`."""
+        if self.membership is None:
+            raise RuntimeError(f"leader task {self.name} is not registered with LeaderTasks")
+        return self.membership.fenced()
 
 
 class ExpiredLeases(LeaderTask):
@@ -48,7 +66,8 @@ class ExpiredLeases(LeaderTask):
         self.store = store
 
     def run(self) -> int:
-        return self.store.purge_expired_leases()
+        with self.fenced() as tx:
+            return self.store.sql.drop_leases(tx.connection, expired_before=time.time())
 
 
 class OrphanedOutbox(LeaderTask):
@@ -64,8 +83,9 @@ class OrphanedOutbox(LeaderTask):
         self.age = age
 
     def run(self) -> int:
-        with unavailable():
-            orphans = self.store.outbox.unsent(older_than=time.time() - self.age)
+        with self.fenced() as tx:
+            orphans = self.store.outbox.unsent(older_than=time.time() - self.age,
+                                               conn=tx.connection)
         count = sum(len(messages) for messages in orphans.values())
         if orphans:
             log.warning("publishing %d orphaned outbox message(s) of %d batch(es)", count,
@@ -84,8 +104,8 @@ class Retention(LeaderTask):
         self.days = days
 
     def run(self) -> int:
-        with self.store.writes, unavailable():
-            return self.store.outbox.purge(self.days * 86400.0)
+        with self.fenced() as tx:
+            return self.store.outbox.purge(self.days * 86400.0, conn=tx.connection)
 
 
 class ForgetDeadMembers(LeaderTask):
@@ -97,6 +117,7 @@ class ForgetDeadMembers(LeaderTask):
         self.membership = membership
 
     def run(self) -> int:
+        assert self.membership is not None
         return self.membership.forget_dead()
 
 
@@ -111,6 +132,7 @@ class LeaderTasks:
 
     def add(self, task: LeaderTask) -> None:
         """Run ``task`` every ``task.every`` seconds from now on, while leader."""
+        task.membership = self.membership
         self._tasks.append((task, [time.monotonic()]))
 
     @property
@@ -142,6 +164,8 @@ class LeaderTasks:
     def _run(task: LeaderTask) -> int | None:
         try:
             return task.run()
+        except NotLeader as e:
+            log.warning("leader task %s refused: %s", task.name, e)
         except InfrastructureError as e:
             log.warning("leader task %s failed, trying again later: %s", task.name, e)
         except Exception:  # a task's bug: logged, never the service's end

@@ -1,19 +1,45 @@
-"""Cluster membership: heartbeats, a stable leader, topology changes.
+"""Cluster membership: heartbeats, a stable leader with a fencing epoch, views, failover.
 
-Theory of operation: every service process upserts its row in
-``chalk_nodes`` (name, start time, last heartbeat) every few seconds, from its
-own thread, so a long Spark job does not make it look dead.  A member is live
-while its heartbeat is younger than ``ttl``.  The leader is the live member
-that started first: it stays leader for as long as it lives, and a new member
-never takes over from a live one.  Each member logs the topology when the set
-of live members changes.  The leader alone runs the leader tasks
-(``_leader``): dropping expired record leases, publishing orphaned outbox
-batches (committed, never confirmed sent), retention of old inbox/outbox
-rows, and forgetting members long dead.
+Theory of operation.  Every service process writes its row in
+``chalk_nodes`` every ``interval`` seconds from a thread of its own (so a
+long Spark job does not make it look dead): heartbeat, incarnation (random,
+per process start) and the properties it advertises.  A member is *live*
+while its heartbeat is younger than ``ttl``; one whose heartbeat lapsed and
+that beats again (it was frozen or cut off) joins again at the end of the
+order, as a new member does.
+
+One shared row (``chalk_cluster``, ``store/_cluster.py``) names the leader
+(name and incarnation), its *epoch* and the *established view*.  At each
+heartbeat a member:
+
+1. keeps leading if the row names it; otherwise, if the leader named there
+   is not live and this member is the first live one in order, it takes over
+   with a conditional update that raises the epoch (two members racing: one
+   wins).  A live leader is never replaced: leadership is stable until the
+   leader's heartbeat lapses;
+2. as leader, when the live members differ from the established view, fails
+   over the members that are gone (``_failover``: their record leases
+   dropped, their unsent outbox batches published at once) and establishes
+   the new view — one fenced transaction, with the ``topology.changed``
+   event when that is on;
+3. compares the established view with the one it knew and tells its
+   listeners (``_topology``): TOPOLOGY_INIT, TOPOLOGY_CHANGING,
+   TOPOLOGY_CHANGED, PROPERTIES_CHANGED.
+
+*Fencing.*  Leader work runs in :meth:`Membership.fenced`: a transaction
+whose first statement confirms, by a conditional update of the shared row,
+that this process still leads at its epoch.  A leader frozen past the
+time-to-live (SIGSTOP, a long pause) wakes up believing it leads; its next
+leader action updates nothing, is rolled back and raises
+:class:`~listener_router.NotLeader`, and the process stops leading.  The
+check and the action's writes commit together, and the confirm locks the
+row, so a take-over cannot slip in between.  (A message the action
+published after its commit cannot be recalled; it has a deterministic ID.)
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import logging
@@ -22,45 +48,121 @@ import socket
 import tempfile
 import threading
 import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from listener_router._errors import StoreUnavailable
-from listener_router.store import Member, Nodes, unavailable
+from sqlalchemy import Connection
 
-__all__ = ["Membership", "claim_node_name"]
+from listener_router._errors import NotLeader, StoreUnavailable
+from listener_router.broker import OutMessage
+from listener_router.cluster._failover import FailedOver, Failover
+from listener_router.cluster._topology import (
+    ClusterView,
+    MemberDescription,
+    TopologyEvent,
+    TopologyEventType,
+    TopologyListener,
+    TopologyListeners,
+)
+from listener_router.events import EventKind, Events
+from listener_router.store import (
+    ClusterRow,
+    ClusterState,
+    Member,
+    Outbox,
+    ServiceStore,
+    unavailable,
+)
+
+__all__ = ["LeaderTransaction", "Membership", "claim_node_name"]
 
 log = logging.getLogger(__name__)
 
+Publish = Callable[[dict[str, list[OutMessage]]], None]
+
+
+class LeaderTransaction:
+    """One fenced transaction of leader work (``with membership.fenced() as tx``).
+
+    Write rows with ``tx.connection``; ``tx.publish(message)`` and
+    ``tx.emit(kind, subject, body, key)`` add messages to an outbox batch
+    written in the transaction and published after it commits (nothing, if
+    it rolls back).
+    """
+
+    def __init__(self, connection: Connection, events: Events | None):
+        self.connection = connection
+        self.added: list[OutMessage] = []
+        self._events = events
+
+    def publish(self, message: OutMessage) -> None:
+        self.added.append(message)
+
+    def emit(self, kind: EventKind, subject: str | None, body: Mapping[str, Any],
+             key: Sequence[str]) -> bool:
+        """Add an event (``listener_router.events``); False when its kind is off."""
+        return self._events is not None and self._events.emit(self, kind, subject, body, key)
+
 
 class Membership:
-    """This process's membership; ``start()`` runs the heartbeat thread."""
+    """This process's membership (see module doc); ``start()`` runs the heartbeat thread.
 
-    def __init__(self, nodes: Nodes, name: str, *, interval: float = 5.0, ttl: float = 30.0):
-        self.nodes = nodes
+    ``properties`` are advertised to the other members (the service gives
+    version, queues and workflows); ``listeners`` hear the topology events;
+    ``publish`` takes outbox batches to publish (the service's finish stage;
+    without it they wait for the orphan task); ``events`` makes the
+    ``topology.changed`` event and the leader's other events.
+    """
+
+    def __init__(self, store: ServiceStore, name: str, *, interval: float = 5.0,
+                 ttl: float = 30.0, properties: Mapping[str, Any] | None = None,
+                 listeners: Iterable[TopologyListener] = (), publish: Publish | None = None,
+                 events: Events | None = None):
+        self.store = store
+        self.nodes = store.nodes
+        self.cluster = store.cluster
         self.name = name
         self.interval = interval
         self.ttl = ttl
+        self.incarnation = uuid.uuid4().hex
         self.started_at = time.time()
-        self._members: tuple[str, ...] = ()
+        self.listeners = TopologyListeners(listeners)
+        self.publish = publish
+        self.events = events
+        self.failover = Failover(store)
+        self._properties: dict[str, Any] = dict(properties or {})
+        self._epoch: int | None = None
         self._leader: str | None = None
+        self._view: ClusterView | None = None
+        self._changing = False
+        self._beats = 0
+        self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    # -- lifecycle -------------------------------------------------------------------
     def start(self) -> Membership:
         self.beat()
+        self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="chalk-heartbeat", daemon=True)
         self._thread.start()
         return self
 
     def stop(self) -> None:
+        """Stop beating, hand leadership on, leave the cluster (the others see it at once)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.interval + 5)
+        epoch, self._epoch = self._epoch, None
         try:
             with unavailable():
-                self.nodes.leave(self.name)
+                if epoch is not None:
+                    self.cluster.resign(self.name, epoch)
+                self.nodes.leave(self.name, self.incarnation)
         except StoreUnavailable as e:
             log.warning("could not leave the cluster cleanly (the row will expire): %s", e)
+        self.listeners.stop()
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
@@ -68,46 +170,238 @@ class Membership:
                 self.beat()
             except StoreUnavailable as e:
                 log.warning("heartbeat failed: %s", e)
+            except Exception:  # never let the heartbeat thread die
+                log.exception("heartbeat failed")
 
+    # -- what others see of us ---------------------------------------------------------
+    def advertise(self, **properties: Any) -> None:
+        """Set advertised properties (written at the next heartbeat; the others get
+        PROPERTIES_CHANGED).  Values must be JSON: strings, numbers, lists."""
+        with self._lock:
+            self._properties.update(properties)
+
+    @property
+    def properties(self) -> dict[str, Any]:
+        with self._lock:
+            return dict(self._properties)
+
+    # -- the heartbeat -------------------------------------------------------------------
     def beat(self) -> None:
-        """Write our heartbeat, read the live members, log a topology change.
+        """Heartbeat, leadership, the leader's settling of the view, local events.
 
         Raises :class:`StoreUnavailable` when the database fails."""
-        with unavailable():
-            self.nodes.beat(self.name, self.started_at)
-            live = self.members()
-        names = tuple(m.name for m in live)
-        leader = live[0].name if live else None
-        if names != self._members or leader != self._leader:
-            joined = sorted(set(names) - set(self._members))
-            left = sorted(set(self._members) - set(names))
-            log.info("topology: %d member(s) %s, leader %s%s%s", len(names), ", ".join(names),
-                     leader, f"; joined {', '.join(joined)}" if joined else "",
-                     f"; left {', '.join(left)}" if left else "")
-            self._members, self._leader = names, leader
+        with self._lock:
+            with unavailable():
+                joined = self.nodes.beat(self.name, self.started_at, incarnation=self.incarnation,
+                                         ttl=self.ttl, properties=self._properties)
+                rows = self.nodes.all()
+                state = self.cluster.read()
+            if joined and self._beats:
+                log.warning("this member's heartbeat lapsed (more than %.1f s without one: "
+                            "frozen or cut off); it joins the view again at the end", self.ttl)
+            self._beats += 1
+            now = time.time()
+            live = [m for m in rows if m.live(now, self.ttl)]
+            state = self._lead(live, state)
+            if self._epoch is not None:
+                try:
+                    state = self._settle(rows, live, state)
+                except NotLeader:
+                    state = self.cluster.read()
+            self._observe(rows, live, state)
 
+    def _lead(self, live: list[Member], state: ClusterRow) -> ClusterRow:
+        """Keep leading, take over from a leader that is gone, or follow."""
+        if state.leader == self.name and state.leader_incarnation == self.incarnation:
+            self._epoch = state.epoch
+        else:
+            if self._epoch is not None:
+                log.warning("this process no longer leads the cluster (epoch %d is over; "
+                            "leader %s)", self._epoch, state.leader)
+            self._epoch = None
+            leader_live = any(m.name == state.leader and m.incarnation == state.leader_incarnation
+                              for m in live)
+            first = live[0] if live else None
+            if not leader_live and first is not None and first.name == self.name \
+                    and first.incarnation == self.incarnation:
+                with unavailable(), self.store.writes, self.store.engine.begin() as conn:
+                    epoch = ClusterState.take_over(conn, self.name, self.incarnation, state.epoch)
+                if epoch is not None:
+                    self._epoch = epoch
+                    log.info("%s leads the cluster from now on (epoch %d; leader before: %s)",
+                             self.name, epoch, state.leader or "none")
+                with unavailable():
+                    state = self.cluster.read()
+        self._leader = state.leader
+        return state
+
+    def _settle(self, rows: list[Member], live: list[Member], state: ClusterRow) -> ClusterRow:
+        """As leader: fail over the members gone and establish the view of the live ones."""
+        pairs = [(m.name, m.incarnation) for m in live]
+        if tuple(pairs) == state.view_members:
+            return state
+        alive = set(pairs)
+        gone = [name for name, incarnation in state.view_members
+                if (name, incarnation) not in alive]
+        failed = FailedOver()
+        with self.fenced() as tx:
+            for name in gone:
+                back = next((m for m in live if m.name == name), None)
+                self.failover.run(tx.connection, name, back, failed)
+            epoch = self._epoch
+            seq = ClusterState.establish(tx.connection, self.name, epoch or 0, pairs)
+            if seq is None:
+                raise NotLeader(f"{self.name} could not establish the view: epoch {epoch} is over")
+            tx.emit(EventKind.TOPOLOGY_CHANGED, None, {
+                "cluster_id": state.cluster_id, "seq": seq, "leader": self.name, "epoch": epoch,
+                "members": [_advertised(m) for m in live], "left": gone,
+                "joined": [n for n, i in pairs if (n, i) not in set(state.view_members)],
+            }, key=(state.cluster_id, str(seq)))
+        if failed.members:
+            lapsed = {m.name for m in rows}  # a clean leave deleted its row
+            if failed.leases or failed.batches or lapsed & set(failed.members):
+                log.warning("failover of %s: %d record lease(s) released, %d unsent outbox "
+                            "batch(es) to publish", ", ".join(failed.members), failed.leases,
+                            len(failed.batches))
+            else:
+                log.info("%s left the cluster", ", ".join(failed.members))
+            if failed.batches:
+                self._hand_over(failed.batches)
+        with unavailable():
+            return self.cluster.read()
+
+    def _observe(self, rows: list[Member], live: list[Member], state: ClusterRow) -> None:
+        """Compare the established view with the one this member knew; tell the listeners."""
+        view = self._describe(rows, state)
+        old = self._view
+        if old is None:
+            if view.local is not None:
+                self._view = view
+                self._log(None, view)
+                self.listeners.notify(TopologyEvent(TopologyEventType.TOPOLOGY_INIT, None, view))
+            return
+        if view.seq != old.seq:
+            if not self._changing:
+                self.listeners.notify(TopologyEvent(TopologyEventType.TOPOLOGY_CHANGING, old, None))
+            self._changing = False
+            self._view = view
+            self._log(old, view)
+            self.listeners.notify(TopologyEvent(TopologyEventType.TOPOLOGY_CHANGED, old, view))
+            return
+        if not self._changing and {(m.name, m.incarnation) for m in live} != set(state.view_members):
+            self._changing = True
+            self.listeners.notify(TopologyEvent(TopologyEventType.TOPOLOGY_CHANGING, old, None))
+        if view.members != old.members:
+            self._view = view
+            self.listeners.notify(TopologyEvent(TopologyEventType.PROPERTIES_CHANGED, old, view))
+
+    def _describe(self, rows: list[Member], state: ClusterRow) -> ClusterView:
+        found = {(m.name, m.incarnation): m for m in rows}
+        members = []
+        for name, incarnation in state.view_members:
+            row = found.get((name, incarnation))
+            local = name == self.name and incarnation == self.incarnation
+            if row is None:
+                members.append(MemberDescription(name, "", 0, 0.0, name == state.leader, local))
+            else:
+                members.append(MemberDescription(name, row.host, row.pid, row.joined_at,
+                                                 name == state.leader, local, row.properties))
+        return ClusterView(state.cluster_id, state.view_seq, state.leader, state.epoch,
+                           tuple(members))
+
+    @staticmethod
+    def _log(old: ClusterView | None, new: ClusterView) -> None:
+        joined = sorted(set(new.names) - set(old.names)) if old is not None else []
+        left = sorted(set(old.names) - set(new.names)) if old is not None else []
+        log.info("topology: %d member(s) %s, leader %s (epoch %d, view %d)%s%s",
+                 len(new.members), ", ".join(new.names), new.leader, new.epoch, new.seq,
+                 f"; joined {', '.join(joined)}" if joined else "",
+                 f"; left {', '.join(left)}" if left else "")
+
+    # -- fenced leader work ----------------------------------------------------------------
+    @contextlib.contextmanager
+    def fenced(self) -> Iterator[LeaderTransaction]:
+        """A transaction that commits only while this process leads at its epoch.
+
+        Its first statement confirms the epoch (a conditional update of the
+        cluster row); when another member took over meanwhile, nothing in it
+        is written and :class:`NotLeader` is raised, and this process stops
+        leading.  Messages added with ``publish``/``emit`` go to an outbox
+        batch in the transaction and are published after the commit.
+        Raises :class:`StoreUnavailable` when the database fails.
+        """
+        epoch = self._epoch
+        if epoch is None:
+            raise NotLeader(f"{self.name} does not lead the cluster (leader: {self._leader})")
+        batch = None
+        with self.store.writes:
+            with unavailable(), self.store.engine.begin() as conn:
+                if not ClusterState.confirm(conn, self.name, epoch):
+                    self._lost(epoch)
+                    raise NotLeader(f"{self.name} no longer leads the cluster: epoch {epoch} "
+                                    "is over (another member took over)")
+                tx = LeaderTransaction(conn, self.events)
+                yield tx
+                if tx.added:
+                    batch = Outbox.write(conn, [], [(None, m) for m in tx.added],
+                                         writer=self.name)
+        if batch is not None:
+            self._hand_over({batch: tx.added})
+
+    def _lost(self, epoch: int) -> None:
+        # No lock: this runs inside a transaction (and, on SQLite, under the
+        # store's write lock), which the heartbeat may be waiting for.
+        if self._epoch == epoch:
+            self._epoch = None
+            log.warning("leader work refused: epoch %d is over, this process no longer "
+                        "leads the cluster", epoch)
+
+    def _hand_over(self, batches: dict[str, list[OutMessage]]) -> None:
+        if self.publish is not None:
+            self.publish(batches)
+
+    # -- reading ---------------------------------------------------------------------------
     def members(self) -> list[Member]:
-        """Live members, the leader first (earliest start, then name)."""
+        """Live members in view order (the earliest joined first)."""
         return self.nodes.live(self.ttl)
+
+    @property
+    def view(self) -> ClusterView | None:
+        """The established view as this member last saw it (None before its first)."""
+        return self._view
 
     @property
     def leader(self) -> str | None:
         return self._leader
 
     @property
+    def epoch(self) -> int | None:
+        """This process's fencing epoch while it leads (None: it does not)."""
+        return self._epoch
+
+    @property
     def live(self) -> tuple[str, ...]:
-        """Names of the live members as of the last heartbeat, the leader first."""
-        return self._members
+        """Names of the members of the established view as of the last heartbeat, the
+        leader first."""
+        view = self._view
+        if view is None:
+            return ()
+        return tuple(sorted(view.names, key=lambda name: name != view.leader))
 
     @property
     def is_leader(self) -> bool:
-        """Whether this process leads the cluster (as of its last heartbeat)."""
-        return self._leader == self.name
+        """Whether this process leads the cluster (as of its last heartbeat; leader work
+        checks again, in its own transaction: :meth:`fenced`)."""
+        return self._epoch is not None
 
     def forget_dead(self, older_than: float = 3600.0) -> int:
-        """Drop rows of members silent for longer than ``older_than`` seconds."""
-        with unavailable():
-            return self.nodes.forget(older_than)
+        """Drop rows of members silent for longer than ``older_than`` seconds (fenced)."""
+        with self.fenced() as tx:
+            return self.nodes.forget(older_than, tx.connection)
+
+
+def _advertised(member: Member) -> dict[str, Any]:
+    return {"name": member.name, "host": member.host, "pid": member.pid, **member.properties}
 
 
 _held_locks: list[Any] = []

@@ -30,7 +30,13 @@ they are gathered again; ``_retries`` decides retry or dead letter;
 from listener_router.pipeline._batch import Batch, BatchSizing, Gathering, Group
 from listener_router.pipeline._commit import Commit, CommitExtension, CommitStage, Executed
 from listener_router.pipeline._execute import HANG_EXIT, ExecuteStage, Runner, hang_watch
-from listener_router.pipeline._finish import CONFIRM_TIMEOUT, Finishing, FinishStage, Orphans
+from listener_router.pipeline._finish import (
+    CONFIRM_TIMEOUT,
+    Finishing,
+    FinishStage,
+    Orphans,
+    SettleExtension,
+)
 from listener_router.pipeline._gather import GatherStage
 from listener_router.pipeline._held import Held
 from listener_router.pipeline._inflight import InFlight
@@ -78,6 +84,7 @@ __all__ = [
     "Orphans",
     "Placement",
     "Runner",
+    "SettleExtension",
     "Settlement",
     "State",
     "Stats",

@@ -74,6 +74,7 @@ class Commit:
     outgoing: list[tuple[str, OutMessage]]   # (source message ID, routed message)
     report: BatchReport | None = None        # the batch's report so far (timings, counts)
     added: list[OutMessage] = field(default_factory=list)
+    results: list[InstanceResult] = field(default_factory=list)  # one per ``committed``
 
     def publish(self, message: OutMessage) -> None:
         """Add ``message`` to this transaction's outbox batch.
@@ -178,11 +179,12 @@ class CommitStage:
             messages: list[tuple[str | None, OutMessage]] = list(outgoing)
             if self.extensions:
                 commit = Commit(name, conn, [w for w, _ in committing], failed, commit_ids,
-                                invalidated, outgoing, report)
+                                invalidated, outgoing, report,
+                                results=[result for _, result in committing])
                 self._extend(commit)
                 added.extend(commit.added)
                 messages += [(None, m) for m in commit.added]
-            batches.append(Outbox.write(conn, processed, messages))
+            batches.append(Outbox.write(conn, processed, messages, writer=bb.owner))
 
         started = time.perf_counter()
         try:

@@ -9,6 +9,12 @@ messages are published with confirms, the outbox batches marked sent, and
 only then the inputs acked.  A failed publish holds them instead; committed
 ones then take the inbox path and publish their outbox batch again.
 
+Settle extensions (:class:`SettleExtension`) add messages of their own for
+the settled messages (events about failures and dead letters): written to
+the outbox in a transaction of their own before anything is published, then
+published and marked sent with the rest.  Nothing is written or published
+for them when no extension is registered.
+
 The leader's orphaned outbox batches (:class:`Orphans`) are published on the
 same lane.  When the last job of a batch is done, its report goes to the
 observers.
@@ -19,6 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from listener_router._config import Settings
@@ -31,9 +38,9 @@ from listener_router.pipeline._report import Meter, Observers, Stats
 from listener_router.pipeline._retries import side_messages
 from listener_router.pipeline._states import State
 from listener_router.pipeline._work import Work
-from listener_router.store import ServiceStore, unavailable
+from listener_router.store import Outbox, ServiceStore, unavailable
 
-__all__ = ["CONFIRM_TIMEOUT", "FinishStage", "Finishing", "Orphans"]
+__all__ = ["CONFIRM_TIMEOUT", "FinishStage", "Finishing", "Orphans", "SettleExtension"]
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +66,30 @@ class Orphans:
     batches: dict[str, list[OutMessage]]
 
 
+class SettleExtension:
+    """Messages of its own for settled messages (events about failures); the base adds none.
+
+    :meth:`messages` runs on the finish lane with a batch's settled messages
+    (committed, duplicate, retrying, dead) before anything of theirs is
+    published.  What it returns is written to the outbox in one transaction
+    (a failed write holds the messages, to be tried again), published with
+    confirms with the batch's messages and marked sent with them.  One that
+    raises is logged, and the batch goes on without its messages.
+    """
+
+    def messages(self, done: list[Work]) -> list[OutMessage]:
+        """Outgoing messages about ``done`` (give them deterministic IDs)."""
+        return []
+
+
 class FinishStage:
     """Publish, mark sent, ack (see module doc); ``lane`` is the stage's input."""
 
     def __init__(self, *, link: Link, settings: Settings, store: ServiceStore, held: Held,
-                 meter: Meter, stats: Stats, observers: Observers):
+                 meter: Meter, stats: Stats, observers: Observers,
+                 extensions: Iterable[SettleExtension] = (), writer: str | None = None):
+        self.extensions = list(extensions)
+        self.writer = writer
         self.link = link
         self.settings = settings
         self.store = store
@@ -140,23 +166,31 @@ class FinishStage:
         try:
             if any(w.state is State.DUPLICATE and w.outgoing for w in done):
                 routed = self._still_unsent(done)
-            if routed or side:
+            extra: list[OutMessage] = []
+            extra_batch = None
+            if self.extensions:
+                try:
+                    extra, extra_batch = self._extension_messages(done)
+                except InfrastructureError as e:
+                    log.warning("writing %d settled message(s)' own messages failed; they are "
+                                "held and tried again: %s", len(done), e)
+                    self._hold(done, str(e))
+                    return
+            if routed or side or extra:
                 try:
                     self._declare_targets(routed)
-                    publish_confirmed(self.link, routed + side, CONFIRM_TIMEOUT)
+                    publish_confirmed(self.link, routed + side + extra, CONFIRM_TIMEOUT)
                 except BrokerUnavailable as e:
                     log.warning("publishing %d message(s) failed; their inputs are held and "
-                                "tried again: %s", len(routed) + len(side), e)
-                    for w in done:
-                        w.to(State.DEFERRED, str(e))
-                    self.held.hold(w.delivery for w in done)
-                    self.held.publish_failed()
+                                "tried again: %s", len(routed) + len(side) + len(extra), e)
+                    self._hold(done, str(e))
                     return
                 if report is not None:
-                    report.published += len(routed) + len(side)
+                    report.published += len(routed) + len(side) + len(extra)
                     report.count_sent(m.routing_key if not m.exchange
                                       else f"{m.exchange}/{m.routing_key}" for m in routed)
-                batches = sorted({w.batch for w in done if w.batch})
+                batches = sorted({w.batch for w in done if w.batch}
+                                 | ({extra_batch} if extra_batch else set()))
                 try:
                     with self.store.writes, unavailable():
                         self.store.outbox.mark_sent(batches)
@@ -172,6 +206,27 @@ class FinishStage:
             self.held.hold(w.delivery for w in done)
         finally:
             self.meter.time("publish", time.perf_counter() - started, report)
+
+    def _hold(self, done: list[Work], error: str) -> None:
+        for w in done:
+            w.to(State.DEFERRED, error)
+        self.held.hold(w.delivery for w in done)
+        self.held.publish_failed()
+
+    def _extension_messages(self, done: list[Work]) -> tuple[list[OutMessage], str | None]:
+        """The settle extensions' messages for ``done``, written to an outbox batch."""
+        extra: list[OutMessage] = []
+        for extension in self.extensions:
+            try:
+                extra += extension.messages(done)
+            except Exception:  # an extension's bug: logged, never the batch's end
+                log.exception("settle extension %s failed; going on without its messages",
+                              type(extension).__name__)
+        if not extra:
+            return [], None
+        with self.store.writes, unavailable(), self.store.engine.begin() as conn:
+            batch = Outbox.write(conn, [], [(None, m) for m in extra], writer=self.writer)
+        return extra, batch
 
     def _still_unsent(self, done: list[Work]) -> list[OutMessage]:
         """The outgoing messages of ``done``, less those of duplicates whose outbox batch was

@@ -114,7 +114,7 @@ class GatherStage:
         link = self.link
         chunk: list[Delivery] = []
         if self.held:
-            if self._stop.wait(self.held.backoff) or self._service_stopping.is_set():
+            if self.held.wait(self._stop) or self._service_stopping.is_set():
                 return []
             held = self.held.take()
             if not link.ready.is_set():
@@ -213,6 +213,7 @@ class GatherStage:
             taken.update(ids)
             w.to(State.PROCESSING)
             w.workflow = w.rule.workflow
+            w.loaded = True
             groups.setdefault(w.rule.workflow, []).append(w)
         reserved = [w for ws in groups.values() for w in ws]
         inflight.reserve(keys(reserved), batch)

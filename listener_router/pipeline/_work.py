@@ -25,6 +25,7 @@ class Work:
     workflow: str | None = None
     outgoing: list[OutMessage] = field(default_factory=list)
     batch: str | None = None           # the outbox batch ``outgoing`` is in, once committed
+    loaded: bool = False               # its records were taken up (invalidated if it fails)
 
     def to(self, state: State, error: str | None = None) -> None:
         self.state = check_transition(self.state, state)

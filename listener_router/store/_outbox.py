@@ -20,6 +20,7 @@ receivers drop the copies they already have.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -66,6 +67,7 @@ outbox = Table(
     # JSON: [[message_id, source message_id, exchange, routing_key, body, headers,
     #         content_type], ...]
     Column("messages", Text, nullable=False),
+    Column("writer", String(255), nullable=True),  # the member that committed it (failover)
     Index("ix_chalk_outbox_batches_unsent", "sent_at"),
 )
 
@@ -77,8 +79,8 @@ _CHUNK = 2000
 # or one text array (PostgreSQL): one statement whatever the batch size.
 _INBOX_INSERT = ("INSERT INTO chalk_inbox (queue, message_id, status, processed_at, batch) "
                  "VALUES (?, ?, 'committed', ?, ?)")
-_OUTBOX_INSERT = ("INSERT INTO chalk_outbox_batches (id, created_at, sent_at, size, messages) "
-                  "VALUES (?, ?, NULL, ?, ?)")
+_OUTBOX_INSERT = ("INSERT INTO chalk_outbox_batches (id, created_at, sent_at, size, messages, "
+                  "writer) VALUES (?, ?, NULL, ?, ?, ?)")
 _SEEN = {
     "sqlite": "SELECT message_id, batch FROM chalk_inbox WHERE queue = ? AND message_id IN "
               "(SELECT value FROM json_each(?))",
@@ -132,9 +134,12 @@ class Outbox:
 
     @staticmethod
     def write(conn: Connection, processed: Sequence[tuple[str, str]],
-              messages: Sequence[tuple[str | None, OutMessage]]) -> str | None:
+              messages: Sequence[tuple[str | None, OutMessage]],
+              writer: str | None = None) -> str | None:
         """Inside the commit transaction: record ``(message_id, queue)`` and the outgoing
         ``(source message_id, message)``; returns the outbox batch (None: no messages).
+        ``writer`` names the member (its node name): when it is gone, the leader
+        publishes its unsent batches at once (failover).
 
         A message with no source (``None``: one a commit extension added for the
         batch as a whole) makes the first processed message's inbox row name the
@@ -146,7 +151,7 @@ class Outbox:
             conn.exec_driver_sql(_driver_sql(conn, _OUTBOX_INSERT), (
                 batch, now, len(messages), orjson.dumps([
                     (m.message_id, source, m.exchange, m.routing_key, m.body.decode("utf-8"),
-                     m.headers, m.content_type) for source, m in messages]).decode()))
+                     m.headers, m.content_type) for source, m in messages]).decode(), writer))
         if processed:
             sources = {source for source, _m in messages}
             if None in sources:
@@ -156,20 +161,31 @@ class Outbox:
         return batch
 
     def unsent(self, batches: Iterable[str] | None = None,
-               older_than: float | None = None) -> dict[str, list[OutMessage]]:
+               older_than: float | None = None,
+               conn: Connection | None = None) -> dict[str, list[OutMessage]]:
         """The messages of batches not yet confirmed sent, by batch (of those given,
-        or all created before ``older_than``)."""
+        or all created before ``older_than``), read in ``conn``'s transaction when given."""
         query = select(outbox.c.id, outbox.c.messages).where(outbox.c.sent_at.is_(None))
         if older_than is not None:
             query = query.where(outbox.c.created_at < older_than)
         rows: list[Any] = []
-        with self._reading() as conn:
+        with contextlib.nullcontext(conn) if conn is not None else self._reading() as conn:
             if batches is None:
                 rows = list(conn.execute(query.order_by(outbox.c.created_at)))
             else:
                 for part in _chunks(sorted(set(batches))):
                     rows.extend(conn.execute(query.where(outbox.c.id.in_(part))))
         return {r.id: _decode(r.messages) for r in rows}
+
+    @staticmethod
+    def unsent_written_by(conn: Connection, writer: str,
+                          before: float | None = None) -> dict[str, list[OutMessage]]:
+        """Inside a transaction: the unsent batches ``writer`` committed (before ``before``)."""
+        query = select(outbox.c.id, outbox.c.messages).where(
+            outbox.c.sent_at.is_(None), outbox.c.writer == writer).order_by(outbox.c.created_at)
+        if before is not None:
+            query = query.where(outbox.c.created_at < before)
+        return {r.id: _decode(r.messages) for r in conn.execute(query)}
 
     def mark_sent(self, batches: Sequence[str]) -> None:
         if not batches:
@@ -208,10 +224,11 @@ class Outbox:
                     sources[row.id] = [m[1] for m in orjson.loads(row.messages)]
         return [sources.get(b, []).count(mid) if b else 0 for mid, b in processed]
 
-    def purge(self, older_than_seconds: float) -> int:
-        """Retention: drop sent outbox batches and inbox rows older than the limit."""
+    def purge(self, older_than_seconds: float, conn: Connection | None = None) -> int:
+        """Retention: drop sent outbox batches and inbox rows older than the limit
+        (in ``conn``'s transaction when given)."""
         limit = time.time() - older_than_seconds
-        with self.engine.begin() as conn:
+        with contextlib.nullcontext(conn) if conn is not None else self.engine.begin() as conn:
             count = conn.execute(delete(outbox).where(outbox.c.sent_at < limit)).rowcount or 0
             count += conn.execute(delete(inbox).where(inbox.c.processed_at < limit)).rowcount or 0
         return count
@@ -228,6 +245,8 @@ def _upgrade(conn: Connection) -> None:
     found = inspect(conn)
     if "batch" not in {c["name"] for c in found.get_columns("chalk_inbox")}:
         conn.execute(text("ALTER TABLE chalk_inbox ADD COLUMN batch VARCHAR(64)"))
+    if "writer" not in {c["name"] for c in found.get_columns("chalk_outbox_batches")}:
+        conn.execute(text("ALTER TABLE chalk_outbox_batches ADD COLUMN writer VARCHAR(255)"))
     if "chalk_outbox" not in found.get_table_names():
         return
     old = conn.execute(text(

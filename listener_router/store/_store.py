@@ -2,9 +2,11 @@
 
 :class:`ServiceStore` sits in the blackboard's database (one SQLAlchemy
 engine, taken from the blackboard's public :class:`~blackboard.SqlStore`):
-``outbox`` (inbox and outbox, written in the commit transaction) and
-``nodes`` (cluster heartbeats) and ``dead_letters`` (those ``chalk dlq`` took off
-the dead-letter queues) and ``workflow_versions`` (what each process runs).  It also hands out the blackboards the
+``outbox`` (inbox and outbox, written in the commit transaction),
+``nodes`` (cluster heartbeats and advertised properties), ``cluster``
+(leader, fencing epoch, established view) and ``dead_letters`` (those ``chalk
+dlq`` took off the dead-letter queues) and ``workflow_versions`` (what each
+process runs).  It also hands out the blackboards the
 pipeline loads records on, and renews and purges record leases through the
 blackboard's own calls.
 
@@ -32,6 +34,7 @@ from listener_router._errors import (
     RecordsBusy,
     StoreUnavailable,
 )
+from listener_router.store._cluster import ClusterState
 from listener_router.store._dead_letters import DeadLetters
 from listener_router.store._nodes import Nodes
 from listener_router.store._outbox import Outbox
@@ -44,7 +47,8 @@ _OUTAGES = (OperationalError, InterfaceError, SqlTimeoutError, OSError)
 
 
 class ServiceStore:
-    """Inbox, outbox, nodes and dead letters in the blackboard's database (see the module doc).
+    """Inbox, outbox, nodes, cluster and dead letters in the blackboard's database (see the
+    module doc).
 
     Opening it creates (or upgrades) the tables.  ``writes`` is held around
     every write transaction of this process: SQLite has one writer, and
@@ -59,6 +63,7 @@ class ServiceStore:
         create_schema(sql.engine)
         self.outbox = Outbox(sql.engine)
         self.nodes = Nodes(sql.engine)
+        self.cluster = ClusterState(sql.engine)
         self.dead_letters = DeadLetters(sql.engine)
         self.workflow_versions = WorkflowVersions(sql.engine)
         self.writes: contextlib.AbstractContextManager[object] = (

@@ -314,3 +314,16 @@ def write_config(path: Path, *, db: str, broker: str, workflows: Any,
         lines += _section("[[router]]", rule)
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def bind_subscriber(broker_url: str, queue: str, exchange: str = "chalk.events") -> None:
+    """A durable queue bound to the events exchange with '#': every event from now on."""
+    from listener_router.events import declare_exchange
+    conn = pika.BlockingConnection(connection_parameters(broker_url))
+    try:
+        channel = conn.channel()
+        declare_exchange(channel, exchange)
+        channel.queue_declare(queue, durable=True)
+        channel.queue_bind(queue, exchange, routing_key="#")
+    finally:
+        conn.close()

@@ -20,9 +20,9 @@ from listener_router.store._outbox import outbox
 @pytest.mark.postgres
 def test_the_first_live_member_leads_until_it_goes(pg_url, caplog):
     caplog.set_level("INFO", logger="listener_router.cluster._membership")
-    first = Membership(ServiceStore.connect(pg_url).nodes, "node-a", interval=0.2, ttl=2.0).start()
+    first = Membership(ServiceStore.connect(pg_url), "node-a", interval=0.2, ttl=2.0).start()
     time.sleep(0.05)
-    second = Membership(ServiceStore.connect(pg_url).nodes, "node-b", interval=0.2,
+    second = Membership(ServiceStore.connect(pg_url), "node-b", interval=0.2,
                         ttl=2.0).start()
     time.sleep(0.5)
     first.beat()

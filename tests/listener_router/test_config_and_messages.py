@@ -70,6 +70,17 @@ attributes = ["a"]
     ("[engine]\nlocal_below = 'often'\n", "local_below must be integer"),
     ("[[listener]]\nprefetch = 70000\n", "prefetch must be at most 65535"),
     ("not = toml = at all\n", "not valid TOML"),
+    ("[node]\nheartbeat_seconds = 5\nttl_seconds = 5\n",
+     "[node] ttl_seconds (5) must be more than heartbeat_seconds (5)"),
+    ("[node]\nttl_seconds = 2\n", "ttl_seconds (2) must be more than heartbeat_seconds (5)"),
+    ("[node]\nheartbeat_seconds = 0\n", "[node] heartbeat_seconds must be more than 0, got 0"),
+    ("[node]\nheartbeat_seconds = '1s'\n", "[node] heartbeat_seconds must be number"),
+    ("[node]\nheartbeat = 1\n", "unknown key(s) heartbeat"),
+    ("[events]\ncommitted = 'yes'\n", "[events] committed must be boolean"),
+    ("[events]\nrecord_committed = true\n", "unknown key(s) record_committed"),
+    ("[events]\nexchange = 'amq.topic'\n", "must name a topic exchange of Chalk's own"),
+    ("[events]\nexchange = ''\n", "must name a topic exchange of Chalk's own"),
+    ("events = true\n", "[events] must be a table"),
 ])
 def test_bad_configuration_names_file_and_key(tmp_path, text, message):
     path = tmp_path / "chalk.toml"

@@ -32,6 +32,12 @@ def _wait_status(config, capsys, needle: str, timeout: float = 120.0) -> str:
         time.sleep(0.5)
 
 
+def _row(out: str, version: str) -> str | None:
+    """The table row of workflow Counting at ``version``."""
+    return next((line for line in out.splitlines()
+                 if line.lstrip("│┃ ").startswith("Counting") and version in line), None)
+
+
 @pytest.mark.broker
 @pytest.mark.slow
 def test_status_shows_each_running_version_and_its_last_reload(tmp_path, broker_url, qname, capsys,
@@ -51,8 +57,8 @@ def test_status_shows_each_running_version_and_its_last_reload(tmp_path, broker_
         wait_for_log(log, " up: queues", timeout=180)
         first = re.search(r"workflow Counting version (\w{12}) loaded", log.read_text()).group(1)
         out = _wait_status(config, capsys, first)
-        row = next(line for line in out.splitlines() if "Counting" in line)
-        assert first in row and "s ago" in row, out
+        row = _row(out, first)
+        assert row is not None and "s ago" in row, out
         assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", row), row
 
         # a changed file is reloaded by the running service: status shows the new version
@@ -62,8 +68,7 @@ def test_status_shows_each_running_version_and_its_last_reload(tmp_path, broker_
         second = re.search(r"workflow Counting version (\w{12}) loaded from \S+ \(was " + first,
                            log.read_text()).group(1)
         out = _wait_status(config, capsys, second)
-        row = next(line for line in out.splitlines() if "Counting" in line)
-        assert second in row and first not in out, out
+        assert _row(out, second) is not None and first not in out, out
     finally:
         kill_group(proc, signal.SIGTERM)
         proc.wait(timeout=120)
