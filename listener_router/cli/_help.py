@@ -12,7 +12,7 @@ import textwrap
 
 __all__ = ["HELP", "describe", "examples"]
 
-# command: (description, examples — one "chalk …" line each, a comment after "#")
+# command: (description, examples — one "chalk …" line each, a comment after " # ")
 HELP: dict[str, tuple[str, str]] = {
     "run": (
         "Run the service: consume record-ID messages from the listener queues, run each "
@@ -88,7 +88,7 @@ HELP: dict[str, tuple[str, str]] = {
 
 def examples(command: str) -> list[list[str]]:
     """The example command lines of ``command`` as arguments (after ``chalk``, no comment)."""
-    return [shlex.split(line.split("#")[0])[1:] for line in HELP[command][1].splitlines()]
+    return [shlex.split(line.split(" # ")[0])[1:] for line in HELP[command][1].splitlines()]
 
 
 def describe(subparsers: argparse._SubParsersAction) -> None:
