@@ -13,7 +13,8 @@ from rich.console import Console
 from rich.table import Table
 
 from listener_router._config import Settings
-from listener_router.broker import connection_parameters, dlq_name
+from listener_router._errors import BrokerUnavailable
+from listener_router.broker import connect, dlq_name
 from listener_router.cli._dead_letters import dead_letters, purge, replay
 from listener_router.store import ServiceStore
 
@@ -25,7 +26,7 @@ console = Console()
 @contextmanager
 def channel(settings: Settings) -> Iterator[Any]:
     """A channel on a connection of its own to the configured broker."""
-    conn = pika.BlockingConnection(connection_parameters(settings.broker_url))
+    conn = connect(settings.broker_url)
     try:
         yield conn.channel()
     finally:
@@ -55,8 +56,8 @@ def status(settings: Settings) -> None:
             found = depth(settings, name)
             table.add_row(name, "absent" if found is None else str(found))
         console.print(table)
-    except pika.exceptions.AMQPConnectionError as e:
-        console.print(f"broker: unreachable ({e!r})")
+    except BrokerUnavailable as e:
+        console.print(f"broker: unreachable ({e})")
     store = ServiceStore.connect(settings.blackboard_url)
     count = store.sql.record_count()
     held = store.sql.lease_counts()
@@ -77,7 +78,26 @@ def status(settings: Settings) -> None:
         console.print(f"  {m.name} (pid {m.pid} on {m.host}, version "
                       f"{m.properties.get('version', '?')}), heartbeat "
                       f"{now - m.heartbeat_at:.0f} s ago; queues {queues}; workflows {workflows}")
+    _versions(store, [m.name for m in members])
     store.close()
+
+
+def _versions(store: ServiceStore, members: Sequence[str]) -> None:
+    """The workflow versions the live members run, with their last reload."""
+    import datetime as dt
+
+    running = store.workflow_versions.running(members)
+    if not running:
+        console.print("workflows: no running service reports its versions (chalk run does)")
+        return
+    table = Table(title="running workflows")
+    for column in ("workflow", "version", "last reload", "process", "file"):
+        table.add_column(column, overflow="fold")
+    for v in running:
+        when = dt.datetime.fromtimestamp(v.loaded_at).isoformat(sep=" ", timespec="seconds")
+        table.add_row(v.name, v.version[:12], f"{when} ({time.time() - v.loaded_at:.0f} s ago)",
+                      v.node, v.path)
+    console.print(table)
 
 
 def jobs(settings: Settings, limit: int = 20) -> None:

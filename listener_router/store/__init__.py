@@ -4,7 +4,8 @@
 (``_store``); each table lives in a module of its own (``_outbox`` holds the
 inbox and the outbox, ``_nodes`` the members' heartbeats, ``_cluster`` the
 leader, its fencing epoch and the established view, ``_dead_letters`` the dead
-letters ``chalk dlq`` took off the queues) and ``_schema``
+letters ``chalk dlq`` took off the queues, ``_versions`` the workflow versions each
+process runs) and ``_schema``
 creates and upgrades them all in one place.  Database errors become the
 service's :class:`~listener_router.StoreUnavailable` (retry later) or
 :class:`~listener_router.CommitRefused` (the data's fault) here.
@@ -16,7 +17,8 @@ from listener_router.store._joblog import Job, JobLog
 from listener_router.store._nodes import Member, Nodes
 from listener_router.store._outbox import Outbox
 from listener_router.store._store import ServiceStore, commit_failure, unavailable
+from listener_router.store._versions import RunningVersion, WorkflowVersions
 
 __all__ = ["ClusterRow", "ClusterState", "DeadLetter", "DeadLetters", "Job", "JobLog", "Member",
-           "Nodes", "Outbox", "ServiceStore",
+           "Nodes", "Outbox", "RunningVersion", "ServiceStore", "WorkflowVersions",
            "commit_failure", "unavailable"]

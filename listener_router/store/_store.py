@@ -5,7 +5,8 @@ engine, taken from the blackboard's public :class:`~blackboard.SqlStore`):
 ``outbox`` (inbox and outbox, written in the commit transaction),
 ``nodes`` (cluster heartbeats and advertised properties), ``cluster``
 (leader, fencing epoch, established view) and ``dead_letters`` (those ``chalk
-dlq`` took off the dead-letter queues).  It also hands out the blackboards the
+dlq`` took off the dead-letter queues) and ``workflow_versions`` (what each
+process runs).  It also hands out the blackboards the
 pipeline loads records on, and renews and purges record leases through the
 blackboard's own calls.
 
@@ -38,6 +39,7 @@ from listener_router.store._dead_letters import DeadLetters
 from listener_router.store._nodes import Nodes
 from listener_router.store._outbox import Outbox
 from listener_router.store._schema import create_schema
+from listener_router.store._versions import WorkflowVersions
 
 __all__ = ["ServiceStore", "commit_failure", "unavailable"]
 
@@ -63,6 +65,7 @@ class ServiceStore:
         self.nodes = Nodes(sql.engine)
         self.cluster = ClusterState(sql.engine)
         self.dead_letters = DeadLetters(sql.engine)
+        self.workflow_versions = WorkflowVersions(sql.engine)
         self.writes: contextlib.AbstractContextManager[object] = (
             threading.Lock() if sql.dialect == "sqlite" else contextlib.nullcontext())
 
