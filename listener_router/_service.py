@@ -12,6 +12,7 @@ takes gathered batches to the execute stage.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.metadata
 import logging
@@ -27,7 +28,7 @@ from typing import Any
 import engine
 from blackboard import SqlStore
 from listener_router._config import Settings, make_runner, with_schedule_listeners
-from listener_router._errors import ConfigError
+from listener_router._errors import ConfigError, StoreUnavailable
 from listener_router._gc import tune_gc
 from listener_router._rules import ListenerRules, Router
 from listener_router.broker import AmqpLink, Link, ProcessLink, declare_all
@@ -69,7 +70,7 @@ from listener_router.pipeline import (
     default_sizing,
     prefetch_for,
 )
-from listener_router.store import ServiceStore
+from listener_router.store import RunningVersion, ServiceStore, unavailable
 
 __all__ = ["Service"]
 
@@ -199,6 +200,8 @@ class Service:
                         "workflows": registry.names()},
             listeners=[*self.topology_listeners, _WakeHeld(held)],
             publish=finish.publish_orphans, events=events).start()
+        self._published_versions: tuple[Any, ...] | None = None
+        self.publish_versions()
         settlement = Settlement(loader=loader, inflight=self.inflight, held=held, finish=finish,
                                 meter=meter)
         commit = self._commit = CommitStage(router=router, store=store, loader=loader,
@@ -252,6 +255,9 @@ class Service:
         if self.link is not None:
             self.link.stop()
         if self.store is not None:
+            if getattr(self, "_published_versions", None) is not None:
+                with contextlib.suppress(Exception):  # a stopped process's rows are ignored anyway
+                    self.store.workflow_versions.forget(self.node)
             self.store.close()
 
     def __enter__(self) -> Service:
@@ -317,6 +323,7 @@ class Service:
                     self._last_refresh = time.monotonic()
                     for problem in self.registry.refresh():
                         log.error("%s", problem)
+                    self.publish_versions()
                     if self.membership is not None:
                         self.membership.advertise(workflows=self.registry.names())
                 self.leader.tick()
@@ -328,6 +335,22 @@ class Service:
                 self._gather.stop()
                 self.drain()
         return stats
+
+    def publish_versions(self) -> None:
+        """Write the workflow versions this process runs to the store when they changed
+        (``chalk status`` shows them); a failure is logged and tried again next time."""
+        assert self.store is not None
+        versions = tuple(self.registry.versions())
+        if versions == self._published_versions:
+            return
+        try:
+            with self.store.writes, unavailable():
+                self.store.workflow_versions.publish(self.node, [
+                    RunningVersion(self.node, v.name, v.version, v.path, v.loaded_at)
+                    for v in versions])
+            self._published_versions = versions
+        except StoreUnavailable as e:
+            log.warning("could not record the running workflow versions: %s", e)
 
     def maintain(self) -> dict[str, int]:
         """Run every leader task now (leader or not): what each did, by name."""

@@ -20,7 +20,8 @@ from rich.console import Console
 from rich.table import Table
 
 from listener_router._config import Settings
-from listener_router.broker import connection_parameters, dlq_name
+from listener_router._errors import BrokerUnavailable
+from listener_router.broker import connect, dlq_name
 from listener_router.cli._dead_letters import dead_letters, logged, purge, replay
 from listener_router.cli._jobs import print_statistics
 from listener_router.store import ServiceStore
@@ -33,7 +34,7 @@ console = Console()
 @contextmanager
 def channel(settings: Settings) -> Iterator[Any]:
     """A channel on a connection of its own to the configured broker."""
-    conn = pika.BlockingConnection(connection_parameters(settings.broker_url))
+    conn = connect(settings.broker_url)
     try:
         yield conn.channel()
     finally:
@@ -75,8 +76,8 @@ def status(settings: Settings, since: float | None = None) -> None:
             table.add_row(name, "absent" if found is None else str(found),
                           f"{rates[name]:.1f}" if name in rates else "")
         console.print(table)
-    except pika.exceptions.AMQPConnectionError as e:
-        console.print(f"broker: unreachable ({e!r})")
+    except BrokerUnavailable as e:
+        console.print(f"broker: unreachable ({e})")
     count = store.sql.record_count()
     held = store.sql.lease_counts()
     done = store.outbox.processed_count()
@@ -95,8 +96,25 @@ def status(settings: Settings, since: float | None = None) -> None:
         console.print(f"  {m.name} (pid {m.pid} on {m.host}, version "
                       f"{m.properties.get('version', '?')}), heartbeat "
                       f"{now - m.heartbeat_at:.0f} s ago; queues {queues}; workflows {workflows}")
+    _versions(store, [m.name for m in members])
     print_statistics(store, now - 3600 if since is None else since, now=now)
     store.close()
+
+
+def _versions(store: ServiceStore, members: Sequence[str]) -> None:
+    """The workflow versions the live members run, with their last reload."""
+    running = store.workflow_versions.running(members)
+    if not running:
+        console.print("workflows: no running service reports its versions (chalk run does)")
+        return
+    table = Table(title="running workflows")
+    for column in ("workflow", "version", "last reload", "process", "file"):
+        table.add_column(column, overflow="fold")
+    for v in running:
+        when = dt.datetime.fromtimestamp(v.loaded_at).isoformat(sep=" ", timespec="seconds")
+        table.add_row(v.name, v.version[:12], f"{when} ({time.time() - v.loaded_at:.0f} s ago)",
+                      v.node, v.path)
+    console.print(table)
 
 
 def dlq_list(settings: Settings, queues: Sequence[str], limit: int = 50) -> int:

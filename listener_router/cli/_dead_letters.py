@@ -36,7 +36,7 @@ from listener_router._messages import (
     WORKFLOW_HEADER,
     derive_message_id,
 )
-from listener_router.broker import connection_parameters, dlq_name
+from listener_router.broker import connect, dlq_name
 from listener_router.jobs import REPLAYS_HEADER
 from listener_router.store import DeadLetter, LogEntry, ServiceStore
 
@@ -89,7 +89,7 @@ def _letter(queue: str, props: Any, body: bytes) -> DeadLetter:
 def collect(settings: Settings, store: ServiceStore, queues: Sequence[str]) -> int:
     """Move every dead letter of ``queues`` (input queues) from ``Q.dlq`` into ``store``."""
     moved = 0
-    conn = pika.BlockingConnection(connection_parameters(settings.broker_url))
+    conn = connect(settings.broker_url)
     try:
         for queue in queues:
             ch = conn.channel()
@@ -169,7 +169,7 @@ def replay(settings: Settings, queues: Sequence[str], message_id: str | None = N
         letters = store.dead_letters.list(queues, message_id=message_id)
         if not letters:
             return 0
-        conn = pika.BlockingConnection(connection_parameters(settings.broker_url))
+        conn = connect(settings.broker_url)
         try:
             ch = conn.channel()
             ch.confirm_delivery()

@@ -13,6 +13,8 @@ from typing import Any
 
 from listener_router._config import Settings, load_settings, make_runner
 from listener_router._errors import ConfigError
+from listener_router._messages import OPERATIONS
+from listener_router.cli._help import describe
 
 __all__ = ["main"]
 
@@ -69,7 +71,7 @@ def cmd_push(args: argparse.Namespace) -> int:
     with Progress(disable=not sys.stderr.isatty()) as progress:
         task = progress.add_task(f"push → {args.queue}", total=len(records))
         sent = push_records(settings, args.queue, records, store=not args.ids_only and not args.ids,
-                            operation=args.operation.upper(), per_message=args.per_message,
+                            operation=args.operation, per_message=args.per_message,
                             progress=lambda n: progress.advance(task, n))
     print(f"pushed {len(records)} record(s) in {sent} message(s) to {args.queue}")
     return 0
@@ -82,6 +84,7 @@ def cmd_process(args: argparse.Namespace) -> int:
     import engine
     from blackboard import Blackboard
     from listener_router._records import chunked, read_records
+    from listener_router.cli._output import result_record
     settings = _settings(args)
     registry = engine.WorkflowRegistry(settings.workflows_dir, aliases=settings.aliases,
                                        services=settings.services)
@@ -89,6 +92,7 @@ def cmd_process(args: argparse.Namespace) -> int:
         print(problem, file=sys.stderr)
     workflow = registry.get(args.workflow)
     records = list(read_records(args.input))
+    listed = {r["id"]: {k for k, v in r["attributes"].items() if isinstance(v, list)} for r in records}
     runner = make_runner(settings)
     ok = failed = 0
     out = open(args.output, "w", encoding="utf-8") if args.output else None  # noqa: SIM115
@@ -121,7 +125,7 @@ def cmd_process(args: argparse.Namespace) -> int:
                 if out is not None:
                     for r in results:
                         for rid in r.result_ids if r.ok else ():
-                            out.write(json.dumps({"id": rid, "attributes": bb.get_attributes(rid)},
+                            out.write(json.dumps(result_record(bb, rid, listed.get(rid, ())),
                                                  ensure_ascii=False) + "\n")
                 bb.invalidate_many(bad)
                 bb.commit_many(good, hook=None if journal is None else journal.hook(
@@ -157,11 +161,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_graph(args: argparse.Namespace) -> int:
     import engine
     settings = _settings(args)
-    workflow = engine.load_workflow(args.file, aliases=settings.aliases, services=settings.services)
-    graph = engine.workflow_graph(workflow)
+    graph, errors = engine.draft_graph(args.file, aliases=settings.aliases,
+                                       services=settings.services)
+    for error in errors:  # drawn anyway, the faulty activities in red
+        print(error, file=sys.stderr)
     if args.output:
         engine.render_graph(graph, args.output)
-        print(f"wrote {args.output}")
+        print(f"wrote {args.output}" + (f" ({len(errors)} error(s) marked)" if errors else ""))
     else:
         print(engine.to_dot(graph))
     return 0
@@ -243,11 +249,21 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(records=args.records, config=args.config)
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("chalk")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="chalk", description="Chalk: a record-processing engine (RabbitMQ listener/router, "
-        "SQLAlchemy blackboard, BPEL-style XML workflows on PySpark).")
+        "SQLAlchemy blackboard, BPEL-style XML workflows on PySpark).",
+        epilog="chalk COMMAND --help describes a command and shows examples.")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv: debug)")
+    parser.add_argument("--version", action="version", version=f"chalk {_version()}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", metavar="FILE", help="chalk.toml (default: ./chalk.toml when present)")
     common.add_argument("--blackboard", metavar="URL",
@@ -271,14 +287,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--id", dest="ids", action="append", metavar="ID",
                    help="publish this record ID without storing anything (repeatable)")
     p.add_argument("--ids-only", action="store_true", help="publish the file's IDs without storing the records")
-    p.add_argument("--operation", default="ADD", help="operation header: ADD (default) or DELETE")
+    p.add_argument("--operation", default="ADD", type=str.upper, choices=OPERATIONS,
+                   help=f"operation header, one the service accepts: {', '.join(OPERATIONS)} "
+                        "(default ADD)")
     p.add_argument("--per-message", type=int, default=1, help="record IDs per message (default 1)")
     p.set_defaults(func=cmd_push)
 
     p = sub.add_parser("process", parents=[common], help="run a workflow over a JSONL file, no broker")
     p.add_argument("--workflow", required=True, help="workflow name (<process name=…>)")
     p.add_argument("--input", required=True, help="JSON Lines file of records")
-    p.add_argument("--output", help="write the result records as JSON Lines here")
+    p.add_argument("--output", help="write the result records as JSON Lines here (attributes "
+                   "given as lists stay lists; annotations under \"annotations\")")
     p.add_argument("--workflows", metavar="DIR", help="workflow directory")
     p.add_argument("--local", action="store_true", help="run in-process instead of on Spark")
     p.add_argument("--batch-size", type=int, default=1000, help="records per Spark job (default 1000)")
@@ -293,7 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("graph", parents=[common], help="draw a workflow's control-flow graph")
     p.add_argument("file", help="workflow file")
-    p.add_argument("-o", "--output", help="out.dot, out.svg or out.png (default: dot text on stdout)")
+    p.add_argument("-o", "--output", help="out.dot, out.svg or out.png, by the extension (default: "
+                   "dot text on stdout); errors go to stderr and into the drawing")
     p.set_defaults(func=cmd_graph)
 
     p = sub.add_parser("status", parents=[common],
@@ -314,7 +334,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--message", metavar="ID", help="one message ID")
     p.add_argument("--since", metavar="TIME", help="an age (30m, 2h, 1d) or an ISO time")
     p.add_argument("--until", metavar="TIME", help="an age (30m, 2h, 1d) or an ISO time")
-    p.add_argument("--limit", type=int, default=50, help="the newest N entries (default 50)")
+    p.add_argument("--limit", type=int, default=50, metavar="N",
+                   help="show the N most recent entries (default 50)")
     p.add_argument("-f", "--follow", action="store_true", help="then print new entries as they come")
     p.set_defaults(func=cmd_jobs)
 
@@ -327,7 +348,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["list", "show", "replay", "purge"])
     p.add_argument("message_id", nargs="?", help="for show/replay: one message ID")
     p.add_argument("--queue", help="input queue whose dead letters to use (default: every listener queue)")
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--limit", type=int, default=50, metavar="N",
+                   help="for list: show at most N dead letters, oldest first (default 50)")
     p.set_defaults(func=cmd_dlq)
 
     p = sub.add_parser("events", parents=[common],
@@ -344,6 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", parents=[common], help="push sample records through the demo workflow and report")
     p.add_argument("--records", type=int, default=1000, help="how many sample records (default 1000)")
     p.set_defaults(func=cmd_demo)
+    describe(sub)
     return parser
 
 

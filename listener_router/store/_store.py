@@ -5,8 +5,9 @@ engine, taken from the blackboard's public :class:`~blackboard.SqlStore`):
 ``outbox`` (inbox and outbox, written in the commit transaction),
 ``nodes`` (cluster heartbeats and advertised properties), ``cluster``
 (leader, fencing epoch, established view), ``joblog`` (the job log and its
-statistics), ``schedules`` (scheduled jobs' last ticks) and ``dead_letters``
-(those ``chalk dlq`` took off the dead-letter queues).  It also hands out the blackboards the
+statistics), ``schedules`` (scheduled jobs' last ticks), ``dead_letters``
+(those ``chalk dlq`` took off the dead-letter queues) and ``workflow_versions``
+(what each process runs).  It also hands out the blackboards the
 pipeline loads records on, and renews and purges record leases through the
 blackboard's own calls.
 
@@ -41,6 +42,7 @@ from listener_router.store._nodes import Nodes
 from listener_router.store._outbox import Outbox
 from listener_router.store._schedules import Schedules
 from listener_router.store._schema import create_schema
+from listener_router.store._versions import WorkflowVersions
 
 __all__ = ["ServiceStore", "commit_failure", "unavailable"]
 
@@ -68,6 +70,7 @@ class ServiceStore:
         self.schedules = Schedules(sql.engine)
         self.cluster = ClusterState(sql.engine)
         self.dead_letters = DeadLetters(sql.engine)
+        self.workflow_versions = WorkflowVersions(sql.engine)
         self.writes: contextlib.AbstractContextManager[object] = (
             threading.Lock() if sql.dialect == "sqlite" else contextlib.nullcontext())
 
