@@ -22,11 +22,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import replace
 from typing import Any
 
 import engine
 from blackboard import SqlStore
-from listener_router._config import Settings, make_runner
+from listener_router._config import Settings, make_runner, with_schedule_listeners
 from listener_router._errors import ConfigError, StoreUnavailable
 from listener_router._gc import tune_gc
 from listener_router._rules import ListenerRules, Router
@@ -45,6 +46,7 @@ from listener_router.cluster import (
     claim_node_name,
 )
 from listener_router.events import CommittedEvents, EventKind, Events, FailureEvents
+from listener_router.jobs import JobLog, Scheduler
 from listener_router.pipeline import (
     BatchObserver,
     BatchSizing,
@@ -56,6 +58,7 @@ from listener_router.pipeline import (
     GatherStage,
     Held,
     InFlight,
+    Journals,
     Loader,
     Meter,
     Observers,
@@ -108,7 +111,9 @@ class Service:
                  leader_tasks: Iterable[LeaderTask] = (),
                  topology_listeners: Iterable[TopologyListener] = (),
                  sizing: BatchSizing | None = None):
-        self.settings = settings
+        # a schedule with a workflow and a queue of its own needs a listener rule for it
+        self.settings = settings = replace(settings, listeners=with_schedule_listeners(
+            settings.listeners, settings.schedules, settings.source or "settings"))
         self.stats = Stats()
         self._spark = spark
         self._runner = runner
@@ -128,6 +133,7 @@ class Service:
         self._runners: ThreadPoolExecutor | None = None
         self._commit: CommitStage | None = None
         self._finish: FinishStage | None = None
+        self.joblog: JobLog | None = None
         self.watch: Any = None  # listener_router.watch.Watch, when [http] listen is set
 
     # -- opening and closing ---------------------------------------------------------
@@ -178,10 +184,16 @@ class Service:
 
         meter, held = Meter(self.stats), Held()
         loader = Loader(store, meter)
+        journals = Journals()
+        if s.job_log:
+            joblog = self.joblog = JobLog(store, node, interval=s.stats_interval)
+            extensions.append(joblog)
+            journals.add(joblog)
+            self.observers.add(joblog)
         finish = self._finish = FinishStage(link=link, settings=s, store=store, held=held,
                                             meter=meter, stats=self.stats,
                                             observers=self.observers, extensions=settle,
-                                            writer=node)
+                                            writer=node, journal=journals)
         self.membership = Membership(
             store, node, interval=s.heartbeat_seconds, ttl=s.ttl_seconds,
             properties={"version": _version(), "queues": list(self.listeners.queues),
@@ -209,6 +221,9 @@ class Service:
             ExpiredLeases(store), OrphanedOutbox(store, finish.publish_orphans),
             Retention(store, s.retention_days), ForgetDeadMembers(self.membership),
             *self.leader_tasks])
+        if s.schedules:
+            self.leader.add(Scheduler(store, s.schedules, self.membership, finish.publish_orphans,
+                                      member=node, events=events))
         self._last_refresh = time.monotonic()
         if s.http_listen:  # metrics and the dashboard (their imports only when asked for)
             from listener_router.watch import Watch
@@ -231,6 +246,8 @@ class Service:
             for stage in (self._commit, self._finish):
                 if stage is not None:
                     stage.lane.close()
+            if self.joblog is not None:
+                self.joblog.close()
             if self.inflight is not None:
                 self.inflight.stop()
             if self.membership is not None:

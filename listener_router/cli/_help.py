@@ -49,16 +49,27 @@ HELP: dict[str, tuple[str, str]] = {
         "chalk graph workflows/demo.xml -o demo.svg",
     ),
     "status": (
-        "Show queue depths, the store (records, processed and unsent messages, leases), the "
-        "cluster's members and leader, and each workflow's running version.",
+        "Show queue depths and rates, the store (records, processed and unsent messages, "
+        "leases), the cluster's members and leader, each workflow's running version, and the "
+        "job log's statistics per queue and workflow.",
         "chalk status\n"
+        "chalk status --since 30m\n"
         "chalk status --config prod.toml",
     ),
     "jobs": (
-        "List the most recently processed messages with their status and how many outgoing "
-        "messages each produced.",
+        "The job log: each message's steps (received, each attempt, retried, dead-lettered, "
+        "replayed, committed) and chalk process runs, oldest first, filtered by state, queue, "
+        "workflow, record, message and time; --follow then prints new entries as they come.",
         "chalk jobs\n"
-        "chalk jobs --limit 100",
+        "chalk jobs --record doc-17               # every step of the messages naming doc-17\n"
+        "chalk jobs --state dead,retrying --since 2h\n"
+        "chalk jobs --queue chalk.in --follow",
+    ),
+    "schedules": (
+        "List the scheduled jobs ([[schedule]] entries) with their queue, workflow, last run "
+        "and next run; the cluster's leader runs them.",
+        "chalk schedules\n"
+        "chalk schedules --config prod.toml",
     ),
     "dlq": (
         "Dead letters of the listener queues: list, show one in full, replay (back to its "

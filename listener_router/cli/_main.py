@@ -97,17 +97,26 @@ def cmd_process(args: argparse.Namespace) -> int:
     ok = failed = 0
     out = open(args.output, "w", encoding="utf-8") if args.output else None  # noqa: SIM115
     started = time.monotonic()
+    journal = None
+    if settings.job_log:
+        from listener_router.jobs import ProcessLog
+        journal = ProcessLog(settings.blackboard_url, workflow.name, settings.stats_interval)
     try:
         with Blackboard.connect(settings.blackboard_url) as bb, \
                 Progress(disable=not sys.stderr.isatty()) as progress:
             task = progress.add_task(f"{workflow.name}", total=len(records))
             for part in chunked(records, args.batch_size):
                 ids = [r["id"] for r in part]
+                clock = [time.perf_counter()]
+                if journal is not None:
+                    journal.start_chunk()
                 bb.load_many(ids)
                 for record in part:
                     if record["attributes"]:
                         bb.set_attributes(record["id"], record["attributes"])
+                clock.append(time.perf_counter())
                 results = runner.run(workflow, bb, [[i] for i in ids])
+                clock.append(time.perf_counter())
                 good = [rid for r in results if r.ok for rid in r.record_ids]
                 bad = [rid for r in results if not r.ok for rid in r.record_ids]
                 for r in results:
@@ -119,13 +128,21 @@ def cmd_process(args: argparse.Namespace) -> int:
                             out.write(json.dumps(result_record(bb, rid, listed.get(rid, ())),
                                                  ensure_ascii=False) + "\n")
                 bb.invalidate_many(bad)
-                bb.commit_many(good)
+                bb.commit_many(good, hook=None if journal is None else journal.hook(
+                    [(ids[r.index], r.ok, r.error) for r in results]))
+                if journal is not None:
+                    clock.append(time.perf_counter())
+                    journal.chunk_done(len(part), {
+                        "load": clock[1] - clock[0], "run": clock[2] - clock[1],
+                        "commit": clock[3] - clock[2]})
                 ok += sum(1 for r in results if r.ok)
                 failed += sum(1 for r in results if not r.ok)
                 progress.advance(task, len(part))
     finally:
         if out is not None:
             out.close()
+        if journal is not None:
+            journal.close()
     elapsed = time.monotonic() - started
     print(f"{workflow.name}: {ok} succeeded, {failed} failed in {elapsed:.1f} s")
     return 0 if failed == 0 else 1
@@ -159,13 +176,28 @@ def cmd_graph(args: argparse.Namespace) -> int:
 # -- chalk status / jobs / dlq --------------------------------------------------------
 def cmd_status(args: argparse.Namespace) -> int:
     from listener_router.cli._admin import status
-    status(_settings(args))
+    from listener_router.cli._jobs import parse_time
+    status(_settings(args), since=parse_time(args.since))
     return 0
 
 
+def _listed(values: list[str] | None) -> list[str]:
+    """Repeatable options that also take comma-separated values."""
+    return [v for value in values or () for v in value.split(",") if v]
+
+
 def cmd_jobs(args: argparse.Namespace) -> int:
-    from listener_router.cli._admin import jobs
-    jobs(_settings(args), limit=args.limit)
+    from listener_router.cli._jobs import jobs, parse_time
+    jobs(_settings(args), states=_listed(args.state), queues=_listed(args.queue),
+         workflows=_listed(args.workflow), record=args.record, message=args.message,
+         since=parse_time(args.since), until=parse_time(args.until), limit=args.limit,
+         follow=args.follow)
+    return 0
+
+
+def cmd_schedules(args: argparse.Namespace) -> int:
+    from listener_router.cli._jobs import schedules
+    schedules(_settings(args))
     return 0
 
 
@@ -284,15 +316,35 @@ def build_parser() -> argparse.ArgumentParser:
                    "dot text on stdout); errors go to stderr and into the drawing")
     p.set_defaults(func=cmd_graph)
 
-    p = sub.add_parser("status", parents=[common], help="queues, store and service status")
+    p = sub.add_parser("status", parents=[common],
+                       help="queues (depth, rates), store, cluster members and job statistics")
+    p.add_argument("--since", metavar="TIME",
+                   help="statistics since: an age (30m, 2h, 1d) or an ISO time (default 1h)")
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("jobs", parents=[common], help="recently processed messages and their outgoing messages")
-    p.add_argument("--limit", type=int, default=20, metavar="N",
-                   help="show the N most recent messages (default 20)")
+    p = sub.add_parser("jobs", parents=[common],
+                       help="the job log: each message's steps (received, retried, dead, "
+                            "replayed, committed), oldest first")
+    p.add_argument("--state", action="append", metavar="STATE",
+                   help="committed, retrying, dead, duplicate, replayed, processed, failed "
+                        "(repeatable, or comma-separated)")
+    p.add_argument("--queue", action="append", metavar="QUEUE", help="input queue (repeatable)")
+    p.add_argument("--workflow", action="append", metavar="NAME", help="workflow (repeatable)")
+    p.add_argument("--record", metavar="ID", help="messages that name this record ID")
+    p.add_argument("--message", metavar="ID", help="one message ID")
+    p.add_argument("--since", metavar="TIME", help="an age (30m, 2h, 1d) or an ISO time")
+    p.add_argument("--until", metavar="TIME", help="an age (30m, 2h, 1d) or an ISO time")
+    p.add_argument("--limit", type=int, default=50, metavar="N",
+                   help="show the N most recent entries (default 50)")
+    p.add_argument("-f", "--follow", action="store_true", help="then print new entries as they come")
     p.set_defaults(func=cmd_jobs)
 
-    p = sub.add_parser("dlq", parents=[common], help="dead letters: list, show, replay, purge")
+    p = sub.add_parser("schedules", parents=[common],
+                       help="scheduled jobs ([[schedule]]) with their last and next run")
+    p.set_defaults(func=cmd_schedules)
+
+    p = sub.add_parser("dlq", parents=[common],
+                       help="dead letters: list, show (from the job log), replay, purge")
     p.add_argument("action", choices=["list", "show", "replay", "purge"])
     p.add_argument("message_id", nargs="?", help="for show/replay: one message ID")
     p.add_argument("--queue", help="input queue whose dead letters to use (default: every listener queue)")

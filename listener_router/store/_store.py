@@ -4,9 +4,10 @@
 engine, taken from the blackboard's public :class:`~blackboard.SqlStore`):
 ``outbox`` (inbox and outbox, written in the commit transaction),
 ``nodes`` (cluster heartbeats and advertised properties), ``cluster``
-(leader, fencing epoch, established view) and ``dead_letters`` (those ``chalk
-dlq`` took off the dead-letter queues) and ``workflow_versions`` (what each
-process runs).  It also hands out the blackboards the
+(leader, fencing epoch, established view), ``joblog`` (the job log and its
+statistics), ``schedules`` (scheduled jobs' last ticks), ``dead_letters``
+(those ``chalk dlq`` took off the dead-letter queues) and ``workflow_versions``
+(what each process runs).  It also hands out the blackboards the
 pipeline loads records on, and renews and purges record leases through the
 blackboard's own calls.
 
@@ -36,8 +37,10 @@ from listener_router._errors import (
 )
 from listener_router.store._cluster import ClusterState
 from listener_router.store._dead_letters import DeadLetters
+from listener_router.store._joblog import JobLogTables
 from listener_router.store._nodes import Nodes
 from listener_router.store._outbox import Outbox
+from listener_router.store._schedules import Schedules
 from listener_router.store._schema import create_schema
 from listener_router.store._versions import WorkflowVersions
 
@@ -47,8 +50,8 @@ _OUTAGES = (OperationalError, InterfaceError, SqlTimeoutError, OSError)
 
 
 class ServiceStore:
-    """Inbox, outbox, nodes, cluster and dead letters in the blackboard's database (see the
-    module doc).
+    """Inbox, outbox, nodes, cluster, job log, schedules and dead letters in the
+    blackboard's database (see the module doc).
 
     Opening it creates (or upgrades) the tables.  ``writes`` is held around
     every write transaction of this process: SQLite has one writer, and
@@ -63,6 +66,8 @@ class ServiceStore:
         create_schema(sql.engine)
         self.outbox = Outbox(sql.engine)
         self.nodes = Nodes(sql.engine)
+        self.joblog = JobLogTables(sql.engine)
+        self.schedules = Schedules(sql.engine)
         self.cluster = ClusterState(sql.engine)
         self.dead_letters = DeadLetters(sql.engine)
         self.workflow_versions = WorkflowVersions(sql.engine)
