@@ -35,7 +35,8 @@ With ``--http HOST:PORT`` (e.g. ``127.0.0.1:0``) the runs are followed by
 ``--ab-rounds`` rounds of two passes each, without and with the metrics and
 dashboard served (``[http] listen``; ``/metrics`` scraped every 5 s as
 Prometheus would), and the ratio of the median rates is printed: what
-watching the service costs its hot path.
+watching the service costs its hot path.  ``--job-log-cost ROUNDS`` does the
+same with the job log on and off (``[jobs] log``): what writing it costs.
 
 Run: ``.venv/bin/python bench/bench_listener.py`` (defaults: 100,000
 messages, 3 runs, 3 latency runs of 20 s); ``--batch-size 2000``;
@@ -346,6 +347,9 @@ def main() -> int:
                              "and dashboard served there (e.g. 127.0.0.1:0)")
     parser.add_argument("--ab-rounds", type=int, default=3,
                         help="rounds of the --http comparison (one pass without, one with, each)")
+    parser.add_argument("--job-log-cost", type=int, default=0, metavar="ROUNDS",
+                        help="after the runs, ROUNDS rounds of two passes, with the job log "
+                             "and without ([jobs] log), alternating; the ratio of the medians")
     parser.add_argument("--json", metavar="FILE", help="write every figure here")
     args = parser.parse_args()
     ensure_local_broker(args.broker)
@@ -388,6 +392,20 @@ def main() -> int:
             print(f"metrics and dashboard served (--http {args.http}), {args.ab_rounds} round(s): "
                   f"without {plain:,.0f} records/s, with {watched:,.0f} records/s (medians)   "
                   f"ratio with/without {watched / plain:.3f}", flush=True)
+        if args.job_log_cost:
+            logged: dict[str, list[float]] = {"with": [], "without": []}
+            for i in range(args.job_log_cost):
+                order = ("with", "without") if i % 2 == 0 else ("without", "with")
+                for name in order:
+                    rate = bench.run(args.messages, replace(bench.settings,
+                                                            job_log=name == "with"))["rate"]
+                    logged[name].append(rate)
+                    print(f"  job log {name}: {rate:,.0f} records/s", flush=True)
+            on, off = median(logged["with"]), median(logged["without"])
+            out["job_log"] = {**logged, "ratio": on / off}
+            print(f"job log, {args.job_log_cost} round(s): with {on:,.0f} records/s, without "
+                  f"{off:,.0f} records/s (medians)   ratio with/without {on / off:.3f} "
+                  f"({(1 - on / off) * 100:+.1f} % of throughput)", flush=True)
         lat = []
         for i in range(args.latency_runs):
             one = bench.latency(args.rate, args.seconds)

@@ -487,6 +487,25 @@ class SqlStore:
         with self.transaction(write=False) as tx:
             return int(tx.conn.execute(select(func.count()).select_from(records)).scalar_one())
 
+    def scan(self, after: str | None, limit: int, *, docs: bool = False,
+             start: str | None = None) -> list[tuple[str, str | None]]:
+        """Up to ``limit`` stored records in key order after ``after`` (None: from the
+        first, or from ``start`` on): ``(id, stored JSON text or None)``, the text only
+        when ``docs``.
+
+        Keyset paging on the primary key: each page is one indexed range read,
+        so walking millions of records never holds more than a page.
+        """
+        columns = [records.c.id, records.c.doc] if docs else [records.c.id]
+        query = select(*columns).order_by(records.c.id).limit(limit)
+        if after is not None:
+            query = query.where(records.c.id > after)
+        if start is not None:
+            query = query.where(records.c.id >= start)
+        with self.transaction(write=False) as tx:
+            rows = tx.conn.execute(query).all()
+        return [(r[0], r[1] if docs else None) for r in rows]
+
     def lease_counts(self) -> dict[str, int]:
         """Leases held (expired ones too), by owner (``chalk status``)."""
         with self.transaction(write=False) as tx:

@@ -6,10 +6,12 @@ workflow files; ``SparkRunner`` runs a batch of instances as one Spark job,
 says what keeps a workflow's small batches from running there).  ``validate_tree`` (a
 :class:`ValidationReport`: errors, workflows found, unknown classes grouped
 for ``--summary``), ``validate_path``, ``workflow_graph``, ``to_dot`` and
-``render_graph`` serve the ``chalk validate`` and ``chalk graph`` commands.
+``render_graph`` serve the ``chalk validate`` and ``chalk graph`` commands
+(``draft_graph``: a file with errors drawn too, the faulty activities marked).
 """
 
 from engine._conditions import CompiledCondition, compile_condition
+from engine._draft import draft_graph
 from engine._errors import (
     EngineError,
     RunnerError,
@@ -47,6 +49,7 @@ __all__ = [
     "WorkflowVersion",
     "classes_not_in_service",
     "compile_condition",
+    "draft_graph",
     "instantiate_pipelet",
     "load_workflow",
     "render_graph",

@@ -202,8 +202,14 @@ def _quote(s: object) -> str:
     return '"' + str(s).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
+def _short(text: str, width: int = 60) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
 def to_dot(graph: nx.DiGraph) -> str:
-    """The graph in Graphviz dot syntax (no graphviz needed)."""
+    """The graph in Graphviz dot syntax (no graphviz needed); activities with ``errors``
+    (see ``engine._draft``) are drawn red with the error."""
     lines = [f"digraph {_quote(graph.graph.get('name', 'workflow'))} {{", "  rankdir=TB;", "  node [fontname=Helvetica];"]
     for n, data in graph.nodes(data=True):
         shape = _SHAPE.get(data.get("kind", ""), "box")
@@ -211,7 +217,19 @@ def to_dot(graph: nx.DiGraph) -> str:
         line = data.get("line")
         if line and data.get("kind") not in {"join", "start", "end"}:
             label = f"{label}\n(line {line})"
+        errors = data.get("errors")
+        if errors:  # a faulty activity (engine._draft): red, the error shown and as tooltip
+            more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+            label = f"{label}\n{_short(errors[0])}{more}"
+            lines.append(f"  {_quote(n)} [label={_quote(label)}, shape={shape}, color=red, "
+                         f"fontcolor=red, penwidth=2, tooltip={_quote(chr(10).join(errors))}];")
+            continue
         lines.append(f"  {_quote(n)} [label={_quote(label)}, shape={shape}];")
+    elsewhere = graph.graph.get("errors")
+    if elsewhere:
+        text = "errors at no activity:\n" + "\n".join(_short(e, 90) for e in elsewhere)
+        lines.append(f"  \"errors\" [label={_quote(text)}, shape=note, color=red, fontcolor=red, "
+                     f"tooltip={_quote(chr(10).join(elsewhere))}];")
     for u, v, data in graph.edges(data=True):
         label = data.get("label") or ""
         extra = _STYLE.get(data.get("kind", "next"), "")

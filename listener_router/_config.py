@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import sys
+import zoneinfo
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -38,8 +40,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Settings", "ListenerRule", "RouterRule", "EventSettings", "ConfigError", "SECTIONS",
-           "load_settings", "make_runner", "parse_listen", "settings_keys"]
+__all__ = ["Settings", "ListenerRule", "RouterRule", "ScheduleRule", "EventSettings",
+           "ConfigError", "SECTIONS", "load_settings", "make_runner", "parse_every", "parse_listen",
+           "settings_keys", "with_schedule_listeners"]
 
 DEFAULT_BROKER = "amqp://guest:guest@localhost:5672/%2F"
 EVENTS_EXCHANGE = "chalk.events"
@@ -63,6 +66,10 @@ SECTIONS = {
                "docs/journal.md).",
     "subscriber": "Agents that read a journal and apply its entries exactly once (a list; "
                   "`chalk subscribe --subscriber ID` runs one).",
+    "jobs": "The job log: every message's life and statistics per queue and workflow, kept "
+            "in the database (`chalk jobs`, `chalk status`, `chalk dlq`).",
+    "schedule": "Scheduled jobs, run by the cluster's leader, each tick exactly once "
+                "(a list; `chalk schedules` shows them with their last and next run).",
     "http": "Prometheus metrics (`/metrics`) and the read-only dashboard of `chalk run` "
             "(`chalk run --http HOST:PORT` sets `listen` too).",
 }
@@ -79,6 +86,38 @@ def parse_listen(listen: str, where: str = "listen") -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or int(port) > 65535:
         raise ConfigError(f"{where}: {listen!r} is not host:port (e.g. \"127.0.0.1:9187\")")
     return host, int(port)
+
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_EVERY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
+
+
+def parse_every(value: str | int | float, where: str) -> float:
+    """``"30s"``, ``"5m"``, ``"1h"``, ``"2d"``, ``"500ms"`` or a number of seconds; at least 1 s."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        found = _EVERY.match(str(value))
+        if found is None:
+            raise ConfigError(f"{where}: 'every' must be a number of seconds or like \"30s\", "
+                              f"\"5m\", \"1h\", \"2d\"; got {value!r}")
+        seconds = float(found.group(1)) * _UNITS[found.group(2)]
+    if seconds < 1.0:
+        raise ConfigError(f"{where}: 'every' must be at least 1 second, got {value!r}")
+    return seconds
+
+
+def _check_timezone(value: str, where: str) -> None:
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as e:
+        raise ConfigError(f"{where}: unknown timezone {value!r}") from e
+
+
+def _check_cron(value: str, where: str) -> None:
+    from croniter import croniter
+    if not croniter.is_valid(value):
+        raise ConfigError(f"{where}: cron {value!r} is not a valid cron expression")
 
 
 def _prefetch_check(value: int, where: str) -> None:
@@ -168,6 +207,58 @@ _EVENT_KINDS = ("committed", "invalidated", "dead_lettered", "topology", "job_fi
 
 
 @dataclass(frozen=True)
+class ScheduleRule:
+    """A scheduled job: at every tick, publish a selection of record IDs to a queue.
+
+    The tick is ``cron`` (croniter syntax, in ``timezone``) or ``every``
+    seconds (ticks at multiples of it since the epoch).  The selection is
+    ``ids`` (a fixed list) or every stored record, narrowed by ``prefix``
+    (of the ID), ``source`` and ``xpath`` (over the record, like a router
+    condition).  Each message carries ``batch_size`` record IDs (one
+    workflow instance).  ``catch_up``: what to do with ticks missed while no
+    member lived: ``"one"`` runs the latest of them once, ``"none"`` skips them.
+    """
+
+    name: str = setting(doc="the schedule's name; its last run is kept under it")
+    cron: str | None = setting(None, "when it ticks, as a cron expression (`*/5 * * * *`; "
+                               "croniter syntax); or give `every`", check=_check_cron)
+    every: float | None = setting(None, "or: ticks at multiples of this period since the epoch, "
+                                  "`\"30s\"`, `\"5m\"`, `\"1h\"`, `\"2d\"` or seconds; at least 1 s",
+                                  parse=parse_every)
+    timezone: str = setting("UTC", "the time zone `cron` is read in", check=_check_timezone)
+    queue: str = setting("", "where its messages go; default `chalk.schedule.<name>`, which gets "
+                         "a listener rule for `workflow`")
+    workflow: str | None = setting(None, "the workflow its messages run (on a queue the rules "
+                                   "already read, one of them must run it)")
+    batch_size: int = setting(1, "record IDs per message (one workflow instance)", minimum=1)
+    ids: tuple[str, ...] | None = setting(None, "a fixed list of record IDs (leave out prefix, "
+                                          "source and xpath)")
+    prefix: str | None = setting(None, "stored records whose ID starts with this")
+    source: str | None = setting(None, "stored records of this source")
+    xpath: str | None = setting(None, "stored records for which this XPath holds "
+                                "(`$record/Val[@key='lang'] = 'de'`); none of ids, prefix, "
+                                "source, xpath: every stored record")
+    catch_up: str = setting("one", "ticks missed while no member ran: `one` runs the latest of "
+                            "them, `none` skips them", choices=("one", "none"))
+    operation: str = setting("ADD", "the messages' `operation` header",
+                             choices=("ADD", "UPDATE", "DELETE"))
+
+    def __post_init__(self) -> None:
+        if not self.queue:
+            object.__setattr__(self, "queue", f"chalk.schedule.{self.name}")
+
+    def problem(self) -> str | None:
+        if (self.cron is None) == (self.every is None):
+            return "give either 'cron' (like \"*/5 * * * *\") or 'every' (like \"30s\")"
+        filters = [k for k in ("prefix", "source", "xpath") if getattr(self, k) is not None]
+        if self.ids is not None and filters:
+            return f"'ids' is a fixed list; leave out {', '.join(filters)}"
+        if self.ids is not None and not all(self.ids):
+            return "'ids' must be a list of record IDs (non-empty strings)"
+        return None
+
+
+@dataclass(frozen=True)
 class Settings:
     """Every setting, read once (:func:`load_settings`); see docs/configuration.md."""
 
@@ -227,8 +318,8 @@ class Settings:
     node: str | None = setting(
         None, "this process's name as lease owner and cluster member (default: host/slot, "
         "stable across restarts)", section="node", key="name", env=("CHALK_NODE",))
-    retention_days: float = setting(7.0, "processed-message and sent-outbox history kept",
-                                    section="node", minimum=0, positive=True)
+    retention_days: float = setting(7.0, "days of processed-message, sent-outbox and job-log "
+                                    "history kept", section="node", minimum=0, positive=True)
     heartbeat_seconds: float = setting(5.0, "seconds between this member's heartbeats",
                                        section="node", minimum=0, positive=True)
     ttl_seconds: float = setting(
@@ -248,6 +339,13 @@ class Settings:
                                     "leader establishes", section="events", key="topology")
     events_job_finished: bool = setting(False, "`job.finished.<schedule>`: one per scheduled "
                                         "job run", section="events", key="job_finished")
+    job_log: bool = setting(True, "keep the job log: every message's steps and statistics "
+                            "(false: `chalk jobs` and the statistics stay empty)",
+                            section="jobs", key="log")
+    stats_interval: float = setting(60.0, "seconds per statistics row (rates and p50/p99 "
+                                    "sum the rows)", section="jobs", minimum=1)
+    schedules: tuple[ScheduleRule, ...] = setting((), "nothing runs on a schedule",
+                                                  section="schedule")
     http_listen: str | None = setting(
         None, "`host:port` (`[::1]:9187` for IPv6; port 0: any free one) where metrics and the "
         "dashboard are served; unset: off", section="http", key="listen", check=parse_listen)
@@ -388,11 +486,46 @@ def load_settings(path: str | os.PathLike[str] | None = None,
             values[f.name] = check_value(kind, key, table[key.name],
                                          f"{where} [{section}] {key.name}")
     settings = Settings(**values, source=source)
+    names = [s.name for s in settings.schedules]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{where}: two [[schedule]] entries share a name "
+                          f"({', '.join(sorted(n for n in set(names) if names.count(n) > 1))})")
     problem = settings.problem()
     if problem:
         raise ConfigError(f"{where}: {problem}")
     check_journals(settings.journals, settings.subscribers, where)
-    return settings
+    return replace(settings, listeners=with_schedule_listeners(
+        settings.listeners, settings.schedules, where))
+
+
+def with_schedule_listeners(listeners: tuple[ListenerRule, ...],
+                            schedules: tuple[ScheduleRule, ...], where: str
+                            ) -> tuple[ListenerRule, ...]:
+    """The listener rules plus one per schedule whose queue has none (see the README).
+
+    A schedule with a ``workflow`` on a queue no listener rule reads gets a
+    rule of its own (with the condition ``$schedule = 'NAME'`` when several
+    schedules share the queue).  On a queue the rules already read, one of
+    them must name the workflow.
+    """
+    taken = {rule.queue for rule in listeners}
+    added: list[ListenerRule] = []
+    for schedule in schedules:
+        if schedule.workflow is None:
+            continue
+        if schedule.queue in taken:
+            if not any(r.workflow == schedule.workflow for r in listeners
+                       if r.queue == schedule.queue):
+                raise ConfigError(
+                    f"{where} [[schedule]] {schedule.name!r}: no listener rule on queue "
+                    f"{schedule.queue!r} runs workflow {schedule.workflow!r}; add one, or leave "
+                    "out 'queue' to give the schedule a queue of its own")
+            continue
+        sharing = [s for s in schedules if s.queue == schedule.queue and s.workflow]
+        added.append(ListenerRule(
+            name=f"schedule.{schedule.name}", queue=schedule.queue, workflow=schedule.workflow,
+            condition=f"$schedule = '{schedule.name}'" if len(sharing) > 1 else None))
+    return listeners + tuple(added)
 
 
 def make_runner(settings: Settings, spark: Any = None) -> Any:

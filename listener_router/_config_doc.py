@@ -52,6 +52,8 @@ code: restart it for those.
 
 def _rule_of(kind: Any, key: Key) -> str:
     text = type_name(kind)
+    if key.parse is not None:  # read from text as well (``every = "30s"``)
+        text = f"string or {text}"
     if key.choices:
         text += ": " + " or ".join(f"`{toml_text(c)}`" for c in key.choices)
     if key.minimum is not None:
@@ -124,11 +126,13 @@ def configuration_reference() -> str:
                 kind = kind_of(rules, rf.name)
                 rows.append((f"`{rf.name}`", _rule_of(kind, rkey), _shown(_default(rf), section),
                              _cell(rkey.doc)))
-                if default_rules:
-                    items.append((rf.name, getattr(default_rules[0], rf.name)))
+                items.append((rf.name, getattr(default_rules[0], rf.name) if default_rules
+                              else _default(rf)))
             out += _table(rows) + [""]
-            if default_rules:   # no rules by default: none in the file Chalk uses without one
-                example += [""] + _example(section, items, array=True)
+            lines = _example(section, items, array=True)
+            if not default_rules:  # none by default: the example is commented out
+                lines = [line if line.startswith("#") else f"# {line}" for line in lines]
+            example += [""] + lines
             continue
         if section not in seen:
             seen.add(section)

@@ -10,7 +10,8 @@ from typing import Any
 
 from blackboard import Blackboard
 from listener_router._config import ListenerRule, Settings
-from listener_router._errors import RecordFileError
+from listener_router._errors import ConfigError, RecordFileError
+from listener_router._messages import OPERATIONS
 from listener_router.broker import AmqpLink, OutMessage, declare_input
 
 __all__ = ["RecordFileError", "read_records", "push_records", "chunked"]
@@ -67,6 +68,9 @@ def push_records(settings: Settings, queue: str, records: Sequence[dict[str, Any
     Each message carries ``per_message`` record IDs and a fresh message ID.
     Publishing waits for the broker's confirms.  Returns the number of messages.
     """
+    if operation not in OPERATIONS:
+        raise ConfigError(f"unknown operation {operation!r}; the service accepts "
+                          f"{', '.join(OPERATIONS)}")
     ids = list(dict.fromkeys(r["id"] for r in records))
     if len(ids) != len(records):
         raise RecordFileError("the same record ID appears more than once in the input")

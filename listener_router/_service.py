@@ -12,6 +12,7 @@ takes gathered batches to the execute stage.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.metadata
 import logging
@@ -21,12 +22,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import replace
 from typing import Any
 
 import engine
 from blackboard import SqlStore
-from listener_router._config import Settings, make_runner
-from listener_router._errors import ConfigError
+from listener_router._config import Settings, make_runner, with_schedule_listeners
+from listener_router._errors import ConfigError, StoreUnavailable
 from listener_router._gc import tune_gc
 from listener_router._rules import ListenerRules, Router
 from listener_router.broker import AmqpLink, Link, ProcessLink, declare_all
@@ -44,6 +46,7 @@ from listener_router.cluster import (
     claim_node_name,
 )
 from listener_router.events import CommittedEvents, EventKind, Events, FailureEvents
+from listener_router.jobs import JobLog, Scheduler
 from listener_router.pipeline import (
     BatchObserver,
     BatchSizing,
@@ -55,6 +58,7 @@ from listener_router.pipeline import (
     GatherStage,
     Held,
     InFlight,
+    Journals,
     Loader,
     Meter,
     Observers,
@@ -66,7 +70,7 @@ from listener_router.pipeline import (
     default_sizing,
     prefetch_for,
 )
-from listener_router.store import ServiceStore
+from listener_router.store import RunningVersion, ServiceStore, unavailable
 
 __all__ = ["Service"]
 
@@ -107,7 +111,9 @@ class Service:
                  leader_tasks: Iterable[LeaderTask] = (),
                  topology_listeners: Iterable[TopologyListener] = (),
                  sizing: BatchSizing | None = None):
-        self.settings = settings
+        # a schedule with a workflow and a queue of its own needs a listener rule for it
+        self.settings = settings = replace(settings, listeners=with_schedule_listeners(
+            settings.listeners, settings.schedules, settings.source or "settings"))
         self.stats = Stats()
         self._spark = spark
         self._runner = runner
@@ -128,6 +134,7 @@ class Service:
         self._commit: CommitStage | None = None
         self._finish: FinishStage | None = None
         self.journal: Any = None           # the journals' publisher, with [[journal]] rules
+        self.joblog: JobLog | None = None
         self.watch: Any = None  # listener_router.watch.Watch, when [http] listen is set
 
     # -- opening and closing ---------------------------------------------------------
@@ -183,16 +190,24 @@ class Service:
 
         meter, held = Meter(self.stats), Held()
         loader = Loader(store, meter)
+        journals = Journals()
+        if s.job_log:
+            joblog = self.joblog = JobLog(store, node, interval=s.stats_interval)
+            extensions.append(joblog)
+            journals.add(joblog)
+            self.observers.add(joblog)
         finish = self._finish = FinishStage(link=link, settings=s, store=store, held=held,
                                             meter=meter, stats=self.stats,
                                             observers=self.observers, extensions=settle,
-                                            writer=node)
+                                            writer=node, journal=journals)
         self.membership = Membership(
             store, node, interval=s.heartbeat_seconds, ttl=s.ttl_seconds,
             properties={"version": _version(), "queues": list(self.listeners.queues),
                         "workflows": registry.names()},
             listeners=[*self.topology_listeners, _WakeHeld(held)],
             publish=finish.publish_orphans, events=events).start()
+        self._published_versions: tuple[Any, ...] | None = None
+        self.publish_versions()
         settlement = Settlement(loader=loader, inflight=self.inflight, held=held, finish=finish,
                                 meter=meter)
         commit = self._commit = CommitStage(router=router, store=store, loader=loader,
@@ -212,6 +227,9 @@ class Service:
             ExpiredLeases(store), OrphanedOutbox(store, finish.publish_orphans),
             Retention(store, s.retention_days), ForgetDeadMembers(self.membership),
             *self.leader_tasks])
+        if s.schedules:
+            self.leader.add(Scheduler(store, s.schedules, self.membership, finish.publish_orphans,
+                                      member=node, events=events))
         self._last_refresh = time.monotonic()
         if s.http_listen:  # metrics and the dashboard (their imports only when asked for)
             from listener_router.watch import Watch
@@ -234,6 +252,8 @@ class Service:
             for stage in (self._commit, self._finish):
                 if stage is not None:
                     stage.lane.close()
+            if self.joblog is not None:
+                self.joblog.close()
             if self.inflight is not None:
                 self.inflight.stop()
             if self.membership is not None:
@@ -243,6 +263,9 @@ class Service:
         if self.link is not None:
             self.link.stop()
         if self.store is not None:
+            if getattr(self, "_published_versions", None) is not None:
+                with contextlib.suppress(Exception):  # a stopped process's rows are ignored anyway
+                    self.store.workflow_versions.forget(self.node)
             self.store.close()
 
     def __enter__(self) -> Service:
@@ -308,6 +331,7 @@ class Service:
                     self._last_refresh = time.monotonic()
                     for problem in self.registry.refresh():
                         log.error("%s", problem)
+                    self.publish_versions()
                     if self.membership is not None:
                         self.membership.advertise(workflows=self.registry.names())
                 self.leader.tick()
@@ -319,6 +343,22 @@ class Service:
                 self._gather.stop()
                 self.drain()
         return stats
+
+    def publish_versions(self) -> None:
+        """Write the workflow versions this process runs to the store when they changed
+        (``chalk status`` shows them); a failure is logged and tried again next time."""
+        assert self.store is not None
+        versions = tuple(self.registry.versions())
+        if versions == self._published_versions:
+            return
+        try:
+            with self.store.writes, unavailable():
+                self.store.workflow_versions.publish(self.node, [
+                    RunningVersion(self.node, v.name, v.version, v.path, v.loaded_at)
+                    for v in versions])
+            self._published_versions = versions
+        except StoreUnavailable as e:
+            log.warning("could not record the running workflow versions: %s", e)
 
     def maintain(self) -> dict[str, int]:
         """Run every leader task now (leader or not): what each did, by name."""

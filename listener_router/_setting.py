@@ -52,17 +52,20 @@ class Key:
     minimum: float | None = None
     positive: bool = False             # more than ``minimum`` (> 0 with minimum=0)
     check: Callable[[Any, str], object] | None = None  # check(value, where) raises ConfigError
+    parse: Callable[[Any, str], Any] | None = None     # parse(raw, where): the TOML value as the type
 
 
 def setting(default: Any = MISSING, doc: str = "", *, section: str | None = None,
             key: str | None = None, default_factory: Any = MISSING,
             env: tuple[str, ...] = (), choices: tuple[Any, ...] = (),
             minimum: float | None = None, positive: bool = False,
-            check: Callable[[Any, str], object] | None = None) -> Any:
+            check: Callable[[Any, str], object] | None = None,
+            parse: Callable[[Any, str], Any] | None = None) -> Any:
     """A dataclass field that is a setting (see the module doc).  ``doc`` is its one line;
     ``check(value, where)``, when given, raises :class:`ConfigError` on a value the other
-    rules let through (its message starts with ``where``)."""
-    meta = {"chalk": Key(doc, section, key, env, choices, minimum, positive, check)}
+    rules let through (its message starts with ``where``); ``parse(raw, where)``, when given,
+    turns what the file holds into the field's type first (``every = "30s"`` → 30.0)."""
+    meta = {"chalk": Key(doc, section, key, env, choices, minimum, positive, check, parse)}
     if default_factory is not MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     if default is MISSING:
@@ -133,6 +136,8 @@ def _check_scalar(kind: Any, value: Any, where: str) -> Any:
 def check_value(kind: Any, key: Key, value: Any, where: str) -> Any:
     """``value`` (from TOML) as the field's type, checked against the key's rules."""
     kind = _strip_none(kind)
+    if key.parse is not None:
+        value = key.parse(value, where)
     if _is_mapping(kind):
         if not isinstance(value, dict):
             raise ConfigError(f"{where} must be a table, got {value!r}")

@@ -193,6 +193,7 @@ def test_the_readme_configuration_is_accepted(tmp_path: Path) -> None:
     assert settings.local_below is None and settings.broker_process is True
     rule = settings.listeners[0]
     assert (rule.batch_size, rule.max_wait_ms, rule.prefetch) == (None, None, None)  # adaptive
+    assert [(s.name, s.prefix, s.catch_up) for s in settings.schedules] == [("nightly", "doc-", "one")]
     assert (settings.heartbeat_seconds, settings.ttl_seconds) == (5.0, 30.0)
     assert settings.events.exchange == "chalk.events" and not settings.events.any
 

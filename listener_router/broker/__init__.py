@@ -7,6 +7,8 @@
   a child process (``_child`` is that process);
 - ``_topology``: the queues declared for inputs and outputs (dead-letter and
   retry queues);
+- ``_reason``: why a connection failed, in words (refused, timed out, login
+  refused), and :func:`connect`, a blocking connection that says so;
 - ``_local``: start Debian's RabbitMQ when none answers (``chalk run``, the demo).
 
 Nothing here imports SQLAlchemy, Spark or the pipeline: the broker I/O
@@ -25,6 +27,7 @@ from listener_router.broker._link import (
 )
 from listener_router.broker._local import broker_reachable, ensure_local_broker
 from listener_router.broker._process import ProcessLink
+from listener_router.broker._reason import broker_reason, connect
 from listener_router.broker._topology import (
     declare_all,
     declare_input,
@@ -42,6 +45,8 @@ __all__ = [
     "OutMessage",
     "ProcessLink",
     "broker_reachable",
+    "broker_reason",
+    "connect",
     "connection_parameters",
     "declare_all",
     "declare_input",

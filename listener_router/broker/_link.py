@@ -37,6 +37,7 @@ import pika.exceptions
 from pika.spec import Basic
 
 from listener_router._errors import BrokerUnavailable
+from listener_router.broker._reason import broker_reason
 
 __all__ = ["AmqpLink", "Deliveries", "Delivery", "Link", "OutMessage", "WAITING_EVERY",
            "connection_parameters", "properties_of", "publish_confirmed"]
@@ -294,7 +295,7 @@ class AmqpLink:
                 self.last_error = f"topology refused by the broker: {e}"
                 log.error("broker %s: %s", self._safe_url(), self.last_error)
             except (pika.exceptions.AMQPError, OSError) as e:
-                self.last_error = f"{type(e).__name__}: {e}"
+                self.last_error = broker_reason(e, self.url)
                 log.warning("broker %s unavailable: %s", self._safe_url(), self.last_error)
             self.ready.clear()
             self._fail_pending(BrokerUnavailable(f"connection to the broker lost: {self.last_error}"))
@@ -308,12 +309,12 @@ class AmqpLink:
         conn.channel(on_open_callback=self._on_consume_channel)
 
     def _on_open_error(self, conn: Any, error: Exception) -> None:
-        self.last_error = f"cannot connect: {error}"
+        self.last_error = f"cannot connect: {broker_reason(error, self.url)}"
         conn.ioloop.stop()
 
     def _on_closed(self, conn: Any, reason: Exception) -> None:
         if not self._stopping:
-            self.last_error = f"connection closed: {reason}"
+            self.last_error = f"connection closed: {broker_reason(reason, self.url)}"
             log.warning("broker %s: %s", self._safe_url(), self.last_error)
         self.ready.clear()
         conn.ioloop.stop()

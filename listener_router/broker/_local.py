@@ -39,9 +39,10 @@ def ensure_local_broker(url: str, *, wait: float = 120.0) -> None:
     """
     if broker_reachable(url):
         return
-    host, _port = _host_port(url)
+    host, port = _host_port(url)
     if host not in ("localhost", "127.0.0.1", "::1"):
-        raise RuntimeError(f"no RabbitMQ answers at {host}; start it or set CHALK_BROKER_URL")
+        raise RuntimeError(f"no RabbitMQ answers at {host}:{port} (connection refused or timed "
+                           "out); start it or set CHALK_BROKER_URL")
     if not os.path.exists(_SERVER) or shutil.which("erl") is None and not os.path.exists(_CTL):
         raise RuntimeError("no RabbitMQ answers on localhost and Debian's rabbitmq-server is not "
                            "installed: run `bash scripts/install.sh` (or apt-get install "

@@ -27,6 +27,7 @@ import pika.exceptions
 from listener_router._config import ListenerRule, RouterRule, Settings
 from listener_router._errors import BrokerUnavailable
 from listener_router.broker._link import connection_parameters
+from listener_router.broker._reason import broker_reason
 
 __all__ = ["dlq_name", "retry_name", "declare_input", "declare_all", "declare_outputs",
            "declare_new_outputs"]
@@ -137,4 +138,5 @@ def declare_new_outputs(settings: Settings, queues: Sequence[str]) -> None:
             if connection.is_open:
                 connection.close()
     except (pika.exceptions.AMQPError, OSError) as e:
-        raise BrokerUnavailable(f"declaring queue(s) {', '.join(queues)} failed: {e}") from e
+        raise BrokerUnavailable(f"declaring queue(s) {', '.join(queues)} failed: "
+                                f"{broker_reason(e, settings.broker_url)}") from e

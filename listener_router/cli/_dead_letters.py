@@ -12,12 +12,16 @@ nothing is doubled (a chunk taken again after a crash between commit and
 ack writes the same rows, keyed by queue and message ID).  Everything
 else — list, show, replay, purge — reads and changes the table.
 
-:func:`dead_letters` is what readers call; replacing where dead letters come
-from (a job log that records them as they die) means replacing this module.
+:func:`dead_letters` is what readers call.  The job log (``store.joblog``)
+records each dead letter as it dies, with the message's whole history:
+:func:`logged` reads it for a letter, :func:`replay` and :func:`purge` mark
+the log's entries (a replayed message carries ``x-chalk-replays``, so its
+new attempts are told apart from those before the replay).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,10 +36,11 @@ from listener_router._messages import (
     WORKFLOW_HEADER,
     derive_message_id,
 )
-from listener_router.broker import connection_parameters, dlq_name
-from listener_router.store import DeadLetter, ServiceStore
+from listener_router.broker import connect, dlq_name
+from listener_router.jobs import REPLAYS_HEADER
+from listener_router.store import DeadLetter, LogEntry, ServiceStore
 
-__all__ = ["DeadLetter", "collect", "dead_letters", "purge", "replay"]
+__all__ = ["DeadLetter", "collect", "dead_letters", "logged", "purge", "replay"]
 
 CHUNK = 500        # dead letters moved per transaction
 
@@ -84,7 +89,7 @@ def _letter(queue: str, props: Any, body: bytes) -> DeadLetter:
 def collect(settings: Settings, store: ServiceStore, queues: Sequence[str]) -> int:
     """Move every dead letter of ``queues`` (input queues) from ``Q.dlq`` into ``store``."""
     moved = 0
-    conn = pika.BlockingConnection(connection_parameters(settings.broker_url))
+    conn = connect(settings.broker_url)
     try:
         for queue in queues:
             ch = conn.channel()
@@ -125,6 +130,32 @@ def dead_letters(settings: Settings, queues: Sequence[str], *, limit: int | None
         store.close()
 
 
+def _record_ids(body: bytes) -> list[str]:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return []
+    if isinstance(data, dict) and isinstance(data.get("records"), list):
+        return [str(r.get("id")) for r in data["records"] if isinstance(r, dict)]
+    return [str(data["id"])] if isinstance(data, dict) and "id" in data else []
+
+
+def logged(store: ServiceStore, letter: DeadLetter) -> tuple[list[str], list[LogEntry]]:
+    """A dead letter's record IDs and its message's history in the job log, oldest first
+    (no history: it died before the log was kept, or the broker dead-lettered it)."""
+    history = store.joblog.entries(queues=(letter.queue,), message_id=letter.message_id,
+                                   limit=1000)
+    dead = [e for e in history if e.state == "dead"]
+    return (store.joblog.record_ids(dead[-1]) if dead else _record_ids(letter.body)), history
+
+
+def _replays(letter: DeadLetter) -> int:
+    try:
+        return int(str(letter.headers.get(REPLAYS_HEADER, 0)))
+    except ValueError:
+        return 0
+
+
 _DROPPED = ("x-chalk-", "x-death", "x-first-death", "x-last-death", "x-delivery-count")
 
 
@@ -138,12 +169,13 @@ def replay(settings: Settings, queues: Sequence[str], message_id: str | None = N
         letters = store.dead_letters.list(queues, message_id=message_id)
         if not letters:
             return 0
-        conn = pika.BlockingConnection(connection_parameters(settings.broker_url))
+        conn = connect(settings.broker_url)
         try:
             ch = conn.channel()
             ch.confirm_delivery()
             for letter in letters:
                 headers = {k: v for k, v in letter.headers.items() if not k.startswith(_DROPPED)}
+                headers[REPLAYS_HEADER] = _replays(letter) + 1
                 ch.basic_publish("", letter.queue, letter.body, pika.BasicProperties(
                     delivery_mode=2, message_id=letter.message_id, headers=headers,
                     content_type=letter.content_type))
@@ -151,6 +183,10 @@ def replay(settings: Settings, queues: Sequence[str], message_id: str | None = N
             if conn.is_open:
                 conn.close()
         store.dead_letters.remove(letters)
+        with store.writes, store.engine.begin() as conn:
+            for letter in letters:
+                store.joblog.replayed(conn, letter.queue, letter.message_id,
+                                      _replays(letter) + 1, "replayed by chalk dlq replay")
         return len(letters)
     finally:
         store.close()
@@ -161,6 +197,11 @@ def purge(settings: Settings, queues: Sequence[str]) -> int:
     store = ServiceStore.connect(settings.blackboard_url)
     try:
         collect(settings, store, queues)
-        return store.dead_letters.remove(store.dead_letters.list(queues))
+        letters = store.dead_letters.list(queues)
+        removed = store.dead_letters.remove(letters)
+        with store.writes, store.engine.begin() as conn:
+            for letter in letters:
+                store.joblog.resolve(conn, letter.queue, letter.message_id, "purged")
+        return removed
     finally:
         store.close()

@@ -225,5 +225,6 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
                        help="unblock a blocked subscriber: try its entry again")
     a = actions.add_parser("errors", parents=[common, who],
                            help="a subscriber's failed, skipped and missing entries")
-    a.add_argument("--limit", type=int, default=50)
+    a.add_argument("--limit", type=int, default=50, metavar="N",
+                   help="show at most N entries, newest first (default 50)")
     p.set_defaults(func=cmd_with_settings(cmd_journal))

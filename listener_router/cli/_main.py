@@ -13,6 +13,8 @@ from typing import Any
 
 from listener_router._config import Settings, load_settings, make_runner
 from listener_router._errors import ConfigError
+from listener_router._messages import OPERATIONS
+from listener_router.cli._help import describe
 
 __all__ = ["main"]
 
@@ -75,7 +77,7 @@ def cmd_push(args: argparse.Namespace) -> int:
     with Progress(disable=not sys.stderr.isatty()) as progress:
         task = progress.add_task(f"push → {args.queue}", total=len(records))
         sent = push_records(settings, args.queue, records, store=not args.ids_only and not args.ids,
-                            operation=args.operation.upper(), per_message=args.per_message,
+                            operation=args.operation, per_message=args.per_message,
                             progress=lambda n: progress.advance(task, n))
     print(f"pushed {len(records)} record(s) in {sent} message(s) to {args.queue}")
     return 0
@@ -88,6 +90,7 @@ def cmd_process(args: argparse.Namespace) -> int:
     import engine
     from blackboard import Blackboard
     from listener_router._records import chunked, read_records
+    from listener_router.cli._output import result_record
     settings = _settings(args)
     registry = engine.WorkflowRegistry(settings.workflows_dir, aliases=settings.aliases,
                                        services=settings.services)
@@ -95,21 +98,31 @@ def cmd_process(args: argparse.Namespace) -> int:
         print(problem, file=sys.stderr)
     workflow = registry.get(args.workflow)
     records = list(read_records(args.input))
+    listed = {r["id"]: {k for k, v in r["attributes"].items() if isinstance(v, list)} for r in records}
     runner = make_runner(settings)
     ok = failed = 0
     out = open(args.output, "w", encoding="utf-8") if args.output else None  # noqa: SIM115
     started = time.monotonic()
+    journal = None
+    if settings.job_log:
+        from listener_router.jobs import ProcessLog
+        journal = ProcessLog(settings.blackboard_url, workflow.name, settings.stats_interval)
     try:
         with Blackboard.connect(settings.blackboard_url) as bb, \
                 Progress(disable=not sys.stderr.isatty()) as progress:
             task = progress.add_task(f"{workflow.name}", total=len(records))
             for part in chunked(records, args.batch_size):
                 ids = [r["id"] for r in part]
+                clock = [time.perf_counter()]
+                if journal is not None:
+                    journal.start_chunk()
                 bb.load_many(ids)
                 for record in part:
                     if record["attributes"]:
                         bb.set_attributes(record["id"], record["attributes"])
+                clock.append(time.perf_counter())
                 results = runner.run(workflow, bb, [[i] for i in ids])
+                clock.append(time.perf_counter())
                 good = [rid for r in results if r.ok for rid in r.record_ids]
                 bad = [rid for r in results if not r.ok for rid in r.record_ids]
                 for r in results:
@@ -118,16 +131,24 @@ def cmd_process(args: argparse.Namespace) -> int:
                 if out is not None:
                     for r in results:
                         for rid in r.result_ids if r.ok else ():
-                            out.write(json.dumps({"id": rid, "attributes": bb.get_attributes(rid)},
+                            out.write(json.dumps(result_record(bb, rid, listed.get(rid, ())),
                                                  ensure_ascii=False) + "\n")
                 bb.invalidate_many(bad)
-                bb.commit_many(good)
+                bb.commit_many(good, hook=None if journal is None else journal.hook(
+                    [(ids[r.index], r.ok, r.error) for r in results]))
+                if journal is not None:
+                    clock.append(time.perf_counter())
+                    journal.chunk_done(len(part), {
+                        "load": clock[1] - clock[0], "run": clock[2] - clock[1],
+                        "commit": clock[3] - clock[2]})
                 ok += sum(1 for r in results if r.ok)
                 failed += sum(1 for r in results if not r.ok)
                 progress.advance(task, len(part))
     finally:
         if out is not None:
             out.close()
+        if journal is not None:
+            journal.close()
     elapsed = time.monotonic() - started
     print(f"{workflow.name}: {ok} succeeded, {failed} failed in {elapsed:.1f} s")
     return 0 if failed == 0 else 1
@@ -146,11 +167,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_graph(args: argparse.Namespace) -> int:
     import engine
     settings = _settings(args)
-    workflow = engine.load_workflow(args.file, aliases=settings.aliases, services=settings.services)
-    graph = engine.workflow_graph(workflow)
+    graph, errors = engine.draft_graph(args.file, aliases=settings.aliases,
+                                       services=settings.services)
+    for error in errors:  # drawn anyway, the faulty activities in red
+        print(error, file=sys.stderr)
     if args.output:
         engine.render_graph(graph, args.output)
-        print(f"wrote {args.output}")
+        print(f"wrote {args.output}" + (f" ({len(errors)} error(s) marked)" if errors else ""))
     else:
         print(engine.to_dot(graph))
     return 0
@@ -159,13 +182,28 @@ def cmd_graph(args: argparse.Namespace) -> int:
 # -- chalk status / jobs / dlq --------------------------------------------------------
 def cmd_status(args: argparse.Namespace) -> int:
     from listener_router.cli._admin import status
-    status(_settings(args))
+    from listener_router.cli._jobs import parse_time
+    status(_settings(args), since=parse_time(args.since))
     return 0
 
 
+def _listed(values: list[str] | None) -> list[str]:
+    """Repeatable options that also take comma-separated values."""
+    return [v for value in values or () for v in value.split(",") if v]
+
+
 def cmd_jobs(args: argparse.Namespace) -> int:
-    from listener_router.cli._admin import jobs
-    jobs(_settings(args), limit=args.limit)
+    from listener_router.cli._jobs import jobs, parse_time
+    jobs(_settings(args), states=_listed(args.state), queues=_listed(args.queue),
+         workflows=_listed(args.workflow), record=args.record, message=args.message,
+         since=parse_time(args.since), until=parse_time(args.until), limit=args.limit,
+         follow=args.follow)
+    return 0
+
+
+def cmd_schedules(args: argparse.Namespace) -> int:
+    from listener_router.cli._jobs import schedules
+    schedules(_settings(args))
     return 0
 
 
@@ -217,11 +255,21 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(records=args.records, config=args.config)
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("chalk")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="chalk", description="Chalk: a record-processing engine (RabbitMQ listener/router, "
-        "SQLAlchemy blackboard, BPEL-style XML workflows on PySpark).")
+        "SQLAlchemy blackboard, BPEL-style XML workflows on PySpark).",
+        epilog="chalk COMMAND --help describes a command and shows examples.")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv: debug)")
+    parser.add_argument("--version", action="version", version=f"chalk {_version()}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", metavar="FILE", help="chalk.toml (default: ./chalk.toml when present)")
     common.add_argument("--blackboard", metavar="URL",
@@ -245,14 +293,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--id", dest="ids", action="append", metavar="ID",
                    help="publish this record ID without storing anything (repeatable)")
     p.add_argument("--ids-only", action="store_true", help="publish the file's IDs without storing the records")
-    p.add_argument("--operation", default="ADD", help="operation header: ADD (default) or DELETE")
+    p.add_argument("--operation", default="ADD", type=str.upper, choices=OPERATIONS,
+                   help=f"operation header, one the service accepts: {', '.join(OPERATIONS)} "
+                        "(default ADD)")
     p.add_argument("--per-message", type=int, default=1, help="record IDs per message (default 1)")
     p.set_defaults(func=cmd_push)
 
     p = sub.add_parser("process", parents=[common], help="run a workflow over a JSONL file, no broker")
     p.add_argument("--workflow", required=True, help="workflow name (<process name=…>)")
     p.add_argument("--input", required=True, help="JSON Lines file of records")
-    p.add_argument("--output", help="write the result records as JSON Lines here")
+    p.add_argument("--output", help="write the result records as JSON Lines here (attributes "
+                   "given as lists stay lists; annotations under \"annotations\")")
     p.add_argument("--workflows", metavar="DIR", help="workflow directory")
     p.add_argument("--local", action="store_true", help="run in-process instead of on Spark")
     p.add_argument("--batch-size", type=int, default=1000, help="records per Spark job (default 1000)")
@@ -267,21 +318,44 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("graph", parents=[common], help="draw a workflow's control-flow graph")
     p.add_argument("file", help="workflow file")
-    p.add_argument("-o", "--output", help="out.dot, out.svg or out.png (default: dot text on stdout)")
+    p.add_argument("-o", "--output", help="out.dot, out.svg or out.png, by the extension (default: "
+                   "dot text on stdout); errors go to stderr and into the drawing")
     p.set_defaults(func=cmd_graph)
 
-    p = sub.add_parser("status", parents=[common], help="queues, store and service status")
+    p = sub.add_parser("status", parents=[common],
+                       help="queues (depth, rates), store, cluster members and job statistics")
+    p.add_argument("--since", metavar="TIME",
+                   help="statistics since: an age (30m, 2h, 1d) or an ISO time (default 1h)")
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("jobs", parents=[common], help="recently processed messages and their outgoing messages")
-    p.add_argument("--limit", type=int, default=20)
+    p = sub.add_parser("jobs", parents=[common],
+                       help="the job log: each message's steps (received, retried, dead, "
+                            "replayed, committed), oldest first")
+    p.add_argument("--state", action="append", metavar="STATE",
+                   help="committed, retrying, dead, duplicate, replayed, processed, failed "
+                        "(repeatable, or comma-separated)")
+    p.add_argument("--queue", action="append", metavar="QUEUE", help="input queue (repeatable)")
+    p.add_argument("--workflow", action="append", metavar="NAME", help="workflow (repeatable)")
+    p.add_argument("--record", metavar="ID", help="messages that name this record ID")
+    p.add_argument("--message", metavar="ID", help="one message ID")
+    p.add_argument("--since", metavar="TIME", help="an age (30m, 2h, 1d) or an ISO time")
+    p.add_argument("--until", metavar="TIME", help="an age (30m, 2h, 1d) or an ISO time")
+    p.add_argument("--limit", type=int, default=50, metavar="N",
+                   help="show the N most recent entries (default 50)")
+    p.add_argument("-f", "--follow", action="store_true", help="then print new entries as they come")
     p.set_defaults(func=cmd_jobs)
 
-    p = sub.add_parser("dlq", parents=[common], help="dead letters: list, show, replay, purge")
+    p = sub.add_parser("schedules", parents=[common],
+                       help="scheduled jobs ([[schedule]]) with their last and next run")
+    p.set_defaults(func=cmd_schedules)
+
+    p = sub.add_parser("dlq", parents=[common],
+                       help="dead letters: list, show (from the job log), replay, purge")
     p.add_argument("action", choices=["list", "show", "replay", "purge"])
     p.add_argument("message_id", nargs="?", help="for show/replay: one message ID")
     p.add_argument("--queue", help="input queue whose dead letters to use (default: every listener queue)")
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--limit", type=int, default=50, metavar="N",
+                   help="for list: show at most N dead letters, oldest first (default 50)")
     p.set_defaults(func=cmd_dlq)
 
     p = sub.add_parser("events", parents=[common],
@@ -301,6 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from listener_router.cli._journal import add_parsers
     add_parsers(sub, common)
+    describe(sub)
     return parser
 
 

@@ -24,7 +24,8 @@ batches in the service's process where the workflow allows).  ``_states`` is the
 table of what may happen to a message; ``_inflight`` keeps batches in flight
 from loading each other's records; ``_held`` keeps deferred messages until
 they are gathered again; ``_retries`` decides retry or dead letter;
-``_settle`` ends groups and batches; ``_report`` counts.
+``_settle`` ends groups and batches; ``_report`` counts; ``_journal`` is told
+about every settled message before its ack.
 """
 
 from listener_router.pipeline._batch import Batch, BatchSizing, Gathering, Group
@@ -40,6 +41,7 @@ from listener_router.pipeline._finish import (
 from listener_router.pipeline._gather import GatherStage
 from listener_router.pipeline._held import Held
 from listener_router.pipeline._inflight import InFlight
+from listener_router.pipeline._journal import Journal, Journals
 from listener_router.pipeline._lanes import BACKLOG, Lane
 from listener_router.pipeline._loading import Loader
 from listener_router.pipeline._report import (
@@ -77,6 +79,8 @@ __all__ = [
     "Group",
     "Held",
     "InFlight",
+    "Journal",
+    "Journals",
     "Lane",
     "Loader",
     "Meter",

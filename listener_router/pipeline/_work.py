@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 
@@ -25,6 +26,7 @@ class Work:
     workflow: str | None = None
     outgoing: list[OutMessage] = field(default_factory=list)
     batch: str | None = None           # the outbox batch ``outgoing`` is in, once committed
+    received_at: float = field(default_factory=time.time)   # wall clock, taken up
     loaded: bool = False               # its records were taken up (invalidated if it fails)
 
     def to(self, state: State, error: str | None = None) -> None:

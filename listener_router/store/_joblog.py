@@ -1,101 +1,381 @@
-"""The job log as far as the inbox and outbox tell it (read-only).
+"""The job log: every message's life, the batches it ran in, and statistics per interval.
 
-The inbox has a row per committed message (queue, ID, when, its outbox
-batch); the outbox batch holds the messages it routed, whose bodies name
-the records.  So a processed message's records are the ones it routed, and
-a search by record ID finds the messages that routed that record: a record
-that was processed but routed nowhere is not found here.  (A job log that
-stores every message's records replaces this module.)
+Tables (made by ``_schema``):
+
+- ``chalk_job_log``: a row per settled attempt of a message (``committed``,
+  ``retrying``, ``dead``, ``duplicate``), per ``chalk process`` record
+  (``processed``, ``failed``) and per replay (``replayed``).  Rows of
+  committed messages are written in the commit transaction, so the log
+  never disagrees with the inbox; the other outcomes are written by the
+  finish stage before their messages are acked.  A unique index over
+  ``(queue, message_id, round, attempt, state)`` for every state but
+  ``committed`` makes writing those again (a crash between publishing a
+  retry copy and acking the original) a no-op; ``round`` counts replays.
+  ``record`` is the message's first record ID (indexed); the others of a
+  message with several records are in ``chalk_job_records``.
+- ``chalk_job_batches``: a row per batch: member, when, and seconds by stage.
+- ``chalk_job_stats``: per interval (``period``, its start), member, queue,
+  workflow and metric: a count, a sum and, for durations, a
+  :class:`~listener_router.jobs.Sketch` (JSON).  Counts of outcomes are
+  added in the same transactions as the log rows; durations are merged
+  into this member's rows from memory every few seconds.  Rows are keyed
+  by member, so two members never wait for each other's row locks, and a
+  reader sums over members and intervals.
+
+Writes on the hot path use the driver's SQL with positional rows (like the
+outbox), one ``executemany`` per batch.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Sequence
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
-from sqlalchemy import Connection, select
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Connection,
+    Float,
+    Index,
+    Integer,
+    String,
+    Table,
+    Text,
+    and_,
+    delete,
+    func,
+    or_,
+    select,
+    text,
+    tuple_,
+    update,
+)
 from sqlalchemy.engine import Engine
 
-from listener_router.store._outbox import inbox, outbox
+from listener_router.store._schema import metadata
 
-__all__ = ["Job", "JobLog"]
+__all__ = ["JobLogTables", "LogEntry", "LogRow", "StatRow", "job_log", "job_records",
+           "job_batches", "job_stats", "COUNTED_STATES"]
 
-_SCAN = 500  # outbox batches a record search reads at most (newest first)
+job_log = Table(
+    "chalk_job_log", metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+           autoincrement=True),
+    Column("at", Float, nullable=False),              # when this step happened
+    Column("state", String(16), nullable=False),
+    Column("queue", String(255), nullable=False),
+    Column("message_id", String(255), nullable=False),
+    Column("round", Integer, nullable=False),         # replays before this attempt
+    Column("attempt", Integer, nullable=False),       # x-chalk-attempts when received
+    Column("workflow", String(255), nullable=True),
+    Column("member", String(255), nullable=True),
+    Column("batch", String(32), nullable=True),       # chalk_job_batches.id
+    Column("received_at", Float, nullable=True),
+    Column("record", String(512), nullable=True),     # the first record ID
+    Column("records", Integer, nullable=False),       # how many records the message names
+    Column("outgoing", Integer, nullable=False),      # messages routed for it (committed)
+    Column("reason", Text, nullable=True),
+    Column("resolved", String(16), nullable=True),    # dead letters: replayed | purged
+    Column("resolved_at", Float, nullable=True),
+    Index("ix_chalk_job_log_at", "at"),
+    Index("ix_chalk_job_log_record", "record"),
+    # The steps other than commits are few: only they are indexed by state (dead letters,
+    # ``--state retrying``), and only they carry the unique index that makes writing one
+    # again a no-op; a committed row pays for neither.
+    Index("ix_chalk_job_log_state", "state", "at", sqlite_where=text("state <> 'committed'"),
+          postgresql_where=text("state <> 'committed'")),
+    Index("ux_chalk_job_log_step", "queue", "message_id", "round", "attempt", "state",
+          unique=True, sqlite_where=text("state <> 'committed'"),
+          postgresql_where=text("state <> 'committed'")),
+)
+job_records = Table(
+    "chalk_job_records", metadata,
+    Column("record_id", String(512), primary_key=True),
+    Column("queue", String(255), primary_key=True),
+    Column("message_id", String(255), primary_key=True),
+    Column("first_record", String(512), nullable=False),   # chalk_job_log.record
+    Column("at", Float, nullable=False),
+    Index("ix_chalk_job_records_at", "at"),
+    sqlite_with_rowid=False,
+)
+job_batches = Table(
+    "chalk_job_batches", metadata,
+    Column("id", String(32), primary_key=True),
+    Column("member", String(255), nullable=False),
+    Column("opened", Float, nullable=False),
+    Column("finished", Float, nullable=False),
+    Column("messages", Integer, nullable=False),
+    Column("seconds", Text, nullable=False),          # JSON {stage: seconds}
+    Index("ix_chalk_job_batches_finished", "finished"),
+)
+job_stats = Table(
+    "chalk_job_stats", metadata,
+    Column("period", Float, primary_key=True),        # the interval's start (epoch seconds)
+    Column("member", String(255), primary_key=True),
+    Column("queue", String(255), primary_key=True),
+    Column("workflow", String(255), primary_key=True),
+    Column("metric", String(32), primary_key=True),   # a state, "records", "stage:<s>", "latency"
+    Column("count", BigInteger, nullable=False),
+    Column("total", Float, nullable=False),           # sum of the values (seconds)
+    Column("sketch", Text, nullable=True),            # durations: the histogram
+)
+
+# States whose messages count in the statistics (and "records" for committed records).
+COUNTED_STATES = ("committed", "retrying", "dead", "duplicate", "processed", "failed")
+
+_COLUMNS = ("at", "state", "queue", "message_id", "round", "attempt", "workflow", "member",
+            "batch", "received_at", "record", "records", "outgoing", "reason")
+_INSERT = (f"INSERT INTO chalk_job_log ({', '.join(_COLUMNS)}) "
+           f"VALUES ({', '.join('?' * len(_COLUMNS))})")
+_INSERT_ONCE = _INSERT + " ON CONFLICT DO NOTHING"
+_INSERT_RECORDS = ("INSERT INTO chalk_job_records (record_id, queue, message_id, first_record, at) "
+                   "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
+_ADD_COUNT = (
+    "INSERT INTO chalk_job_stats (period, member, queue, workflow, metric, count, total, sketch) "
+    "VALUES (?, ?, ?, ?, ?, ?, 0, NULL) ON CONFLICT (period, member, queue, workflow, metric) "
+    "DO UPDATE SET count = chalk_job_stats.count + excluded.count")
+_PUT_SKETCH = (
+    "INSERT INTO chalk_job_stats (period, member, queue, workflow, metric, count, total, sketch) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (period, member, queue, workflow, metric) "
+    "DO UPDATE SET count = excluded.count, total = excluded.total, sketch = excluded.sketch")
+
+# A log row as written: the values of _COLUMNS, in order.
+LogRow = tuple[float, str, str, str, int, int, str | None, str | None, str | None,
+               float | None, str | None, int, int, str | None]
 
 
 @dataclass(frozen=True)
-class Job:
-    """One processed message."""
+class LogEntry:
+    """A job-log row as read back."""
 
-    message_id: str
+    id: int
+    at: float
+    state: str
     queue: str
-    status: str
-    processed_at: float
-    records: tuple[str, ...]     # the records it routed
-    targets: tuple[str, ...]     # where it routed them (queues, or exchange/key)
+    message_id: str
+    round: int
+    attempt: int
+    workflow: str | None
+    member: str | None
+    batch: str | None
+    received_at: float | None
+    record: str | None
+    records: int
+    outgoing: int
+    reason: str | None
+    resolved: str | None
+    resolved_at: float | None
 
 
-def _routed(messages_json: str) -> dict[str, tuple[list[str], list[str]]]:
-    """Source message ID → (record IDs, targets) of one outbox batch's messages."""
-    found: dict[str, tuple[list[str], list[str]]] = defaultdict(lambda: ([], []))
-    for _mid, source, exchange, key, body, _headers, _ctype in orjson.loads(messages_json):
-        try:
-            records = [str(r["id"]) for r in orjson.loads(body).get("records", ())]
-        except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError):
-            records = []
-        ids, targets = found[source]
-        ids += records
-        target = f"{exchange}/{key}" if exchange else key
-        if target not in targets:
-            targets.append(target)
-    return found
+@dataclass(frozen=True)
+class StatRow:
+    """A statistics row as read back (``sketch`` is the JSON text, or None for counts)."""
+
+    period: float
+    member: str
+    queue: str
+    workflow: str
+    metric: str
+    count: int
+    total: float
+    sketch: str | None
 
 
-class JobLog:
-    """Processed messages, newest first, with the records they routed (see module doc)."""
+def _sql(conn: Connection, sql: str) -> str:
+    return sql.replace("?", "%s") if conn.dialect.name == "postgresql" else sql
+
+
+def _entry(row: Any) -> LogEntry:
+    return LogEntry(**{name: getattr(row, name) for name in LogEntry.__dataclass_fields__})
+
+
+class JobLogTables:
+    """Reads and writes of the job-log tables (see the module doc)."""
 
     def __init__(self, engine: Engine):
         self.engine = engine
 
-    def recent(self, limit: int = 50, record_id: str | None = None) -> list[Job]:
-        """The last ``limit`` processed messages; with ``record_id``, those that routed it."""
-        with self.engine.connect() as conn:
-            if record_id is None:
-                rows = conn.execute(select(inbox).order_by(inbox.c.processed_at.desc())
-                                    .limit(limit)).all()
-                batches = self._batches(conn, sorted({r.batch for r in rows if r.batch}))
-            else:
-                pattern = "%" + record_id.replace("\\", "\\\\").replace("%", "\\%") \
-                    .replace("_", "\\_") + "%"
-                scanned = conn.execute(
-                    select(outbox.c.id, outbox.c.messages)
-                    .where(outbox.c.messages.like(pattern, escape="\\"))
-                    .order_by(outbox.c.created_at.desc()).limit(_SCAN)).all()
-                batches = {b.id: _routed(b.messages) for b in scanned}
-                sources = sorted({source for routed in batches.values()
-                                  for source, (ids, _t) in routed.items() if record_id in ids})
-                rows = []
-                for start in range(0, len(sources), 1000):
-                    rows += conn.execute(select(inbox).where(
-                        inbox.c.message_id.in_(sources[start:start + 1000]))).all()
-                rows = sorted((r for r in rows if r.batch in batches),
-                              key=lambda r: r.processed_at, reverse=True)[:limit]
-        jobs = []
-        for r in rows:
-            ids, targets = batches.get(r.batch, {}).get(r.message_id, ([], [])) \
-                if r.batch else ([], [])
-            jobs.append(Job(r.message_id, r.queue, r.status, r.processed_at, tuple(ids),
-                            tuple(targets)))
-        return jobs
+    def _reading(self) -> Connection:
+        return self.engine.connect().execution_options(chalk_readonly=True)
+
+    # -- writes --------------------------------------------------------------------------
+    @staticmethod
+    def write(conn: Connection, rows: Sequence[LogRow],
+              others: Sequence[tuple[str, str, str, str, float]] = (), *,
+              once: bool = False) -> None:
+        """Insert log rows (``once``: skip a step already logged) and the extra record IDs
+        of messages with several (``(record_id, queue, message_id, first_record, at)``)."""
+        if rows:
+            conn.exec_driver_sql(_sql(conn, _INSERT_ONCE if once else _INSERT), list(rows))
+        if others:
+            conn.exec_driver_sql(_sql(conn, _INSERT_RECORDS), list(others))
 
     @staticmethod
-    def _batches(conn: Connection, ids: Sequence[str]
-                 ) -> dict[str, dict[str, tuple[list[str], list[str]]]]:
-        found = {}
-        for start in range(0, len(ids), 1000):
-            for b in conn.execute(select(outbox.c.id, outbox.c.messages)
-                                  .where(outbox.c.id.in_(ids[start:start + 1000]))):
-                found[b.id] = _routed(b.messages)
+    def write_once(conn: Connection, row: LogRow) -> bool:
+        """Insert one row unless its step is logged already; whether it was new."""
+        return (conn.exec_driver_sql(_sql(conn, _INSERT_ONCE), row).rowcount or 0) == 1
+
+    @staticmethod
+    def add_counts(conn: Connection, member: str,
+                   counts: Mapping[tuple[float, str, str, str], int]) -> None:
+        """Add ``{(period, queue, workflow, metric): n}`` to ``member``'s statistics."""
+        if counts:
+            conn.exec_driver_sql(_sql(conn, _ADD_COUNT), [
+                (period, member, queue, workflow, metric, n)
+                for (period, queue, workflow, metric), n in counts.items() if n])
+
+    @staticmethod
+    def stat_rows(conn: Connection, member: str,
+                  keys: Iterable[tuple[float, str, str, str]]) -> dict[tuple[float, str, str, str],
+                                                                   StatRow]:
+        """``member``'s stored rows for these ``(period, queue, workflow, metric)`` keys."""
+        wanted = list(keys)
+        found: dict[tuple[float, str, str, str], StatRow] = {}
+        c = job_stats.c
+        for start in range(0, len(wanted), 200):
+            part = wanted[start:start + 200]
+            rows = conn.execute(select(job_stats).where(
+                c.member == member,
+                tuple_(c.period, c.queue, c.workflow, c.metric).in_(part)))
+            for r in rows:
+                found[(r.period, r.queue, r.workflow, r.metric)] = StatRow(**r._mapping)
         return found
+
+    @staticmethod
+    def put_sketches(conn: Connection, member: str,
+                     values: Mapping[tuple[float, str, str, str], tuple[int, float, str]]) -> None:
+        """Replace ``member``'s duration rows: ``{key: (count, total, sketch JSON)}``."""
+        if values:
+            conn.exec_driver_sql(_sql(conn, _PUT_SKETCH), [
+                (period, member, queue, workflow, metric, count, total, sketch)
+                for (period, queue, workflow, metric), (count, total, sketch) in values.items()])
+
+    @staticmethod
+    def write_batches(conn: Connection, rows: Sequence[tuple[str, str, float, float, int, str]]
+                      ) -> None:
+        """``(id, member, opened, finished, messages, seconds JSON)`` per batch."""
+        if rows:
+            conn.execute(job_batches.insert(), [
+                dict(zip(("id", "member", "opened", "finished", "messages", "seconds"), row,
+                         strict=True)) for row in rows])
+
+    def resolve(self, conn: Connection, queue: str, message_id: str | None, how: str) -> int:
+        """Mark the unresolved dead letters of ``queue`` (one message, or all) ``how``."""
+        c = job_log.c
+        query = update(job_log).where(c.state == "dead", c.resolved.is_(None), c.queue == queue)
+        if message_id is not None:
+            query = query.where(c.message_id == message_id)
+        return conn.execute(query.values(resolved=how, resolved_at=time.time())).rowcount or 0
+
+    def replayed(self, conn: Connection, queue: str, message_id: str, replays: int,
+                 reason: str) -> int:
+        """A dead letter was put back on ``queue``: its entries are marked ``replayed`` and
+        the message's history gets a ``replayed`` step (round ``replays``)."""
+        c = job_log.c
+        dead = conn.execute(select(job_log).where(
+            c.state == "dead", c.queue == queue, c.message_id == message_id)
+            .order_by(c.at.desc()).limit(1)).first()
+        self.write_once(conn, (
+            time.time(), "replayed", queue, message_id, replays,
+            dead.attempt if dead else 0, dead.workflow if dead else None, None, None, None,
+            dead.record if dead else None, dead.records if dead else 0, 0, reason))
+        return self.resolve(conn, queue, message_id, "replayed")
+
+    def purge(self, older_than_seconds: float) -> int:
+        """Retention: drop log rows, batches and statistics older than the limit."""
+        limit = time.time() - older_than_seconds
+        with self.engine.begin() as conn:
+            count = conn.execute(delete(job_log).where(job_log.c.at < limit)).rowcount or 0
+            conn.execute(delete(job_records).where(job_records.c.at < limit))
+            conn.execute(delete(job_batches).where(job_batches.c.finished < limit))
+            conn.execute(delete(job_stats).where(job_stats.c.period < limit))
+        return count
+
+    # -- reads ---------------------------------------------------------------------------
+    def entries(self, *, states: Sequence[str] = (), queues: Sequence[str] = (),
+                workflows: Sequence[str] = (), record: str | None = None,
+                message_id: str | None = None, since: float | None = None,
+                until: float | None = None, after_id: int | None = None,
+                unresolved: bool = False, limit: int = 50) -> list[LogEntry]:
+        """The newest ``limit`` entries that match, oldest first."""
+        c = job_log.c
+        query = select(job_log)
+        if states:
+            query = query.where(c.state.in_(list(states)))
+            if "committed" not in states:  # lets the partial index on state serve
+                query = query.where(text("state <> 'committed'"))
+        if queues:
+            query = query.where(c.queue.in_(list(queues)))
+        if workflows:
+            query = query.where(c.workflow.in_(list(workflows)))
+        if message_id is not None:
+            query = query.where(c.message_id == message_id)
+        if since is not None:
+            query = query.where(c.at >= since)
+        if until is not None:
+            query = query.where(c.at <= until)
+        if after_id is not None:
+            query = query.where(c.id > after_id)
+        if unresolved:
+            query = query.where(c.resolved.is_(None))
+        with self._reading() as conn:
+            if record is not None:
+                query = query.where(self._naming(conn, record))
+            rows = conn.execute(query.order_by(c.at.desc(), c.id.desc()).limit(limit)).all()
+        return [_entry(r) for r in reversed(rows)]
+
+    @staticmethod
+    def _naming(conn: Connection, record: str) -> Any:
+        """A condition on job_log: the message names ``record`` (first or another)."""
+        c, r = job_log.c, job_records.c
+        others = conn.execute(select(r.queue, r.message_id, r.first_record)
+                              .where(r.record_id == record)).all()
+        condition = c.record == record
+        for queue, message_id, first in others:
+            condition = or_(condition, and_(c.record == first, c.queue == queue,
+                                            c.message_id == message_id))
+        return condition
+
+    def record_ids(self, entry: LogEntry) -> list[str]:
+        """The record IDs of an entry's message, the first one first."""
+        if entry.record is None:
+            return []
+        if entry.records <= 1:
+            return [entry.record]
+        r = job_records.c
+        with self._reading() as conn:
+            rest = conn.execute(select(r.record_id).where(
+                r.queue == entry.queue, r.message_id == entry.message_id,
+                r.first_record == entry.record)).scalars().all()
+        return [entry.record, *sorted(set(rest) - {entry.record})]
+
+    def batches(self, ids: Iterable[str]) -> dict[str, tuple[str, dict[str, float]]]:
+        """For batch IDs: ``(member, seconds by stage)``."""
+        wanted = sorted(set(ids))
+        found: dict[str, tuple[str, dict[str, float]]] = {}
+        with self._reading() as conn:
+            for start in range(0, len(wanted), 500):
+                for row in conn.execute(select(job_batches.c.id, job_batches.c.member,
+                                               job_batches.c.seconds)
+                                        .where(job_batches.c.id.in_(wanted[start:start + 500]))):
+                    found[row.id] = (row.member, orjson.loads(row.seconds))
+        return found
+
+    def statistics(self, since: float | None = None, until: float | None = None
+                   ) -> list[StatRow]:
+        """Statistics rows of intervals starting in ``[since, until)`` (all members)."""
+        c = job_stats.c
+        query = select(job_stats)
+        if since is not None:
+            query = query.where(c.period >= since)
+        if until is not None:
+            query = query.where(c.period < until)
+        with self._reading() as conn:
+            return [StatRow(**r._mapping) for r in conn.execute(query)]
+
+    def count(self) -> int:
+        with self._reading() as conn:
+            return int(conn.execute(select(func.count()).select_from(job_log)).scalar_one())

@@ -4,8 +4,10 @@
 engine, taken from the blackboard's public :class:`~blackboard.SqlStore`):
 ``outbox`` (inbox and outbox, written in the commit transaction),
 ``nodes`` (cluster heartbeats and advertised properties), ``cluster``
-(leader, fencing epoch, established view), ``dead_letters`` (those ``chalk
-dlq`` took off the dead-letter queues) and ``journal`` (the journal outbox).  It also hands out the blackboards the
+(leader, fencing epoch, established view), ``joblog`` (the job log and its
+statistics), ``schedules`` (scheduled jobs' last ticks), ``dead_letters``
+(those ``chalk dlq`` took off the dead-letter queues) and ``workflow_versions``
+(what each process runs) and ``journal`` (the journal outbox).  It also hands out the blackboards the
 pipeline loads records on, and renews and purges record leases through the
 blackboard's own calls.
 
@@ -35,10 +37,13 @@ from listener_router._errors import (
 )
 from listener_router.store._cluster import ClusterState
 from listener_router.store._dead_letters import DeadLetters
+from listener_router.store._joblog import JobLogTables
 from listener_router.store._journal import JournalOutbox
 from listener_router.store._nodes import Nodes
 from listener_router.store._outbox import Outbox
+from listener_router.store._schedules import Schedules
 from listener_router.store._schema import create_schema
+from listener_router.store._versions import WorkflowVersions
 
 __all__ = ["ServiceStore", "commit_failure", "unavailable"]
 
@@ -46,8 +51,8 @@ _OUTAGES = (OperationalError, InterfaceError, SqlTimeoutError, OSError)
 
 
 class ServiceStore:
-    """Inbox, outbox, nodes, cluster and dead letters in the blackboard's database (see the
-    module doc).
+    """Inbox, outbox, nodes, cluster, job log, schedules and dead letters in the
+    blackboard's database (see the module doc).
 
     Opening it creates (or upgrades) the tables.  ``writes`` is held around
     every write transaction of this process: SQLite has one writer, and
@@ -63,8 +68,11 @@ class ServiceStore:
         self.outbox = Outbox(sql.engine)
         self.nodes = Nodes(sql.engine)
         self.journal = JournalOutbox(sql.engine)
+        self.joblog = JobLogTables(sql.engine)
+        self.schedules = Schedules(sql.engine)
         self.cluster = ClusterState(sql.engine)
         self.dead_letters = DeadLetters(sql.engine)
+        self.workflow_versions = WorkflowVersions(sql.engine)
         self.writes: contextlib.AbstractContextManager[object] = (
             threading.Lock() if sql.dialect == "sqlite" else contextlib.nullcontext())
 

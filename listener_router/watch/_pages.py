@@ -124,14 +124,15 @@ _TEMPLATES = {
 <td>{% for run in b.runs %}{{ run.workflow }} {{ run.runner }} {{ run.seconds | ms }}{% if not loop.last %}<br>{% endif %}{% endfor %}</td></tr>
 {% endfor %}</table>{% endif %}
 """,
-    "jobs.html": """{% if record %}<p>messages that routed record <code>{{ record }}</code>:</p>{% endif %}
-{% if not jobs %}<p class="muted">{% if record %}none found (a record is found through the
-messages that routed it){% else %}no processed messages yet{% endif %}</p>
-{% else %}<table id="job-table"><tr><th>message</th><th>queue</th><th>status</th><th>processed</th>
-<th>records</th><th>routed to</th></tr>
-{% for j in jobs %}<tr><td><code>{{ j.message_id }}</code></td><td>{{ j.queue }}</td><td>{{ j.status }}</td>
-<td>{{ j.processed_at | clock }}</td><td class="records">{{ j.records | join(", ") }}</td>
-<td>{{ j.targets | join(", ") }}</td></tr>{% endfor %}</table>{% endif %}
+    "jobs.html": """{% if record %}<p>every step of the messages that named record <code>{{ record }}</code>:</p>{% endif %}
+{% if not jobs %}<p class="muted">{% if record %}none found in the job log{% else %}no job-log entries yet{% endif %}</p>
+{% else %}<table id="job-table"><tr><th>when</th><th>step</th><th>message</th><th>queue</th><th>attempt</th>
+<th>workflow</th><th>member</th><th>records</th><th>outgoing</th><th>reason</th></tr>
+{% for j in jobs %}{% set e = j.entry %}<tr data-state="{{ e.state }}"><td>{{ e.at | clock }}</td>
+<td>{{ e.state }}{% if e.resolved %} ({{ e.resolved }}){% endif %}</td><td><code>{{ e.message_id }}</code></td>
+<td>{{ e.queue }}</td><td class="num">{{ e.attempt }}{% if e.round %} (replay {{ e.round }}){% endif %}</td>
+<td>{{ e.workflow or "" }}</td><td>{{ e.member or "" }}</td><td class="records">{{ j.records | join(", ") }}</td>
+<td class="num">{{ e.outgoing }}</td><td>{{ e.reason or "" }}</td></tr>{% endfor %}</table>{% endif %}
 """,
     "dead_letters.html": """{% if error %}<p class="error">{{ error }}</p>
 {% elif not letters %}<p class="muted">no dead letters</p>

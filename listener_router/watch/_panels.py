@@ -3,7 +3,7 @@
 Each reads what the service already keeps (membership, the registry, the
 store, the watch's history and samples) or what the ``chalk`` command
 reads (dead letters), so a panel changes source by changing one function:
-the job log reads :class:`~listener_router.store.JobLog`, the topology
+the job log reads the service's job log (``store.joblog``), the topology
 shows every field the cluster's member rows have.
 """
 
@@ -20,7 +20,7 @@ from listener_router._config import Settings
 from listener_router.broker import dlq_name, retry_name
 from listener_router.cli import dead_letters as stored_dead_letters
 from listener_router.cli import dlq_replay
-from listener_router.store import Job, JobLog, ServiceStore
+from listener_router.store import LogEntry, ServiceStore
 from listener_router.watch._history import HOUR, BatchSummary, History, Sample, Sampler
 from listener_router.watch._svg import line_chart, workflow_svg
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import engine
     from listener_router.cluster import Membership
 
-__all__ = ["DeadLetter", "QueueRow", "Topology", "WorkflowView", "dead_letters", "job_log",
+__all__ = ["DeadLetter", "Job", "QueueRow", "Topology", "WorkflowView", "dead_letters", "job_log",
            "known_queues", "queues", "recent_batches", "replay", "topology", "workflows"]
 
 RATE_WINDOW = 60.0  # seconds the rates in the queue table are taken over
@@ -131,9 +131,20 @@ def recent_batches(history: History, limit: int = 20) -> list[BatchSummary]:
 
 
 # -- job log -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Job:
+    """One job-log entry as the page shows it: a settled attempt of a message, a replay or
+    purge of a dead letter, a ``chalk process`` record."""
+
+    entry: LogEntry
+    records: tuple[str, ...]
+
+
 def job_log(store: ServiceStore, record_id: str | None = None, limit: int = 50) -> list[Job]:
-    """Processed messages, newest first; with ``record_id``, those that carried it."""
-    return JobLog(store.engine).recent(limit, record_id=record_id or None)
+    """The job log's newest entries, newest first; with ``record_id``, those of the messages
+    that named it (what ``chalk jobs --record`` prints)."""
+    entries = store.joblog.entries(record=record_id or None, limit=limit)
+    return [Job(e, tuple(store.joblog.record_ids(e))) for e in reversed(entries)]
 
 
 # -- dead letters --------------------------------------------------------------------

@@ -16,8 +16,8 @@ from lxml import etree
 import engine
 from listener_router import BatchReport, ConfigError, Service, load_settings, push_records
 from listener_router.cli import dead_letters
-from listener_router.store import JobLog
 from listener_router.watch import METRICS, Live, Metrics, layered_svg
+from listener_router.watch._panels import job_log
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -165,6 +165,8 @@ def test_a_running_service_serves_metrics_the_page_and_refuses_a_replay_without_
         assert [b"w-bad" in d.body for d in dead_letters(settings, [queue])] == [True]
         assert service.watch.sampler.sample().depth[f"{queue}.dlq"] == 0
         assert _get(base + "panel/nothing")[0] == 404
-        jobs = JobLog(service.store.engine).recent(50, record_id="w3")
-        assert [j.records for j in jobs] == [("w3",)]
-        assert len(JobLog(service.store.engine).recent(50)) == 5
+        jobs = job_log(service.store, "w3")   # the panel reads the job log
+        assert [(j.entry.state, j.records) for j in jobs] == [("committed", ("w3",))]
+        assert sorted(j.entry.state for j in job_log(service.store)) == ["committed"] * 5 + ["dead"]
+        status, panel = _get(base + "panel/jobs?record=w-bad")   # routed nowhere, still found
+        assert status == 200 and "dead" in panel and "asked to fail" in panel

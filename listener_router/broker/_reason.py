@@ -1,0 +1,83 @@
+"""Why a connection to the broker failed, in words: refused, timed out, login refused.
+
+pika's ``AMQPConnectionError`` often prints as nothing at all (its cause is
+nested in its arguments), which made "broker unavailable: AMQPConnectionError: "
+the whole story.  :func:`broker_reason` digs the cause out; :func:`connect`
+opens a blocking connection and raises :class:`BrokerUnavailable` naming
+host, port and that reason.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import pika
+import pika.exceptions
+from pika.adapters.utils.connection_workflow import AMQPConnectorException
+
+from listener_router._errors import BrokerUnavailable
+
+__all__ = ["broker_reason", "connect", "where"]
+
+
+def where(url: str) -> str:
+    """``host:port`` of a broker URL (no user, no password)."""
+    params = pika.URLParameters(url)
+    return f"{params.host}:{params.port}"
+
+
+def _causes(e: BaseException) -> list[Any]:
+    """``e`` and what it wraps: pika nests the socket error in its arguments."""
+    out: list[Any] = []
+    todo: list[Any] = [e]
+    while todo and len(out) < 20:
+        item = todo.pop(0)
+        out.append(item)
+        if isinstance(item, BaseException):
+            todo += list(getattr(item, "exceptions", None) or ())  # a workflow's attempts
+            inner = getattr(item, "exception", None)  # a connector phase's error
+            if isinstance(inner, BaseException):
+                todo.append(inner)
+            todo += [a for a in item.args if isinstance(a, (BaseException, str))]
+            if item.__cause__ is not None:
+                todo.append(item.__cause__)
+    return out
+
+
+def broker_reason(e: BaseException, url: str | None = None) -> str:
+    """What went wrong connecting to the broker, e.g. ``connection refused`` (never empty)."""
+    user = pika.URLParameters(url).credentials.username if url else None
+    causes = _causes(e)
+    texts = " ".join(str(c) for c in causes) + " " + " ".join(type(c).__name__ for c in causes)
+    if any(isinstance(c, pika.exceptions.ProbableAuthenticationError) for c in causes) \
+            or "ACCESS_REFUSED" in texts:
+        return (f"login refused{f' for user {user!r}' if user else ''} (check the user and "
+                "password in the broker URL)")
+    if any(isinstance(c, pika.exceptions.ProbableAccessDeniedError) for c in causes) \
+            or "NOT_ALLOWED" in texts:
+        return "access to the virtual host refused (check the vhost in the broker URL)"
+    if any(isinstance(c, ConnectionRefusedError) for c in causes) or "Connection refused" in texts:
+        return "connection refused (nothing listens there: is RabbitMQ running?)"
+    if any(isinstance(c, socket.gaierror) for c in causes):
+        return "host name not found"
+    if any(isinstance(c, TimeoutError) for c in causes) or "timed out" in texts.lower() \
+            or "timeout" in texts.lower():
+        return "timed out (no answer: a firewall, a wrong host, or a broker too busy to answer)"
+    if any(isinstance(c, pika.exceptions.StreamLostError) for c in causes):
+        return f"connection lost: {next(str(c) for c in causes if str(c))}"
+    for c in causes:
+        text = str(c)
+        if text:
+            return text if isinstance(c, str) else f"{type(c).__name__}: {text}"
+    return f"{type(e).__name__} (pika gave no reason)"
+
+
+def connect(url: str, params: pika.ConnectionParameters | None = None) -> pika.BlockingConnection:
+    """A blocking connection to ``url``; :class:`BrokerUnavailable` saying why when none."""
+    from listener_router.broker._link import connection_parameters
+    try:
+        return pika.BlockingConnection(params or connection_parameters(url))
+    except (pika.exceptions.AMQPError, AMQPConnectorException, OSError) as e:
+        raise BrokerUnavailable(f"cannot connect to the broker at {where(url)}: "
+                                f"{broker_reason(e, url)}") from e

@@ -1,0 +1,134 @@
+"""What ``chalk COMMAND --help`` says: a description and examples per subcommand.
+
+Kept apart from the parser so a new subcommand adds its text here; a test
+checks that every subcommand has both and that every example parses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import textwrap
+
+__all__ = ["HELP", "describe", "examples"]
+
+# command: (description, examples — one "chalk …" line each, a comment after " # ")
+HELP: dict[str, tuple[str, str]] = {
+    "run": (
+        "Run the service: consume record-ID messages from the listener queues, run each "
+        "message's workflow on its records, commit them and route the results.  Ctrl-C or "
+        "SIGTERM finishes the batch in hand and stops.",
+        "chalk run                                # chalk.toml in this directory\n"
+        "chalk run --config prod.toml --http 127.0.0.1:9187   # with metrics and the dashboard\n"
+        "chalk run --local --idle-exit 30         # in-process, stop after 30 s without messages",
+    ),
+    "push": (
+        "Store records from a JSON Lines file on the blackboard and publish their IDs to a "
+        "queue, one message per --per-message IDs (or publish IDs alone with --id).",
+        "chalk push records.jsonl                 # store and publish to chalk.in\n"
+        "chalk push records.jsonl --queue orders.in --per-message 100\n"
+        "chalk push --id doc-1 --id doc-2 --operation DELETE   # IDs only, no records stored",
+    ),
+    "process": (
+        "Run one workflow over a JSON Lines file of records without a broker: load, run, "
+        "commit to the configured store, and optionally write the results.",
+        "chalk process --workflow Demo --input records.jsonl --output out.jsonl\n"
+        "chalk process --workflow Demo --input records.jsonl --local   # no Spark",
+    ),
+    "validate": (
+        "Check workflow files (one file, or every *.xml and *.bpel under a directory); "
+        "prints each error as file:line: message and exits 1 when there is any.",
+        "chalk validate workflows/\n"
+        "chalk validate --summary legacy/pipelines/   # unknown pipelets grouped: the migration list",
+    ),
+    "graph": (
+        "Draw a workflow's control-flow graph; the output file's extension picks the format "
+        "(.dot, .svg, .png).  A workflow with errors is drawn too, its faulty activities in "
+        "red with the error.",
+        "chalk graph workflows/demo.xml           # dot text on stdout\n"
+        "chalk graph workflows/demo.xml -o demo.svg",
+    ),
+    "status": (
+        "Show queue depths and rates, the store (records, processed and unsent messages, "
+        "leases), the cluster's members and leader, each workflow's running version, and the "
+        "job log's statistics per queue and workflow.",
+        "chalk status\n"
+        "chalk status --since 30m\n"
+        "chalk status --config prod.toml",
+    ),
+    "jobs": (
+        "The job log: each message's steps (received, each attempt, retried, dead-lettered, "
+        "replayed, committed) and chalk process runs, oldest first, filtered by state, queue, "
+        "workflow, record, message and time; --follow then prints new entries as they come.",
+        "chalk jobs\n"
+        "chalk jobs --record doc-17               # every step of the messages naming doc-17\n"
+        "chalk jobs --state dead,retrying --since 2h\n"
+        "chalk jobs --queue chalk.in --follow",
+    ),
+    "schedules": (
+        "List the scheduled jobs ([[schedule]] entries) with their queue, workflow, last run "
+        "and next run; the cluster's leader runs them.",
+        "chalk schedules\n"
+        "chalk schedules --config prod.toml",
+    ),
+    "dlq": (
+        "Dead letters of the listener queues: list, show one in full, replay (back to its "
+        "queue, attempts reset) or purge.  Browsing moves them into the store; nothing is "
+        "redelivered by looking.",
+        "chalk dlq list\n"
+        "chalk dlq show 3f2a9c                    # one dead letter by message ID\n"
+        "chalk dlq replay --queue chalk.in        # after fixing the cause\n"
+        "chalk dlq purge --queue chalk.in",
+    ),
+    "events": (
+        "Print the cluster's events (records committed or invalidated, messages dead-lettered, "
+        "topology changes) as they are published on the events exchange; events are not "
+        "stored, so only those published while following are shown.",
+        "chalk events --follow                    # everything, one line each; Ctrl-C stops\n"
+        "chalk events --follow --pattern 'message.dead_lettered.#' --json\n"
+        "chalk events --follow --pattern topology.changed --count 1",
+    ),
+    "demo": (
+        "Push sample records through the shipped demo workflow on a local broker and Spark, "
+        "and report what happened (records, batches, time per phase).",
+        "chalk demo\n"
+        "chalk demo --records 10000",
+    ),
+    "subscribe": (
+        "Run a journal subscriber agent: read the journal's stream from the subscriber's "
+        "stored offset, apply the entries in batches through a Python callable or a "
+        "workflow, and store the offset in the same transaction as the effects, so each "
+        "entry is applied exactly once.  A failing entry goes to the subscriber's error "
+        "queue after its retries, or blocks it.",
+        "chalk subscribe --subscriber index      # a [[subscriber]] of the configuration\n"
+        "chalk subscribe --journal search --subscriber lake --store sqlite:///lake.db "
+        "--apply lake:apply --start first\n"
+        "chalk subscribe --subscriber index --idle-exit 5",
+    ),
+    "journal": (
+        "Look after journal subscribers: status (offset, lag, blocked, errors, last seen), "
+        "rewind one to a point (first, last, next, an offset or a time; it applies again "
+        "from there, once), skip or retry the entry a blocked one is stuck on, list its "
+        "errors.",
+        "chalk journal status\n"
+        "chalk journal status --journal search --json\n"
+        "chalk journal rewind --subscriber index --to first\n"
+        "chalk journal skip --subscriber index\n"
+        "chalk journal errors --subscriber index --limit 20",
+    ),
+}
+
+
+def examples(command: str) -> list[list[str]]:
+    """The example command lines of ``command`` as arguments (after ``chalk``, no comment)."""
+    return [shlex.split(line.split(" # ")[0])[1:] for line in HELP[command][1].splitlines()]
+
+
+def describe(subparsers: argparse._SubParsersAction) -> None:
+    """Give every subcommand its description and examples (``--help`` shows them)."""
+    for command, parser in subparsers.choices.items():
+        if command in HELP:
+            description, lines = HELP[command]
+            parser.description = textwrap.fill(description, 78)
+            parser.epilog = "examples:\n" + "\n".join(f"  {line}" for line in lines.splitlines())
+            parser.formatter_class = argparse.RawDescriptionHelpFormatter

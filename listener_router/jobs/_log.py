@@ -1,0 +1,342 @@
+"""The job log's writer: every message's life and the statistics, per batch.
+
+:class:`JobLog` plugs into three seams of the pipeline:
+
+- as a :class:`~listener_router.CommitExtension` it writes a row per
+  committed message, and adds to the outcome counts, inside the commit
+  transaction: one ``executemany`` per transaction, never a write of its
+  own on the hot path, and a committed message is logged exactly when its
+  records are;
+- as a :class:`~listener_router.pipeline.Journal` it sees every settled
+  message before its ack: it writes rows for the retried, dead-lettered and
+  duplicate ones (one small transaction, only when there are any; a step
+  written again after a crash is skipped by the log's unique index) and
+  counts each committed message's latency (taken up → settled);
+- as a :class:`~listener_router.BatchObserver` it keeps each finished
+  batch's row (member, seconds by stage) and adds its stage times to the
+  duration histograms.
+
+Batch rows and histograms are merged into this member's statistics rows
+every ``flush_every`` seconds and at close, in one transaction (a crash
+loses at most that much of the durations; the counts and the log rows are
+never lost).  A failed write is kept and tried again with the next one.
+``chalk process`` logs its records through :class:`ProcessLog`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import orjson
+from sqlalchemy import Connection
+
+from listener_router._messages import ATTEMPTS_HEADER, derive_message_id
+from listener_router.jobs._sketch import Sketch
+from listener_router.pipeline import (
+    BatchObserver,
+    BatchReport,
+    Commit,
+    CommitExtension,
+    Journal,
+    State,
+    Work,
+)
+from listener_router.store import JobLogTables, LogRow, ServiceStore, StatRow, unavailable
+
+__all__ = ["JobLog", "ProcessLog", "PROCESS_QUEUE", "REPLAYS_HEADER"]
+
+log = logging.getLogger(__name__)
+
+REPLAYS_HEADER = "x-chalk-replays"    # set by ``chalk dlq replay``: the round of a message
+PROCESS_QUEUE = "(process)"           # the queue column of ``chalk process`` rows
+FLUSH_EVERY = 2.0
+
+_OUTCOMES = {State.RETRYING: "retrying", State.DEAD: "dead", State.DUPLICATE: "duplicate"}
+
+Key = tuple[float, str, str, str]     # (period, queue, workflow, metric)
+Other = tuple[str, str, str, str, float]
+
+
+@dataclass(eq=False)
+class _Seen:
+    """What the log knows of a batch in flight."""
+
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    pairs: set[tuple[str, str]] = field(default_factory=set)   # (queue, workflow)
+
+
+def _int(value: object) -> int:
+    if isinstance(value, bytes):
+        value = value.decode("ascii", "replace")
+    try:
+        return int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return 0
+
+
+class JobLog(CommitExtension, BatchObserver, Journal):
+    """Writes the job log and its statistics for one member (see the module doc)."""
+
+    def __init__(self, store: ServiceStore, member: str, *, interval: float = 60.0,
+                 flush_every: float = FLUSH_EVERY):
+        self.store = store
+        self.member = member
+        self.interval = interval
+        self.flush_every = flush_every
+        self._lock = threading.Lock()
+        self._batches: weakref.WeakKeyDictionary[BatchReport, _Seen] = weakref.WeakKeyDictionary()
+        self._sketches: dict[Key, Sketch] = {}
+        self._batch_rows: list[tuple[str, str, float, float, int, str]] = []
+        self._unwritten: list[tuple[list[LogRow], list[Other]]] = []
+        self._flushed = time.monotonic()
+
+    def period(self, at: float) -> float:
+        """The start of the statistics interval ``at`` falls in."""
+        return math.floor(at / self.interval) * self.interval
+
+    def _seen(self, report: BatchReport | None) -> _Seen | None:
+        if report is None:
+            return None
+        with self._lock:
+            seen = self._batches.get(report)
+            if seen is None:
+                seen = self._batches[report] = _Seen()
+            return seen
+
+    # -- in the commit transaction --------------------------------------------------------
+    def in_transaction(self, commit: Commit) -> None:
+        seen = self._seen(commit.report)
+        batch = seen.id if seen is not None else None
+        at = time.time()
+        period = self.period(at)
+        workflow, member = commit.workflow, self.member
+        rows: list[LogRow] = []
+        others: list[Other] = []
+        messages: dict[str, int] = {}
+        records: dict[str, int] = {}
+        sent: dict[str, int] = {}
+        for source, _message in commit.outgoing:
+            sent[source] = sent.get(source, 0) + 1
+        append = rows.append
+        for w in commit.committed:
+            m = w.message
+            assert m is not None
+            ids = m.record_ids
+            queue = m.queue
+            replays = m.headers.get(REPLAYS_HEADER)
+            append((at, "committed", queue, m.message_id, _int(replays) if replays else 0,
+                    m.attempts, workflow, member, batch, w.received_at, ids[0] if ids else None,
+                    len(ids), sent.get(m.message_id, 0), None))
+            if len(ids) > 1:
+                others += [(rid, queue, m.message_id, ids[0], at) for rid in ids[1:]]
+            messages[queue] = messages.get(queue, 0) + 1
+            records[queue] = records.get(queue, 0) + len(ids)
+        counts = {(period, q, workflow, "committed"): n for q, n in messages.items()}
+        counts.update({(period, q, workflow, "records"): n for q, n in records.items()})
+        conn = commit.connection
+        JobLogTables.write(conn, rows, others)
+        JobLogTables.add_counts(conn, member, counts)
+        if seen is not None:
+            with self._lock:
+                seen.pairs.update((q, workflow) for q in messages)
+
+    # -- settled, before the ack ----------------------------------------------------------
+    def settled(self, works: Sequence[Work], report: BatchReport | None) -> None:
+        at = time.time()
+        period = self.period(at)
+        seen = self._seen(report)
+        batch = seen.id if seen is not None else None
+        rows: list[LogRow] = []
+        others: list[Other] = []
+        taken: dict[tuple[str, str], list[float]] = {}   # committed: when each was taken up
+        committed = State.COMMITTED
+        for w in works:
+            if w.state is committed:
+                key = (w.message.queue, w.workflow or "")  # type: ignore[union-attr]
+                found = taken.get(key)
+                if found is None:
+                    found = taken[key] = []
+                found.append(w.received_at)
+                continue
+            outcome = _OUTCOMES.get(w.state)
+            if outcome is not None:
+                row, extra = self._row(w, outcome, at, batch)
+                rows.append(row)
+                others += extra
+                taken.setdefault((row[2], row[6] or ""), [])
+        with self._lock:
+            for (queue, workflow), times in taken.items():
+                if times:
+                    self._sketch((period, queue, workflow, "latency")).add_many(
+                        at - t for t in times)
+            if seen is not None:
+                seen.pairs.update(taken)
+        if rows:
+            self._write_outcomes(rows, others)
+
+    def _row(self, w: Work, state: str, at: float, batch: str | None
+             ) -> tuple[LogRow, list[Other]]:
+        m, d = w.message, w.delivery
+        if m is not None:
+            queue, mid, attempt, ids, headers = (m.queue, m.message_id, m.attempts, m.record_ids,
+                                                 m.headers)
+        else:  # not parsed: bad input
+            queue, mid, ids, headers = (d.queue, d.message_id or derive_message_id(d.body), [],
+                                        d.headers)
+            attempt = _int(headers.get(ATTEMPTS_HEADER))
+        workflow = w.workflow or (w.rule.workflow if w.rule is not None else None)
+        first = ids[0] if ids else None
+        row: LogRow = (at, state, queue, mid, _int(headers.get(REPLAYS_HEADER)), attempt,
+                       workflow, self.member, batch, w.received_at, first, len(ids), 0,
+                       None if state == "duplicate" else (w.error or "")[:4000])
+        return row, [(rid, queue, mid, ids[0], at) for rid in ids[1:]]
+
+    def _write_outcomes(self, rows: list[LogRow], others: list[Other]) -> None:
+        """Rows of steps outside a commit transaction (each once; counted when new)."""
+        try:
+            with self.store.writes, unavailable(), self.store.engine.begin() as conn:
+                self._insert_once(conn, rows, others)
+        except Exception as e:  # the ack goes ahead; the rows wait for the next write
+            log.warning("job log: could not write %d row(s), trying again later: %s",
+                        len(rows), e)
+            with self._lock:
+                self._unwritten.append((rows, others))
+
+    def _insert_once(self, conn: Connection, rows: Sequence[LogRow],
+                     others: Sequence[Other]) -> None:
+        """Insert each row unless its step is logged already; count the new ones (rows
+        outside commits are few: a statement each lets the counts stay exact)."""
+        counts: dict[Key, int] = {}
+        for row in rows:
+            if JobLogTables.write_once(conn, row):
+                key = (self.period(row[0]), row[2], row[6] or "", row[1])
+                counts[key] = counts.get(key, 0) + 1
+        JobLogTables.write(conn, (), others)
+        JobLogTables.add_counts(conn, self.member, counts)
+
+    # -- the batch is finished ------------------------------------------------------------
+    def batch_finished(self, report: BatchReport) -> None:
+        with self._lock:
+            seen = self._batches.pop(report, None)
+            if seen is not None and seen.pairs:
+                period = self.period(report.finished)
+                for stage, seconds in report.seconds.items():
+                    for queue, workflow in seen.pairs:
+                        self._sketch((period, queue, workflow, f"stage:{stage}")).add(seconds)
+                self._batch_rows.append((seen.id, self.member, report.opened, report.finished,
+                                         report.messages, orjson.dumps(report.seconds).decode()))
+        if time.monotonic() - self._flushed >= self.flush_every:
+            self.flush()
+
+    def _sketch(self, key: Key) -> Sketch:
+        sketch = self._sketches.get(key)
+        if sketch is None:
+            sketch = self._sketches[key] = Sketch()
+        return sketch
+
+    def flush(self) -> None:
+        """Write kept batch rows and merge the histograms into the stored statistics."""
+        with self._lock:
+            sketches, self._sketches = self._sketches, {}
+            batch_rows, self._batch_rows = self._batch_rows, []
+            unwritten, self._unwritten = self._unwritten, []
+            self._flushed = time.monotonic()
+        if not (sketches or batch_rows or unwritten):
+            return
+        try:
+            with self.store.writes, unavailable(), self.store.engine.begin() as conn:
+                for rows, others in unwritten:
+                    self._insert_once(conn, rows, others)
+                JobLogTables.write_batches(conn, batch_rows)
+                stored = JobLogTables.stat_rows(conn, self.member, sketches)
+                JobLogTables.put_sketches(conn, self.member, {
+                    key: _merged(stored.get(key), delta) for key, delta in sketches.items()})
+        except Exception as e:  # kept for the next flush
+            log.warning("job log: could not write statistics, trying again later: %s", e)
+            with self._lock:
+                for key, delta in sketches.items():
+                    self._sketch(key).merge(delta)
+                self._batch_rows[:0] = batch_rows
+                self._unwritten[:0] = unwritten
+
+    def close(self) -> None:
+        self.flush()
+
+    # -- chalk process ----------------------------------------------------------------------
+    def process_rows(self, conn: Connection, *, run: str, workflow: str, batch: str,
+                     outcomes: Iterable[tuple[str, bool, str | None]], started: float) -> None:
+        """Inside a ``chalk process`` commit: a row per record (``(id, ok, error)``)."""
+        at = time.time()
+        period = self.period(at)
+        rows: list[LogRow] = []
+        counts: dict[Key, int] = {}
+        for rid, ok, error in outcomes:
+            state = "processed" if ok else "failed"
+            rows.append((at, state, PROCESS_QUEUE, f"process:{run}:{rid}", 0, 0, workflow,
+                         self.member, batch, started, rid, 1, 0, None if ok else (error or "")[:4000]))
+            key = (period, PROCESS_QUEUE, workflow, state)
+            counts[key] = counts.get(key, 0) + 1
+        JobLogTables.write(conn, rows)
+        JobLogTables.add_counts(conn, self.member, counts)
+
+    def process_batch(self, batch: str, workflow: str, opened: float, records: int,
+                      seconds: dict[str, float]) -> None:
+        """A ``chalk process`` chunk is done: its row and stage times (written at flush)."""
+        finished = time.time()
+        period = self.period(finished)
+        with self._lock:
+            for stage, value in seconds.items():
+                self._sketch((period, PROCESS_QUEUE, workflow, f"stage:{stage}")).add(value)
+            self._batch_rows.append((batch, self.member, opened, finished, records,
+                                     orjson.dumps(seconds).decode()))
+
+
+def _merged(stored: StatRow | None, delta: Sketch) -> tuple[int, float, str]:
+    total = Sketch.loads(stored.sketch, stored.count, stored.total) if stored else Sketch()
+    total.merge(delta)
+    return total.count, total.total, total.dumps()
+
+
+class ProcessLog:
+    """The job log of one ``chalk process`` run: a row per record, a batch row per chunk.
+
+    Rows go in with each chunk's commit (:meth:`hook`), as the service's do;
+    member is ``process <host>/<pid>`` and queue ``(process)``.
+    """
+
+    def __init__(self, url: str, workflow: str, interval: float = 60.0):
+        self.store = ServiceStore.connect(url)
+        self.log = JobLog(self.store, f"process {socket.gethostname()}/{os.getpid()}",
+                          interval=interval, flush_every=math.inf)
+        self.workflow = workflow
+        self.run = uuid.uuid4().hex[:12]
+        self._batch = uuid.uuid4().hex
+        self._opened = time.time()
+
+    def start_chunk(self) -> None:
+        self._batch, self._opened = uuid.uuid4().hex, time.time()
+
+    def hook(self, outcomes: list[tuple[str, bool, str | None]]) -> Callable[[Connection], None]:
+        """For ``commit_many(hook=…)``: the chunk's rows, ``(record ID, ok, error)`` each."""
+        def write(conn: Connection) -> None:
+            self.log.process_rows(conn, run=self.run, workflow=self.workflow, batch=self._batch,
+                                  outcomes=outcomes, started=self._opened)
+        return write
+
+    def chunk_done(self, records: int, seconds: dict[str, float]) -> None:
+        self.log.process_batch(self._batch, self.workflow, self._opened, records, seconds)
+
+    def close(self) -> None:
+        try:
+            self.log.close()
+        finally:
+            self.store.close()
