@@ -33,6 +33,7 @@ from listener_router._setting import (
     rule_class,
     setting,
 )
+from listener_router.journal import JournalRule, SubscriberRule, check_journals
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -61,6 +62,10 @@ SECTIONS = {
                 "(a list: the first rule whose queue and condition match takes a message).",
     "router": "Where each result record of a successful workflow goes "
               "(a list: the first matching rule per record; no match, no message).",
+    "journal": "Committed records on a RabbitMQ stream, for subscribers (a list; "
+               "docs/journal.md).",
+    "subscriber": "Agents that read a journal and apply its entries exactly once (a list; "
+                  "`chalk subscribe --subscriber ID` runs one).",
     "jobs": "The job log: every message's life and statistics per queue and workflow, kept "
             "in the database (`chalk jobs`, `chalk status`, `chalk dlq`).",
     "schedule": "Scheduled jobs, run by the cluster's leader, each tick exactly once "
@@ -347,6 +352,10 @@ class Settings:
     http_token: str | None = setting(
         None, "the token the dashboard asks for before it replays dead letters; unset: "
         "replay from the page is refused", section="http", key="token")
+    journals: tuple[JournalRule, ...] = setting(
+        (), "none: no journal is written", section="journal")
+    subscribers: tuple[SubscriberRule, ...] = setting(
+        (), "none", section="subscriber")
     source: str | None = field(default=None, metadata={"internal": "the file read"})
 
     def with_overrides(self, **changes: Any) -> Settings:
@@ -484,6 +493,7 @@ def load_settings(path: str | os.PathLike[str] | None = None,
     problem = settings.problem()
     if problem:
         raise ConfigError(f"{where}: {problem}")
+    check_journals(settings.journals, settings.subscribers, where)
     return replace(settings, listeners=with_schedule_listeners(
         settings.listeners, settings.schedules, where))
 

@@ -133,6 +133,7 @@ class Service:
         self._runners: ThreadPoolExecutor | None = None
         self._commit: CommitStage | None = None
         self._finish: FinishStage | None = None
+        self.journal: Any = None           # the journals' publisher, with [[journal]] rules
         self.joblog: JobLog | None = None
         self.watch: Any = None  # listener_router.watch.Watch, when [http] listen is set
 
@@ -174,6 +175,11 @@ class Service:
                                       prepare=functools.partial(declare_all, settings=s)).start()
         deliveries = link.deliveries
         self.gathering = Gathering(sizing, lambda: link.waiting + deliveries.qsize())
+        if s.journals:
+            from listener_router.journal import publisher_for
+            self.journal = publisher_for(s, store, node)
+            self.extensions.append(self.journal.writer)
+            self.journal.start(link)
         events = self.events = Events(s.events, node)
         extensions = list(self.extensions)
         if events.enabled(EventKind.COMMITTED):
@@ -252,6 +258,8 @@ class Service:
                 self.inflight.stop()
             if self.membership is not None:
                 self.membership.stop()
+            if self.journal is not None:
+                self.journal.stop()  # what was committed goes out first
         if self.link is not None:
             self.link.stop()
         if self.store is not None:

@@ -19,10 +19,15 @@ DOCS = REPO / "docs"
 
 def code_blocks(path: Path, language: str) -> list[str]:
     """The fenced blocks of a Markdown file whose language is ``language`` ("" for none)."""
+    return blocks_of(path.read_text(encoding="utf-8"), language)
+
+
+def blocks_of(text: str, language: str) -> list[str]:
+    """The fenced blocks of Markdown ``text`` whose language is ``language``."""
     blocks: list[str] = []
     current: list[str] | None = None
     kind = ""
-    for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
+    for line in text.splitlines(keepends=True):
         if line.startswith("```"):
             if current is None:
                 current, kind = [], line[3:].strip()

@@ -172,15 +172,20 @@ class AmqpLink:
     ``prepare`` (called on the I/O thread before each (re)connect, with a
     BlockingConnection) declares the topology.  ``consume`` names the queues
     to consume; deliveries arrive on :attr:`deliveries`.
+    ``consume_arguments(queue)``, when given, is asked for each queue's
+    ``basic.consume`` arguments at every (re)connect, after :attr:`generation`
+    has moved on (a stream's ``x-stream-offset``: where to resume).
     """
 
     def __init__(self, url: str, *, prefetch: int = 1000, consume: Sequence[str] = (),
                  prepare: Callable[[pika.BlockingConnection], None] | None = None,
-                 reconnect_max_delay: float = 10.0, first_generation: int = 0):
+                 reconnect_max_delay: float = 10.0, first_generation: int = 0,
+                 consume_arguments: Callable[[str], dict[str, Any]] | None = None):
         self.url = url
         self.prefetch = prefetch
         self.queues = list(consume)
         self.prepare = prepare
+        self.consume_arguments = consume_arguments
         self.reconnect_max_delay = reconnect_max_delay
         self.deliveries = Deliveries()
         self.ready = threading.Event()
@@ -345,7 +350,9 @@ class AmqpLink:
                         dict(props.headers or {}), bool(method.redelivered),
                         {"content_type": props.content_type, "timestamp": props.timestamp,
                          "routing_key": method.routing_key, "exchange": method.exchange})
-            self._consumer_tags.append(self._consume_ch.basic_consume(name, on_message))
+            arguments = self.consume_arguments(name) if self.consume_arguments else None
+            self._consumer_tags.append(self._consume_ch.basic_consume(name, on_message,
+                                                                      arguments=arguments))
         self.last_error = None
         self.ready.set()
         self._state_changed(True)

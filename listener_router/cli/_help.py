@@ -94,6 +94,28 @@ HELP: dict[str, tuple[str, str]] = {
         "chalk demo\n"
         "chalk demo --records 10000",
     ),
+    "subscribe": (
+        "Run a journal subscriber agent: read the journal's stream from the subscriber's "
+        "stored offset, apply the entries in batches through a Python callable or a "
+        "workflow, and store the offset in the same transaction as the effects, so each "
+        "entry is applied exactly once.  A failing entry goes to the subscriber's error "
+        "queue after its retries, or blocks it.",
+        "chalk subscribe --subscriber index      # a [[subscriber]] of the configuration\n"
+        "chalk subscribe --journal search --subscriber lake --store sqlite:///lake.db "
+        "--apply lake:apply --start first\n"
+        "chalk subscribe --subscriber index --idle-exit 5",
+    ),
+    "journal": (
+        "Look after journal subscribers: status (offset, lag, blocked, errors, last seen), "
+        "rewind one to a point (first, last, next, an offset or a time; it applies again "
+        "from there, once), skip or retry the entry a blocked one is stuck on, list its "
+        "errors.",
+        "chalk journal status\n"
+        "chalk journal status --journal search --json\n"
+        "chalk journal rewind --subscriber index --to first\n"
+        "chalk journal skip --subscriber index\n"
+        "chalk journal errors --subscriber index --limit 20",
+    ),
 }
 
 

@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from listener_router._config import Settings, load_settings, make_runner
@@ -33,6 +33,12 @@ def _settings(args: argparse.Namespace) -> Settings:
     if getattr(args, "http", None):
         overrides["http_listen"] = args.http
     return settings.with_overrides(**overrides)
+
+
+def cmd_with_settings(command: Callable[[Settings, argparse.Namespace], int]
+                      ) -> Callable[[argparse.Namespace], int]:
+    """A subcommand of another module, called with the settings read for its options."""
+    return lambda args: command(_settings(args), args)
 
 
 # -- chalk run ------------------------------------------------------------------------
@@ -366,6 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", parents=[common], help="push sample records through the demo workflow and report")
     p.add_argument("--records", type=int, default=1000, help="how many sample records (default 1000)")
     p.set_defaults(func=cmd_demo)
+
+    from listener_router.cli._journal import add_parsers
+    add_parsers(sub, common)
     describe(sub)
     return parser
 
@@ -375,7 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     level = logging.WARNING - 10 * min(args.verbose, 2)
-    if args.command in ("run", "demo") and args.verbose == 0:
+    if args.command in ("run", "demo", "subscribe") and args.verbose == 0:
         level = logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("pika").setLevel(logging.CRITICAL)  # listener_router.broker reports what matters

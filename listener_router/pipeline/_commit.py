@@ -62,7 +62,9 @@ class Commit:
     *processing* inside it and become *committed* when it commits.
     ``failed`` are the group's messages that failed instead (*retrying* or
     *dead*; their records were invalidated), reported with the first
-    transaction of the group that commits.
+    transaction of the group that commits.  ``blackboard`` still holds the
+    committed records as written (read them; ``changed_ids()``,
+    ``is_deleted(id)``): they leave it when the transaction commits.
     """
 
     workflow: str
@@ -73,6 +75,7 @@ class Commit:
     invalidated_ids: list[str]               # records of ``failed``, dropped
     outgoing: list[tuple[str, OutMessage]]   # (source message ID, routed message)
     report: BatchReport | None = None        # the batch's report so far (timings, counts)
+    blackboard: Blackboard | None = None     # the group's: the records, still on it (read only)
     added: list[OutMessage] = field(default_factory=list)
     results: list[InstanceResult] = field(default_factory=list)  # one per ``committed``
 
@@ -179,7 +182,7 @@ class CommitStage:
             messages: list[tuple[str | None, OutMessage]] = list(outgoing)
             if self.extensions:
                 commit = Commit(name, conn, [w for w, _ in committing], failed, commit_ids,
-                                invalidated, outgoing, report,
+                                invalidated, outgoing, report, bb,
                                 results=[result for _, result in committing])
                 self._extend(commit)
                 added.extend(commit.added)

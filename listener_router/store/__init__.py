@@ -7,7 +7,7 @@ inbox and the outbox, ``_nodes`` the members' heartbeats, ``_cluster`` the
 leader, its fencing epoch and the established view, ``_joblog`` the job log and its
 statistics, ``_schedules`` the scheduled jobs' ticks, ``_dead_letters`` the dead
 letters ``chalk dlq`` took off the queues, ``_versions`` the workflow versions each
-process runs) and ``_schema``
+process runs, ``_journal`` the journal outbox) and ``_schema``
 creates and upgrades them all in one place.  Database errors become the
 service's :class:`~listener_router.StoreUnavailable` (retry later) or
 :class:`~listener_router.CommitRefused` (the data's fault) here.
@@ -16,6 +16,7 @@ service's :class:`~listener_router.StoreUnavailable` (retry later) or
 from listener_router.store._cluster import ClusterRow, ClusterState
 from listener_router.store._dead_letters import DeadLetter, DeadLetters
 from listener_router.store._joblog import COUNTED_STATES, JobLogTables, LogEntry, LogRow, StatRow
+from listener_router.store._journal import JournalOutbox
 from listener_router.store._nodes import Member, Nodes
 from listener_router.store._outbox import Outbox
 from listener_router.store._schedules import Schedules, ScheduleState
@@ -23,6 +24,7 @@ from listener_router.store._store import ServiceStore, commit_failure, unavailab
 from listener_router.store._versions import RunningVersion, WorkflowVersions
 
 __all__ = ["COUNTED_STATES", "ClusterRow", "ClusterState", "DeadLetter", "DeadLetters",
-           "JobLogTables", "LogEntry", "LogRow", "Member", "Nodes", "Outbox", "RunningVersion",
-           "ScheduleState", "Schedules", "ServiceStore", "StatRow", "WorkflowVersions",
+           "JobLogTables", "JournalOutbox", "LogEntry", "LogRow", "Member", "Nodes", "Outbox",
+           "RunningVersion", "ScheduleState", "Schedules", "ServiceStore", "StatRow",
+           "WorkflowVersions",
            "commit_failure", "unavailable"]

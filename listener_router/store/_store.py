@@ -7,7 +7,7 @@ engine, taken from the blackboard's public :class:`~blackboard.SqlStore`):
 (leader, fencing epoch, established view), ``joblog`` (the job log and its
 statistics), ``schedules`` (scheduled jobs' last ticks), ``dead_letters``
 (those ``chalk dlq`` took off the dead-letter queues) and ``workflow_versions``
-(what each process runs).  It also hands out the blackboards the
+(what each process runs) and ``journal`` (the journal outbox).  It also hands out the blackboards the
 pipeline loads records on, and renews and purges record leases through the
 blackboard's own calls.
 
@@ -38,6 +38,7 @@ from listener_router._errors import (
 from listener_router.store._cluster import ClusterState
 from listener_router.store._dead_letters import DeadLetters
 from listener_router.store._joblog import JobLogTables
+from listener_router.store._journal import JournalOutbox
 from listener_router.store._nodes import Nodes
 from listener_router.store._outbox import Outbox
 from listener_router.store._schedules import Schedules
@@ -66,6 +67,7 @@ class ServiceStore:
         create_schema(sql.engine)
         self.outbox = Outbox(sql.engine)
         self.nodes = Nodes(sql.engine)
+        self.journal = JournalOutbox(sql.engine)
         self.joblog = JobLogTables(sql.engine)
         self.schedules = Schedules(sql.engine)
         self.cluster = ClusterState(sql.engine)

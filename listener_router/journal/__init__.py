@@ -1,0 +1,177 @@
+"""The distribution journal: committed records on a replayable log, read by many subscribers.
+
+Publishing (the service's side): a ``[[journal]]`` names a RabbitMQ stream
+and which commits go to it.  :class:`JournalWriter`, a commit extension,
+writes one entry per committed record into the journal outbox in the
+commit's transaction; :class:`JournalRelay` numbers the entries (``seq``,
+dense per journal) and publishes them with confirms, in commit order per
+record, one relay per journal in a cluster.
+
+Subscribing: :class:`Subscriber` reads a journal from its stored offset,
+applies entries in batches (a Python callable, or a workflow on a
+blackboard of its own) and stores offset and entry number in the same
+transaction as the effects, so each entry is applied once, across crashes,
+broker restarts and re-published entries.  Failing entries go to the
+subscriber's error queue or block it; gaps left by retention are reported.
+
+Status: subscribers publish their position and state to the journal's
+status stream; :func:`journal_status` turns that into lag, blocked, last
+seen.  See ``docs/journal.md`` and the README's "Journal" section.
+
+Modules: ``_settings`` (the configuration), ``_entries`` (the entry format,
+attachment references), ``_publish`` (writer, relay, stream declarations),
+``_offsets`` (a subscriber's tables in its own database), ``_subscriber``
+(the agent), ``_status`` (status messages and the view), ``_events``
+(``journal.subscriber.blocked``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from listener_router.journal._entries import (
+        AttachmentRef,
+        AttachmentSource,
+        AttachmentUnavailable,
+        Entry,
+        EntryEncoder,
+    )
+    from listener_router.journal._events import (
+        EVENTS_EXCHANGE,
+        blocked_event,
+    )
+    from listener_router.journal._offsets import (
+        NotBlocked,
+        Position,
+        PositionMoved,
+        SubscriberState,
+        recent_errors,
+        request_retry,
+        request_rewind,
+        request_skip,
+        subscriber_state,
+    )
+    from listener_router.journal._publish import (
+        JournalPublisher,
+        JournalRelay,
+        JournalWriter,
+        declare_journal,
+        publisher_for,
+    )
+    from listener_router.journal._settings import (
+        JournalRule,
+        SubscriberRule,
+        check_journals,
+        parse_start,
+        stream_name,
+    )
+    from listener_router.journal._status import (
+        Head,
+        SubscriberView,
+        journal_rule,
+        journal_status,
+        read_head,
+        read_stream,
+    )
+    from listener_router.journal._subscriber import (
+        ApplyFn,
+        Subscriber,
+        SubscriberStats,
+        load_callable,
+        subscriber_rule,
+    )
+
+_HOMES = {
+    "ApplyFn": "_subscriber",
+    "AttachmentRef": "_entries",
+    "AttachmentSource": "_entries",
+    "AttachmentUnavailable": "_entries",
+    "EVENTS_EXCHANGE": "_events",
+    "Entry": "_entries",
+    "EntryEncoder": "_entries",
+    "Head": "_status",
+    "JournalPublisher": "_publish",
+    "JournalRelay": "_publish",
+    "JournalRule": "_settings",
+    "JournalWriter": "_publish",
+    "NotBlocked": "_offsets",
+    "Position": "_offsets",
+    "PositionMoved": "_offsets",
+    "Subscriber": "_subscriber",
+    "SubscriberRule": "_settings",
+    "SubscriberState": "_offsets",
+    "SubscriberStats": "_subscriber",
+    "SubscriberView": "_status",
+    "blocked_event": "_events",
+    "declare_journal": "_publish",
+    "journal_rule": "_status",
+    "journal_status": "_status",
+    "load_callable": "_subscriber",
+    "check_journals": "_settings",
+    "parse_start": "_settings",
+    "publisher_for": "_publish",
+    "read_head": "_status",
+    "read_stream": "_status",
+    "recent_errors": "_offsets",
+    "request_retry": "_offsets",
+    "request_rewind": "_offsets",
+    "request_skip": "_offsets",
+    "stream_name": "_settings",
+    "subscriber_rule": "_subscriber",
+    "subscriber_state": "_offsets",
+}
+
+__all__ = [
+    "ApplyFn",
+    "AttachmentRef",
+    "AttachmentSource",
+    "AttachmentUnavailable",
+    "EVENTS_EXCHANGE",
+    "Entry",
+    "EntryEncoder",
+    "Head",
+    "JournalPublisher",
+    "JournalRelay",
+    "JournalRule",
+    "JournalWriter",
+    "NotBlocked",
+    "Position",
+    "PositionMoved",
+    "Subscriber",
+    "SubscriberRule",
+    "SubscriberState",
+    "SubscriberStats",
+    "SubscriberView",
+    "blocked_event",
+    "check_journals",
+    "declare_journal",
+    "journal_rule",
+    "journal_status",
+    "load_callable",
+    "parse_start",
+    "publisher_for",
+    "read_head",
+    "read_stream",
+    "recent_errors",
+    "request_retry",
+    "request_rewind",
+    "request_skip",
+    "stream_name",
+    "subscriber_rule",
+    "subscriber_state",
+]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'listener_router.journal' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"listener_router.journal.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

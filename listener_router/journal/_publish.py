@@ -1,0 +1,224 @@
+"""The publishing side: the commit extension that writes entries, and the relay that sends them.
+
+:class:`JournalWriter` is a :class:`~listener_router.CommitExtension`: in
+each commit transaction it writes one entry per committed record that
+changed and matches a ``[[journal]]`` (``_entries``) into the journal
+outbox (``store/_journal.py``).  :class:`JournalRelay` is a thread of the
+service: for each journal whose relay lease it holds it numbers the
+waiting entries, publishes them to the stream with confirms through the
+service's broker link, and deletes them once confirmed.  The store
+module's doc says why the order per record holds and why a copy published
+again carries its original's number.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pika
+import pika.exceptions
+
+from listener_router._config import Settings
+from listener_router._errors import BrokerUnavailable, InfrastructureError
+from listener_router.broker import Link, OutMessage, connection_parameters, publish_confirmed
+from listener_router.journal._entries import EntryEncoder, with_number
+from listener_router.journal._settings import JournalRule
+from listener_router.pipeline import Commit, CommitExtension
+from listener_router.store import JournalOutbox, ServiceStore, unavailable
+
+__all__ = ["JournalPublisher", "JournalRelay", "JournalWriter", "declare_journal",
+           "publisher_for", "STATUS_ARGUMENTS"]
+
+log = logging.getLogger(__name__)
+
+RELAY_LEASE = 30.0        # seconds a relay holds a journal without renewing
+RELAY_BATCH = 2000        # entries per publish (one confirm wait)
+CONFIRM_TIMEOUT = 60.0
+
+# The status stream holds subscribers' status messages: an hour is plenty.
+STATUS_ARGUMENTS = {"x-queue-type": "stream", "x-max-age": "1h",
+                    "x-max-length-bytes": 200_000_000,
+                    "x-stream-max-segment-size-bytes": 10_000_000}
+
+
+def declare_journal(channel: Any, rule: JournalRule) -> Any:
+    """Declare the journal's stream and status stream on a pika BlockingChannel.
+
+    A stream that exists with other arguments (retention changed in the
+    configuration) is used as it is, with a warning: RabbitMQ refuses to
+    declare it again; change retention with a policy.  Returns the channel
+    to go on with (a refused declare closes one).
+    """
+    conn = channel.connection
+    for name, arguments in ((rule.stream, rule.stream_arguments()),
+                            (rule.status_stream, STATUS_ARGUMENTS)):
+        try:
+            channel.queue_declare(name, durable=True, arguments=arguments)
+        except pika.exceptions.ChannelClosedByBroker as e:
+            if e.reply_code != 406:
+                raise
+            channel = conn.channel()
+            channel.queue_declare(name, passive=True)
+            log.warning("stream %s exists with other arguments (%s); using it as it is "
+                        "(change retention with a policy)", name, e.reply_text)
+    return channel
+
+
+class JournalWriter(CommitExtension):
+    """Writes the journals' entries in each commit transaction (see module doc)."""
+
+    def __init__(self, rules: Sequence[JournalRule], origin: str,
+                 wake: threading.Event | None = None):
+        self.encoders = [EntryEncoder(rule, origin) for rule in rules]
+        self.wake = wake
+
+    def in_transaction(self, commit: Commit) -> None:
+        bb = commit.blackboard
+        if bb is None or not commit.committed_ids:
+            return
+        wrote = False
+        for encoder in self.encoders:
+            if not encoder.wants(commit.workflow):
+                continue
+            bodies = encoder.encode(commit.connection, bb, commit.workflow, commit.committed_ids)
+            if bodies:
+                JournalOutbox.write(commit.connection, encoder.rule.name, bodies)
+                wrote = True
+        if wrote and self.wake is not None:
+            self.wake.set()
+
+
+class JournalRelay:
+    """Numbers and publishes the journals' entries (a thread; see module doc).
+
+    ``owner`` names this process in the relay leases (the node name).
+    """
+
+    def __init__(self, rules: Sequence[JournalRule], store: ServiceStore, link: Link,
+                 broker_url: str, owner: str, *, idle: float = 0.2, batch: int = RELAY_BATCH):
+        self.rules = list(rules)
+        self.store = store
+        self.link = link
+        self.broker_url = broker_url
+        self.owner = owner
+        self.idle = idle
+        self.batch = batch
+        self.wake = threading.Event()
+        self.published = 0
+        self._declared = False
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._backoff = 0.5
+
+    def start(self) -> JournalRelay:
+        self._thread = threading.Thread(target=self._run, name="chalk-journal", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Publish what is waiting (within ``timeout``), give the leases up, end the thread."""
+        self._stopping.set()
+        self.wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        for rule in self.rules:
+            try:
+                with self.store.writes, unavailable():
+                    self.store.journal.release(rule.name, self.owner)
+            except InfrastructureError as e:
+                log.debug("journal %s: releasing the relay lease failed: %s", rule.name, e)
+
+    def _run(self) -> None:
+        while True:
+            stopping = self._stopping.is_set()
+            try:
+                moved = sum(self.publish_once(rule) for rule in self.rules)
+                self._backoff = 0.5
+            except InfrastructureError as e:
+                log.warning("journal relay: %s; trying again in %.1f s", e, self._backoff)
+                moved = 0
+                if stopping or self._stopping.wait(self._backoff):
+                    return
+                self._backoff = min(self._backoff * 2, 10.0)
+                continue
+            except Exception:  # a bug: logged, and the relay goes on
+                log.exception("journal relay failed; trying again")
+                moved = 0
+                if stopping or self._stopping.wait(1.0):
+                    return
+                continue
+            if stopping and not moved:
+                return  # asked to stop and nothing more to send
+            if not moved and not stopping:
+                self.wake.wait(self.idle)
+                self.wake.clear()
+
+    def _declare(self) -> None:
+        try:
+            connection = pika.BlockingConnection(connection_parameters(self.broker_url))
+            try:
+                channel = connection.channel()
+                for rule in self.rules:
+                    channel = declare_journal(channel, rule)
+            finally:
+                if connection.is_open:
+                    connection.close()
+        except (pika.exceptions.AMQPError, OSError) as e:
+            raise BrokerUnavailable(f"declaring the journal streams failed: {e}") from e
+        self._declared = True
+
+    def publish_once(self, rule: JournalRule) -> int:
+        """One round for ``rule``'s journal: how many entries it published (0: none waiting,
+        or another process holds the journal)."""
+        if not self._declared:
+            self._declare()
+        with unavailable():
+            if not self.store.journal.waiting(rule.name):
+                return 0
+        with self.store.writes, unavailable():
+            rows = self.store.journal.take(rule.name, self.owner, RELAY_LEASE, self.batch)
+        if not rows:
+            return 0
+        now = time.time()
+        messages = [OutMessage(routing_key=rule.stream, body=with_number(body, seq, now),
+                               message_id=f"{rule.name}:{seq}") for seq, body in rows]
+        publish_confirmed(self.link, messages, CONFIRM_TIMEOUT)
+        with self.store.writes, unavailable():
+            self.store.journal.sent(rule.name, rows[-1][0])
+        self.published += len(rows)
+        log.debug("journal %s: published entries %d..%d", rule.name, rows[0][0], rows[-1][0])
+        return len(rows)
+
+
+class JournalPublisher:
+    """The writer and the relay of a service's journals, made and started together."""
+
+    def __init__(self, settings: Settings, store: ServiceStore, origin: str):
+        self.settings = settings
+        self.store = store
+        self.origin = origin
+        self.wake = threading.Event()
+        self.writer = JournalWriter(settings.journals, origin, self.wake)
+        self.relay: JournalRelay | None = None
+
+    def start(self, link: Link) -> JournalPublisher:
+        relay = self.relay = JournalRelay(self.settings.journals, self.store, link,
+                                          self.settings.broker_url, self.origin)
+        relay.wake = self.wake
+        relay.start()
+        return self
+
+    def stop(self) -> None:
+        if self.relay is not None:
+            self.relay.stop()
+
+
+def publisher_for(settings: Settings, store: ServiceStore, origin: str) -> JournalPublisher | None:
+    """The journals' publisher for a service (None when it has no ``[[journal]]``)."""
+    if not settings.journals:
+        return None
+    return JournalPublisher(settings, store, origin)

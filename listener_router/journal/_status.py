@@ -1,0 +1,195 @@
+"""Subscriber discovery and status: status messages, the journal's head, the view.
+
+Each subscriber agent publishes a status message to the journal's status
+stream every ``status_every`` seconds and whenever its state changes (the
+discovery message: its last processed offset, running or blocked,
+its error count).  The publisher's side needs no registry of subscribers:
+:func:`journal_status` reads the status stream from ``forget_after``
+seconds ago, keeps each subscriber's latest message, reads the head of the
+journal (its last entry), and computes per subscriber the lag in entries
+(stream offsets) and in seconds (how much older the subscriber's last
+applied entry is than the head's), blocked or not, last seen.  A
+subscriber silent for longer than ``forget_after`` has left the view.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import pika
+import pika.exceptions
+
+from listener_router._config import Settings
+from listener_router._errors import BrokerUnavailable, ConfigError
+from listener_router.broker import connection_parameters
+from listener_router.journal._settings import JournalRule
+
+__all__ = ["Head", "SubscriberView", "journal_rule", "journal_status", "read_head",
+           "read_stream", "status_body"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Head:
+    """The last entry of a journal's stream."""
+
+    offset: int
+    seq: int
+    published_at: float
+
+
+@dataclass(frozen=True)
+class SubscriberView:
+    """One subscriber as the publisher's side sees it."""
+
+    subscriber: str
+    state: str                    # running | blocked
+    offset: int | None            # last offset it consumed
+    lag_entries: int              # stream entries after its offset
+    lag_seconds: float            # how much older its last applied entry is than the head's
+    errors: int                   # entries it sent to its error queue
+    last_seen: float              # seconds since its last status message
+    blocked_reason: str | None
+    host: str
+
+
+def journal_rule(settings: Settings, name: str) -> JournalRule:
+    """The ``[[journal]]`` called ``name``; a clear error when there is none."""
+    for rule in settings.journals:
+        if rule.name == name:
+            return rule
+    known = ", ".join(r.name for r in settings.journals) or "none"
+    where = settings.source or "the configuration"
+    raise ConfigError(f"{where}: no [[journal]] named {name!r} (known: {known})")
+
+
+def read_stream(url: str, stream: str, offset: Any, *, idle: float = 0.3,
+                wait_first: float = 1.5, limit: int | None = None,
+                keep: Callable[[int, bytes], bool] | None = None,
+                stamp: str | None = None) -> list[tuple[int, bytes]]:
+    """``(offset, body)`` of a stream's messages from ``offset`` (an x-stream-offset value),
+    until none arrived for ``idle`` seconds (``wait_first`` for the first one).
+
+    ``stamp`` names a JSON field holding the time a message was written: reading stops
+    at the first message written after the read began (it has caught up with a stream
+    that is still being written, where a quiet moment may never come)."""
+    began = time.time()
+    try:
+        conn = pika.BlockingConnection(connection_parameters(url))
+    except (pika.exceptions.AMQPError, OSError) as e:
+        raise BrokerUnavailable(f"reading stream {stream}: {e}") from e
+    found: list[tuple[int, bytes]] = []
+    last = [time.monotonic()]
+    caught_up = [False]
+    try:
+        channel = conn.channel()
+        channel.basic_qos(prefetch_count=1000)
+
+        def on_message(ch: Any, method: Any, props: Any, body: bytes) -> None:
+            position = int((props.headers or {}).get("x-stream-offset", -1))
+            if keep is None or keep(position, body):
+                found.append((position, body))
+            ch.basic_ack(method.delivery_tag)
+            last[0] = time.monotonic()
+            if stamp is not None and _written(body, stamp) >= began:
+                caught_up[0] = True
+
+        channel.basic_consume(stream, on_message, arguments={"x-stream-offset": offset})
+        started = time.monotonic()
+        while (limit is None or len(found) < limit) and not caught_up[0]:
+            conn.process_data_events(time_limit=0.05)
+            quiet = time.monotonic() - last[0]
+            if (found and quiet > idle) or (not found and time.monotonic() - started > wait_first):
+                break
+    except pika.exceptions.ChannelClosedByBroker as e:
+        if e.reply_code == 404:
+            raise ConfigError(f"stream {stream} does not exist (has the service with this "
+                              "journal run yet?)") from e
+        raise BrokerUnavailable(f"reading stream {stream}: {e}") from e
+    except (pika.exceptions.AMQPError, OSError) as e:
+        raise BrokerUnavailable(f"reading stream {stream}: {e}") from e
+    finally:
+        _close(conn)
+    return found
+
+
+def _written(body: bytes, stamp: str) -> float:
+    try:
+        return float(orjson.loads(body)[stamp])
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        return 0.0
+
+
+def _close(conn: Any) -> None:
+    """Close a reader's connection.  pika rejects the deliveries still buffered when it
+    cancels the consumer, and a stream refuses rejects (540, closing the channel): what
+    was read is complete all the same, so that is no error here."""
+    try:
+        if conn.is_open:
+            conn.close()
+    except (pika.exceptions.AMQPError, OSError) as e:
+        log.debug("closing a stream reader: %s", e)
+
+
+def read_head(url: str, stream: str) -> Head | None:
+    """The stream's last entry (None: the stream is empty)."""
+    found = read_stream(url, stream, "last", stamp="published_at")
+    if not found:
+        return None
+    offset, body = max(found, key=lambda item: item[0])
+    try:
+        data = orjson.loads(body)
+        return Head(offset, int(data.get("seq", 0)), float(data.get("published_at", 0.0)))
+    except (orjson.JSONDecodeError, TypeError, ValueError, AttributeError):
+        return Head(offset, 0, 0.0)
+
+
+def status_body(**fields: Any) -> bytes:
+    return orjson.dumps(fields)
+
+
+def _since(seconds_ago: float) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(int(time.time() - seconds_ago),
+                                           tz=datetime.timezone.utc)
+
+
+def journal_status(settings: Settings, journal: str, *,
+                   forget_after: float | None = None) -> tuple[Head | None, list[SubscriberView]]:
+    """The journal's head and its subscribers seen within ``forget_after`` seconds
+    (default: the journal's ``forget_after``), by name."""
+    rule = journal_rule(settings, journal)
+    window = rule.forget_after if forget_after is None else forget_after
+    head = read_head(settings.broker_url, rule.stream)
+    latest: dict[str, dict[str, Any]] = {}
+    for _offset, body in read_stream(settings.broker_url, rule.status_stream, _since(window + 1),
+                                     wait_first=0.5, stamp="at"):
+        try:
+            status = orjson.loads(body)
+            latest[str(status["subscriber"])] = status
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            continue
+    now = time.time()
+    views = []
+    for name, status in sorted(latest.items()):
+        seen = now - float(status.get("at", 0.0))
+        if seen > window:
+            continue
+        offset = status.get("offset")
+        lag = 0 if head is None else head.offset - (-1 if offset is None else int(offset))
+        lag_seconds = 0.0
+        if head is not None and lag > 0:
+            lag_seconds = max(0.0, head.published_at - float(status.get("entry_at") or 0.0)) \
+                if status.get("entry_at") else max(0.0, now - head.published_at)
+        views.append(SubscriberView(
+            subscriber=name, state=str(status.get("state", "?")), offset=offset,
+            lag_entries=max(0, lag), lag_seconds=lag_seconds,
+            errors=int(status.get("errors", 0)), last_seen=seen,
+            blocked_reason=status.get("blocked_reason"), host=str(status.get("host", ""))))
+    return head, views
