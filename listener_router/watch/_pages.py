@@ -38,7 +38,7 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .wfs { display: flex; flex-wrap: wrap; gap: .8em; align-items: flex-start; }
 .wf { border: 1px solid #ddd; padding: .3em .8em; flex: 0 1 380px; }
 .wf h3 { font-size: 1em; margin: .3em 0; }
-.svgbox { overflow: auto; max-height: 520px; }
+.svgbox { overflow: auto; max-height: 80vh; }
 .svgbox svg { max-width: 100%; height: auto; }
 svg text.axis, svg text.legend { font: 10px sans-serif; fill: #555; }
 svg text.node { font: 11px sans-serif; } svg text.edge { font: 10px sans-serif; }
