@@ -25,7 +25,7 @@ from typing import Any
 
 import pika
 import pytest
-from listener_router_helpers import write_test_workflows
+from listener_router_helpers import wait_until, write_test_workflows  # noqa: F401 (theirs too)
 from sqlalchemy import create_engine, text
 
 from listener_router import ListenerRule, RouterRule, Service, Settings
@@ -185,16 +185,6 @@ class RunningSubscriber:
         if self.error is not None:
             raise self.error
         return self.subscriber.stats
-
-
-def wait_until(condition: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = condition()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"{what} not reached within {timeout:.0f} s")
 
 
 def records(n: int, prefix: str = "doc", **attributes: Any) -> list[dict[str, Any]]:

@@ -9,9 +9,10 @@ Naming: a verb for what acts (``publish_ids``, ``write_config``,
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,20 @@ class Broker:
                 ch.queue_delete(queue)
         finally:
             conn.close()
+
+
+def wait_until(condition: Callable[[], Any], timeout: float = 60.0, what: str = "condition",
+               *, every: float = 0.1, explain: Callable[[], str] | None = None) -> Any:
+    """``condition()``'s first true value, asked every ``every`` seconds; an AssertionError
+    naming ``what`` (and ``explain()``, e.g. the processes' logs) after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(every)
+    raise AssertionError(f"{what} not reached within {timeout:.0f} s"
+                         + (f"\n{explain()}" if explain is not None else ""))
 
 
 def bodies(messages: list[tuple[Any, bytes]]) -> list[dict[str, Any]]:

@@ -10,7 +10,6 @@ import os
 import re
 import shutil
 import socket
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ from listener_router_helpers import (
     kill_group,
     start_service,
     wait_for_log,
+    wait_until,
     write_config,
     write_test_workflows,
 )
@@ -95,14 +95,6 @@ def _version(base: str, workflow: str) -> str | None:
     return match.group(1) if match else None
 
 
-def _wait(condition: Any, what: str, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.3)
-
-
 def test_the_dashboard_shows_records_and_replays_a_dead_letter_in_a_browser(
         tmp_path, chromium, broker_url, qname):
     folder = write_test_workflows(tmp_path / "workflows")
@@ -157,7 +149,8 @@ def test_the_dashboard_shows_records_and_replays_a_dead_letter_in_a_browser(
         fragile = folder / "fragile.xml"
         fragile.write_text(re.sub(r"\s*<proc:invokePipelet name=\"s1\">.*?</proc:invokePipelet>",
                                   "", fragile.read_text(), flags=re.S))
-        _wait(lambda: _version(base, "Fragile") not in (None, old), "the fixed workflow to load")
+        wait_until(lambda: _version(base, "Fragile") not in (None, old), 120, "the fixed workflow to load",
+                   every=0.3)
 
         page.goto(base)
         row = page.locator("#dead-letter-table tr", has_text="doc-bad")

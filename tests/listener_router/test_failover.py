@@ -27,6 +27,7 @@ from listener_router_helpers import (
     start_service,
     stored_counts,
     wait_for_log,
+    wait_until,
     write_config,
     write_test_workflows,
 )
@@ -99,14 +100,8 @@ class Cluster:
         return state.leader, state.epoch, len(state.view_members)
 
     def wait_until(self, condition, timeout: float, what: str):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = condition()
-            if found:
-                return found
-            time.sleep(0.05)
-        raise AssertionError(f"{what} within {timeout:.0f} s; logs:\n"
-                             + "\n".join(f"--- {n}\n{self.log(n)[-1500:]}" for n in NAMES))
+        return wait_until(condition, timeout, what, every=0.05, explain=lambda: "logs:\n" + "\n".join(
+            f"--- {n}\n{self.log(n)[-1500:]}" for n in NAMES))
 
     def stop(self) -> None:
         for proc in self.procs.values():

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 from dataclasses import replace
 
 import _spark_cluster
@@ -23,6 +22,7 @@ from listener_router_helpers import (
     start_service,
     stored_attributes,
     wait_for_log,
+    wait_until,
     write_config,
     write_test_workflows,
 )
@@ -73,15 +73,6 @@ def _dead(broker, queue: str, prefix: str) -> set[str]:
             for _props, body in broker.drain(dlq_name(queue))}
 
 
-def _wait(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"{what} within {timeout:.0f} s")
-
-
 def test_the_service_on_a_standalone_master_commits_what_local_commits(
         spark_cluster, tmp_path, broker_url, pg_url, broker, qname, make_settings, run_service):
     workflows = write_test_workflows(tmp_path / "workflows")
@@ -112,13 +103,13 @@ def test_the_service_on_a_standalone_master_commits_what_local_commits(
     try:
         wait_for_log(log, " up: queues ", timeout=300)
         expected_dead = sum(1 for r in _records("C") if r["attributes"]["fail"])
-        _wait(lambda: broker.depth(queue) == 0 and broker.depth(dlq_name(queue)) >= expected_dead
-              and log.read_text(errors="replace").count("batch of ") >= 1, 300,
-              "the standalone service through the queue")
-        _wait(lambda: sum(1 for v in stored_attributes(pg_url, [f"C{i:04d}" for i in range(RECORDS)],
-                                                       ["count"]).values()
-                          if v and v.get("count") == 1) == RECORDS - expected_dead, 120,
-              "every record committed")
+        wait_until(lambda: broker.depth(queue) == 0 and broker.depth(dlq_name(queue)) >= expected_dead
+                   and log.read_text(errors="replace").count("batch of ") >= 1, 300,
+                   "the standalone service through the queue", every=0.5)
+        wait_until(lambda: sum(1 for v in stored_attributes(pg_url, [f"C{i:04d}" for i in range(RECORDS)],
+                                                            ["count"]).values()
+                               if v and v.get("count") == 1) == RECORDS - expected_dead, 120,
+                   "every record committed", every=0.5)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=120) == 0, log.read_text(errors="replace")[-3000:]
     finally:
