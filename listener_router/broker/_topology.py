@@ -26,8 +26,7 @@ import pika.exceptions
 
 from listener_router._config import ListenerRule, RouterRule, Settings
 from listener_router._errors import BrokerUnavailable
-from listener_router.broker._link import connection_parameters
-from listener_router.broker._reason import broker_reason
+from listener_router.broker._reason import broker_reason, connect
 
 __all__ = ["dlq_name", "retry_name", "declare_input", "declare_all", "declare_outputs",
            "declare_new_outputs"]
@@ -131,7 +130,7 @@ def declare_new_outputs(settings: Settings, queues: Sequence[str]) -> None:
     """Declare output queues on a connection of their own (queues first named by a
     record's ``nextDestination``).  Raises :class:`BrokerUnavailable` when that fails."""
     try:
-        connection = pika.BlockingConnection(connection_parameters(settings.broker_url))
+        connection = connect(settings.broker_url)
         try:
             declare_outputs(connection, settings, queues)
         finally:

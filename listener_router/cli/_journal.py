@@ -17,7 +17,7 @@ from rich.table import Table
 from listener_router._config import Settings
 from listener_router._errors import BrokerUnavailable
 from listener_router._messages import ERROR_HEADER
-from listener_router.broker import connection_parameters
+from listener_router.broker import connect
 from listener_router.journal import (
     SubscriberRule,
     journal_rule,
@@ -125,7 +125,7 @@ def _to_error_queue(settings: Settings, rule: SubscriberRule, state: Any) -> Non
     """The entry an operator skips goes to the error queue too, with its reason."""
     journal = journal_rule(settings, rule.journal)
     try:
-        conn = pika.BlockingConnection(connection_parameters(settings.broker_url))
+        conn = connect(settings.broker_url)
         try:
             channel = conn.channel()
             channel.confirm_delivery()

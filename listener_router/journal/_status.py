@@ -27,7 +27,7 @@ import pika.exceptions
 
 from listener_router._config import Settings
 from listener_router._errors import BrokerUnavailable, ConfigError
-from listener_router.broker import connection_parameters
+from listener_router.broker import connect
 from listener_router.journal._settings import JournalRule
 
 __all__ = ["Head", "SubscriberView", "journal_rule", "journal_status", "read_head",
@@ -81,10 +81,7 @@ def read_stream(url: str, stream: str, offset: Any, *, idle: float = 0.3,
     at the first message written after the read began (it has caught up with a stream
     that is still being written, where a quiet moment may never come)."""
     began = time.time()
-    try:
-        conn = pika.BlockingConnection(connection_parameters(url))
-    except (pika.exceptions.AMQPError, OSError) as e:
-        raise BrokerUnavailable(f"reading stream {stream}: {e}") from e
+    conn = connect(url)   # BrokerUnavailable with the reason when none
     found: list[tuple[int, bytes]] = []
     last = [time.monotonic()]
     caught_up = [False]
