@@ -16,6 +16,7 @@ process imports this package alone.
 """
 
 from listener_router.broker._link import (
+    EVENT_TOPIC_HEADER,
     AmqpLink,
     Deliveries,
     Delivery,
@@ -38,6 +39,7 @@ from listener_router.broker._topology import (
 )
 
 __all__ = [
+    "EVENT_TOPIC_HEADER",
     "AmqpLink",
     "Deliveries",
     "Delivery",

@@ -59,6 +59,11 @@ class Delivery:
     properties: dict[str, Any] = field(default_factory=dict)
 
 
+# The header every event carries (its topic): an event the broker returns
+# unroutable had no subscriber, which is not an error.
+EVENT_TOPIC_HEADER = "event.topic"
+
+
 @dataclass(slots=True)
 class OutMessage:
     routing_key: str
@@ -452,7 +457,13 @@ class AmqpLink:
 
     def _on_return(self, _channel: Any, method: Any, props: Any, _body: bytes) -> None:
         # The broker could route the message nowhere (an exchange without a
-        # matching binding); it still confirms it.  Say so loudly.
+        # matching binding); it still confirms it.  An event nobody listens
+        # to is normal (a topic exchange without subscribers); anything else
+        # is a message lost, so say that loudly.
+        if EVENT_TOPIC_HEADER in (props.headers or {}):
+            log.debug("event %s (%s) had no subscriber bound", props.message_id,
+                      method.routing_key)
+            return
         self.returned += 1
         log.error("message %s to exchange %r routing key %r was returned unroutable: %s",
                   props.message_id, method.exchange, method.routing_key, method.reply_text)

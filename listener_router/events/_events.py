@@ -34,12 +34,12 @@ from typing import Any, Protocol
 import orjson
 
 from listener_router._config import EventSettings
-from listener_router.broker import OutMessage
+from listener_router.broker import EVENT_TOPIC_HEADER, OutMessage
 
 __all__ = ["APPLICATION_HEADER", "EventKind", "Events", "Publisher", "TOPIC_HEADER", "event_id"]
 
 APPLICATION_HEADER = "event.application"
-TOPIC_HEADER = "event.topic"
+TOPIC_HEADER = EVENT_TOPIC_HEADER
 
 
 class EventKind(str, Enum):

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from listener_router.broker import OutMessage
+from listener_router.broker import EVENT_TOPIC_HEADER, OutMessage
 
 __all__ = ["BLOCKED", "EVENTS_EXCHANGE", "blocked_event", "declare_events"]
 
@@ -33,4 +33,5 @@ def blocked_event(journal: str, subscriber: str, *, offset: int, seq: int | None
     body = {"event": BLOCKED, "journal": journal, "subscriber": subscriber, "offset": offset,
             "seq": seq, "reason": reason, "at": at, "host": socket.gethostname()}
     return OutMessage(exchange=exchange, routing_key=BLOCKED, body=orjson.dumps(body),
+                      headers={EVENT_TOPIC_HEADER: BLOCKED},
                       message_id=f"{BLOCKED}:{journal}:{subscriber}:{offset}:{at:.3f}")

@@ -128,3 +128,36 @@ def test_chalk_events_without_follow_says_what_to_do(tmp_path: Path):
                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert done.returncode == 2
     assert "chalk events: give --follow" in done.stderr
+
+
+def test_an_event_nobody_listens_to_is_quiet_and_an_unroutable_message_is_loud(
+        broker_url, qname, caplog):
+    """A topic exchange without subscribers returns every event: that is normal, not a
+    lost message; a routed message the broker returns is one, and is logged as an error."""
+    import pika
+
+    from listener_router.broker import EVENT_TOPIC_HEADER, AmqpLink, OutMessage
+    exchange = qname("nobody-listens")
+    connection = pika.BlockingConnection(pika.URLParameters(broker_url))
+    try:
+        connection.channel().exchange_declare(exchange, exchange_type="topic", durable=False,
+                                              auto_delete=False)
+        link = AmqpLink(broker_url, consume=()).start()
+        try:
+            with caplog.at_level("DEBUG", logger="listener_router.broker._link"):
+                link.publish([OutMessage(routing_key="topology.changed", body=b"{}",
+                                         message_id="evt:quiet", exchange=exchange,
+                                         headers={EVENT_TOPIC_HEADER: "topology.changed"}),
+                              OutMessage(routing_key="some.key", body=b"{}",
+                                         message_id="out:lost", exchange=exchange)]
+                             ).result(timeout=30)
+            errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+            assert link.returned == 1
+            assert len(errors) == 1 and "out:lost" in errors[0] and "unroutable" in errors[0]
+            assert any("evt:quiet" in r.getMessage() and "no subscriber" in r.getMessage()
+                       for r in caplog.records if r.levelname == "DEBUG")
+        finally:
+            link.stop()
+    finally:
+        connection.channel().exchange_delete(exchange)
+        connection.close()
