@@ -394,18 +394,24 @@ def main() -> int:
                   f"ratio with/without {watched / plain:.3f}", flush=True)
         if args.job_log_cost:
             logged: dict[str, list[float]] = {"with": [], "without": []}
+            spent: dict[str, list[float]] = {"with": [], "without": []}  # all processes' CPU
             for i in range(args.job_log_cost):
                 order = ("with", "without") if i % 2 == 0 else ("without", "with")
                 for name in order:
-                    rate = bench.run(args.messages, replace(bench.settings,
-                                                            job_log=name == "with"))["rate"]
-                    logged[name].append(rate)
-                    print(f"  job log {name}: {rate:,.0f} records/s", flush=True)
+                    one = bench.run(args.messages, replace(bench.settings, job_log=name == "with"))
+                    logged[name].append(one["rate"])
+                    spent[name].append(sum(one["cpu_us"].values()))
+                    print(f"  job log {name}: {one['rate']:,.0f} records/s; CPU µs/message: "
+                          f"{_cpu_line(one['cpu_us'])}", flush=True)
             on, off = median(logged["with"]), median(logged["without"])
-            out["job_log"] = {**logged, "ratio": on / off}
+            cpu_on, cpu_off = median(spent["with"]), median(spent["without"])
+            out["job_log"] = {**logged, "ratio": on / off,
+                              "cpu_us": spent, "cpu_ratio": cpu_on / cpu_off}
             print(f"job log, {args.job_log_cost} round(s): with {on:,.0f} records/s, without "
                   f"{off:,.0f} records/s (medians)   ratio with/without {on / off:.3f} "
-                  f"({(1 - on / off) * 100:+.1f} % of throughput)", flush=True)
+                  f"({(1 - on / off) * 100:+.1f} % of throughput); CPU µs/message, all "
+                  f"processes: with {cpu_on:.0f}, without {cpu_off:.0f} "
+                  f"({(cpu_on / cpu_off - 1) * 100:+.1f} %)", flush=True)
         lat = []
         for i in range(args.latency_runs):
             one = bench.latency(args.rate, args.seconds)

@@ -22,8 +22,9 @@ does not pay for the service's imports (Spark, SQLAlchemy, lxml).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from listener_router._lazy import lazy_names
 
 if TYPE_CHECKING:
     from listener_router._config import (
@@ -131,14 +132,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'listener_router' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"listener_router.{home}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _HOMES, __all__, globals())

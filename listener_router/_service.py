@@ -58,12 +58,12 @@ from listener_router.pipeline import (
     GatherStage,
     Held,
     InFlight,
-    Journals,
     Loader,
     Meter,
     Observers,
     Placement,
     Runner,
+    SettledObservers,
     SettleExtension,
     Settlement,
     Stats,
@@ -190,16 +190,16 @@ class Service:
 
         meter, held = Meter(self.stats), Held()
         loader = Loader(store, meter)
-        journals = Journals()
+        settled = SettledObservers()
         if s.job_log:
             joblog = self.joblog = JobLog(store, node, interval=s.stats_interval)
             extensions.append(joblog)
-            journals.add(joblog)
+            settled.add(joblog)
             self.observers.add(joblog)
         finish = self._finish = FinishStage(link=link, settings=s, store=store, held=held,
                                             meter=meter, stats=self.stats,
                                             observers=self.observers, extensions=settle,
-                                            writer=node, journal=journals)
+                                            writer=node, settled=settled)
         self.membership = Membership(
             store, node, interval=s.heartbeat_seconds, ttl=s.ttl_seconds,
             properties={"version": _version(), "queues": list(self.listeners.queues),

@@ -4,10 +4,10 @@
 
 - as a :class:`~listener_router.CommitExtension` it writes a row per
   committed message, and adds to the outcome counts, inside the commit
-  transaction: one ``executemany`` per transaction, never a write of its
-  own on the hot path, and a committed message is logged exactly when its
-  records are;
-- as a :class:`~listener_router.pipeline.Journal` it sees every settled
+  transaction: one statement per transaction (the rows as one JSON array),
+  never a write of its own on the hot path, and a committed message is
+  logged exactly when its records are;
+- as a :class:`~listener_router.pipeline.SettledObserver` it sees every settled
   message before its ack: it writes rows for the retried, dead-lettered and
   duplicate ones (one small transaction, only when there are any; a step
   written again after a crash is skipped by the log's unique index) and
@@ -46,11 +46,18 @@ from listener_router.pipeline import (
     BatchReport,
     Commit,
     CommitExtension,
-    Journal,
+    SettledObserver,
     State,
     Work,
 )
-from listener_router.store import JobLogTables, LogRow, ServiceStore, StatRow, unavailable
+from listener_router.store import (
+    CommittedRow,
+    JobLogTables,
+    LogRow,
+    ServiceStore,
+    StatRow,
+    unavailable,
+)
 
 __all__ = ["JobLog", "ProcessLog", "PROCESS_QUEUE", "REPLAYS_HEADER"]
 
@@ -83,7 +90,7 @@ def _int(value: object) -> int:
         return 0
 
 
-class JobLog(CommitExtension, BatchObserver, Journal):
+class JobLog(CommitExtension, BatchObserver, SettledObserver):
     """Writes the job log and its statistics for one member (see the module doc)."""
 
     def __init__(self, store: ServiceStore, member: str, *, interval: float = 60.0,
@@ -119,7 +126,7 @@ class JobLog(CommitExtension, BatchObserver, Journal):
         at = time.time()
         period = self.period(at)
         workflow, member = commit.workflow, self.member
-        rows: list[LogRow] = []
+        rows: list[CommittedRow] = []
         others: list[Other] = []
         messages: dict[str, int] = {}
         records: dict[str, int] = {}
@@ -133,9 +140,8 @@ class JobLog(CommitExtension, BatchObserver, Journal):
             ids = m.record_ids
             queue = m.queue
             replays = m.headers.get(REPLAYS_HEADER)
-            append((at, "committed", queue, m.message_id, _int(replays) if replays else 0,
-                    m.attempts, workflow, member, batch, w.received_at, ids[0] if ids else None,
-                    len(ids), sent.get(m.message_id, 0), None))
+            append((queue, m.message_id, _int(replays) if replays else 0, m.attempts,
+                    w.received_at, ids[0] if ids else None, len(ids), sent.get(m.message_id, 0)))
             if len(ids) > 1:
                 others += [(rid, queue, m.message_id, ids[0], at) for rid in ids[1:]]
             messages[queue] = messages.get(queue, 0) + 1
@@ -143,7 +149,8 @@ class JobLog(CommitExtension, BatchObserver, Journal):
         counts = {(period, q, workflow, "committed"): n for q, n in messages.items()}
         counts.update({(period, q, workflow, "records"): n for q, n in records.items()})
         conn = commit.connection
-        JobLogTables.write(conn, rows, others)
+        JobLogTables.write_committed(conn, at, workflow, member, batch, rows)
+        JobLogTables.write(conn, (), others)
         JobLogTables.add_counts(conn, member, counts)
         if seen is not None:
             with self._lock:

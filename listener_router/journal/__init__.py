@@ -27,8 +27,9 @@ attachment references), ``_publish`` (writer, relay, stream declarations),
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from listener_router._lazy import lazy_names
 
 if TYPE_CHECKING:
     from listener_router.journal._entries import (
@@ -164,14 +165,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'listener_router.journal' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"listener_router.journal.{home}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _HOMES, __all__, globals())

@@ -24,8 +24,8 @@ batches in the service's process where the workflow allows).  ``_states`` is the
 table of what may happen to a message; ``_inflight`` keeps batches in flight
 from loading each other's records; ``_held`` keeps deferred messages until
 they are gathered again; ``_retries`` decides retry or dead letter;
-``_settle`` ends groups and batches; ``_report`` counts; ``_journal`` is told
-about every settled message before its ack.
+``_settle`` ends groups and batches; ``_report`` counts; ``_settled`` tells
+observers (the job log) about every settled message before its ack.
 """
 
 from listener_router.pipeline._batch import Batch, BatchSizing, Gathering, Group
@@ -41,7 +41,6 @@ from listener_router.pipeline._finish import (
 from listener_router.pipeline._gather import GatherStage
 from listener_router.pipeline._held import Held
 from listener_router.pipeline._inflight import InFlight
-from listener_router.pipeline._journal import Journal, Journals
 from listener_router.pipeline._lanes import BACKLOG, Lane
 from listener_router.pipeline._loading import Loader
 from listener_router.pipeline._report import (
@@ -53,6 +52,7 @@ from listener_router.pipeline._report import (
     WorkflowRun,
 )
 from listener_router.pipeline._settle import Settlement
+from listener_router.pipeline._settled import SettledObserver, SettledObservers
 from listener_router.pipeline._sizing import AdaptiveSizing, Placement, default_sizing, prefetch_for
 from listener_router.pipeline._states import TRANSITIONS, State, check_transition
 from listener_router.pipeline._work import Work
@@ -79,8 +79,6 @@ __all__ = [
     "Group",
     "Held",
     "InFlight",
-    "Journal",
-    "Journals",
     "Lane",
     "Loader",
     "Meter",
@@ -89,6 +87,8 @@ __all__ = [
     "Placement",
     "Runner",
     "SettleExtension",
+    "SettledObserver",
+    "SettledObservers",
     "Settlement",
     "State",
     "Stats",

@@ -15,8 +15,8 @@ the outbox in a transaction of their own before anything is published, then
 published and marked sent with the rest.  Nothing is written or published
 for them when no extension is registered.
 
-Before the ack, the settled messages go to the journal (``_journal``: the
-job log writes down the ones no commit transaction did).  The leader's
+Before the ack, the settled messages go to the settled observers
+(``_settled``: the job log writes down the ones no commit transaction did).  The leader's
 orphaned outbox batches (:class:`Orphans`) are published on the
 same lane.  When the last job of a batch is done, its report goes to the
 observers.
@@ -35,10 +35,10 @@ from listener_router._errors import BrokerUnavailable, InfrastructureError
 from listener_router.broker import Link, OutMessage, declare_new_outputs, publish_confirmed
 from listener_router.pipeline._batch import Batch
 from listener_router.pipeline._held import Held
-from listener_router.pipeline._journal import Journal
 from listener_router.pipeline._lanes import Lane
 from listener_router.pipeline._report import Meter, Observers, Stats
 from listener_router.pipeline._retries import side_messages
+from listener_router.pipeline._settled import SettledObserver
 from listener_router.pipeline._states import State
 from listener_router.pipeline._work import Work
 from listener_router.store import Outbox, ServiceStore, unavailable
@@ -91,7 +91,7 @@ class FinishStage:
     def __init__(self, *, link: Link, settings: Settings, store: ServiceStore, held: Held,
                  meter: Meter, stats: Stats, observers: Observers,
                  extensions: Iterable[SettleExtension] = (), writer: str | None = None,
-                 journal: Journal | None = None):
+                 settled: SettledObserver | None = None):
         self.extensions = list(extensions)
         self.writer = writer
         self.link = link
@@ -101,7 +101,7 @@ class FinishStage:
         self.meter = meter
         self.stats = stats
         self.observers = observers
-        self.journal = journal or Journal()
+        self.settled = settled or SettledObserver()
         # Queues known to exist: the inputs and the configured outputs.  Others (named
         # by a record's nextDestination) are declared before the first publish to them.
         self.declared: set[str] = {rule.queue for rule in settings.listeners}
@@ -203,7 +203,7 @@ class FinishStage:
                     log.warning("could not mark %d outbox batch(es) sent: %s", len(batches), e)
             for state, n in Counter(w.state.value for w in done).items():
                 self.stats.add(state, n)
-            self.journal.settled(done, report)
+            self.settled.settled(done, report)
             for w in done:
                 w.to(State.ACKED)
             self.link.ack(w.delivery for w in done)

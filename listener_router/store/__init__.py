@@ -15,7 +15,14 @@ service's :class:`~listener_router.StoreUnavailable` (retry later) or
 
 from listener_router.store._cluster import ClusterRow, ClusterState
 from listener_router.store._dead_letters import DeadLetter, DeadLetters
-from listener_router.store._joblog import COUNTED_STATES, JobLogTables, LogEntry, LogRow, StatRow
+from listener_router.store._joblog import (
+    COUNTED_STATES,
+    CommittedRow,
+    JobLogTables,
+    LogEntry,
+    LogRow,
+    StatRow,
+)
 from listener_router.store._journal import JournalOutbox
 from listener_router.store._nodes import Member, Nodes
 from listener_router.store._outbox import Outbox
@@ -24,7 +31,7 @@ from listener_router.store._store import ServiceStore, commit_failure, unavailab
 from listener_router.store._versions import RunningVersion, WorkflowVersions
 
 __all__ = ["COUNTED_STATES", "ClusterRow", "ClusterState", "DeadLetter", "DeadLetters",
-           "JobLogTables", "JournalOutbox", "LogEntry", "LogRow", "Member", "Nodes", "Outbox",
+           "CommittedRow", "JobLogTables", "JournalOutbox", "LogEntry", "LogRow", "Member", "Nodes", "Outbox",
            "RunningVersion", "ScheduleState", "Schedules", "ServiceStore", "StatRow",
            "WorkflowVersions",
            "commit_failure", "unavailable"]

@@ -111,9 +111,17 @@ class DeadLetters:
             return [_letter(row) for row in conn.execute(query)]
 
     def count(self, queues: Sequence[str]) -> int:
+        return sum(self.counts(queues).values())
+
+    def counts(self, queues: Sequence[str]) -> dict[str, int]:
+        """How many dead letters each of ``queues`` has here (0 for one with none)."""
+        found = dict.fromkeys(queues, 0)
+        c = dead_letters.c
         with self.engine.connect() as conn:
-            return int(conn.execute(select(func.count()).select_from(dead_letters).where(
-                dead_letters.c.queue.in_(list(queues)))).scalar_one())
+            for queue, n in conn.execute(select(c.queue, func.count()).where(
+                    c.queue.in_(list(queues))).group_by(c.queue)):
+                found[queue] = int(n)
+        return found
 
     def remove(self, letters: Sequence[DeadLetter]) -> int:
         """Drop these rows (replayed or purged) unless a newer dead letter of the same message

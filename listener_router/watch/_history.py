@@ -98,6 +98,7 @@ class Sample:
     sent: dict[str, int]
     broker_up: bool
     leases: int | None                    # leases this node holds in storage
+    kept: dict[str, int] | None = None    # dead letters moved into the store, by input queue
 
 
 @dataclass
@@ -144,6 +145,7 @@ class Sampler:
     history: History
     leases: Callable[[], int]
     every: float = 5.0
+    kept: Callable[[], dict[str, int]] | None = None
     samples: deque[Sample] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -189,8 +191,14 @@ class Sampler:
         except Exception as e:  # the store is down: the pipeline says so; show "unknown"
             log.debug("lease count unavailable: %s", e)
             leases = None
+        kept: dict[str, int] | None = None
+        if self.kept is not None:
+            try:
+                kept = self.kept()
+            except Exception as e:  # as for the leases
+                log.debug("dead-letter count unavailable: %s", e)
         taken, sent = self.history.totals()
-        sample = Sample(time.time(), depth, consumers, taken, sent, up, leases)
+        sample = Sample(time.time(), depth, consumers, taken, sent, up, leases, kept)
         self.samples.append(sample)
         return sample
 

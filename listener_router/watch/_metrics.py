@@ -28,6 +28,7 @@ from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
+from listener_router.broker import dlq_name
 from listener_router.pipeline import BatchObserver, BatchReport
 from listener_router.watch._history import Sample
 
@@ -65,6 +66,8 @@ METRICS: dict[str, str] = {
     "chalk_queue_depth": "Messages ready in the queue, as the broker last said (sampled every few "
                          "seconds; absent queue: not reported)",
     "chalk_queue_consumers": "Consumers of the queue, as the broker last said",
+    "chalk_dead_letters": "Dead letters waiting to be replayed or purged, by input queue: those "
+                          "in its .dlq and those moved into the store (last sample)",
     "chalk_broker_up": "1 when the last queue sample reached the broker",
     "chalk_leases_held": "Record leases this process holds in storage (last sample)",
     "chalk_in_flight": "Record IDs and message IDs held by batches in flight",
@@ -130,6 +133,12 @@ class _LiveCollector(Collector):
                 consumers.add_metric([queue], sample.consumers.get(queue) or 0)
         yield depth
         yield consumers
+        if sample.kept is not None:
+            dead = GaugeMetricFamily("chalk_dead_letters", METRICS["chalk_dead_letters"],
+                                     labels=["queue"])
+            for queue, n in sample.kept.items():
+                dead.add_metric([queue], n + (sample.depth.get(dlq_name(queue)) or 0))
+            yield dead
 
 
 class Metrics(BatchObserver):

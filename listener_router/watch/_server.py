@@ -55,7 +55,9 @@ class Watch:
                                lambda: [q for q, _role in known_queues(settings, self.history)],
                                self.history,
                                lambda: store.sql.lease_counts().get(owner, 0),
-                               every=sample_every)
+                               every=sample_every,
+                               kept=lambda: store.dead_letters.counts(
+                                   [rule.queue for rule in settings.listeners]))
         inflight = service.inflight
         self.metrics = Metrics(Live(
             is_leader=lambda: self.membership.is_leader,

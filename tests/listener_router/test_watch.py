@@ -146,6 +146,7 @@ def test_a_running_service_serves_metrics_the_page_and_refuses_a_replay_without_
         assert sample.depth[f"{queue}.dlq"] == 1 and sample.consumers[queue] >= 1
         status, text = _get(base + "metrics")
         assert _value(text, "chalk_queue_depth", queue=f"{queue}.dlq") == 1
+        assert _value(text, "chalk_dead_letters", queue=queue) == 1
         assert _value(text, "chalk_broker_up") == 1
 
         status, page = _get(base)
@@ -164,9 +165,17 @@ def test_a_running_service_serves_metrics_the_page_and_refuses_a_replay_without_
         # still there: the page moved it off Q.dlq into the store (looking redelivers nothing)
         assert [b"w-bad" in d.body for d in dead_letters(settings, [queue])] == [True]
         assert service.watch.sampler.sample().depth[f"{queue}.dlq"] == 0
+        # the queue is empty, the dead letter still waits: the gauge says so
+        assert _value(_get(base + "metrics")[1], "chalk_dead_letters", queue=queue) == 1
         assert _get(base + "panel/nothing")[0] == 404
         jobs = job_log(service.store, "w3")   # the panel reads the job log
         assert [(j.entry.state, j.records) for j in jobs] == [("committed", ("w3",))]
         assert sorted(j.entry.state for j in job_log(service.store)) == ["committed"] * 5 + ["dead"]
         status, panel = _get(base + "panel/jobs?record=w-bad")   # routed nowhere, still found
         assert status == 200 and "dead" in panel and "asked to fail" in panel
+        replay = urllib.request.Request(base + "dlq/replay", method="POST",
+                                        data=f"token=right&target=%5B%22{queue}%22%2C%22%22%5D"
+                                        .encode())
+        assert urllib.request.urlopen(replay, timeout=30).status == 200
+        service.watch.sampler.sample()
+        assert _value(_get(base + "metrics")[1], "chalk_dead_letters", queue=queue) == 0
