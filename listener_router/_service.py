@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import engine
 from blackboard import SqlStore
@@ -73,6 +73,10 @@ from listener_router.pipeline import (
 from listener_router.store import RunningVersion, ServiceStore, unavailable
 
 __all__ = ["Service"]
+
+if TYPE_CHECKING:  # imported when used: a service without them does not load them
+    from listener_router.journal import JournalPublisher
+    from listener_router.watch import Watch
 
 log = logging.getLogger(__name__)
 
@@ -133,9 +137,9 @@ class Service:
         self._runners: ThreadPoolExecutor | None = None
         self._commit: CommitStage | None = None
         self._finish: FinishStage | None = None
-        self.journal: Any = None           # the journals' publisher, with [[journal]] rules
+        self.journal: JournalPublisher | None = None   # with [[journal]] rules
         self.joblog: JobLog | None = None
-        self.watch: Any = None  # listener_router.watch.Watch, when [http] listen is set
+        self.watch: Watch | None = None    # when [http] listen is set
 
     # -- opening and closing ---------------------------------------------------------
     def open(self) -> Service:
@@ -177,9 +181,10 @@ class Service:
         self.gathering = Gathering(sizing, lambda: link.waiting + deliveries.qsize())
         if s.journals:
             from listener_router.journal import publisher_for
-            self.journal = publisher_for(s, store, node)
-            self.extensions.append(self.journal.writer)
-            self.journal.start(link)
+            journal = self.journal = publisher_for(s, store, node)
+            if journal is not None:
+                self.extensions.append(journal.writer)
+                journal.start(link)
         events = self.events = Events(s.events, node)
         extensions = list(self.extensions)
         if events.enabled(EventKind.COMMITTED):
