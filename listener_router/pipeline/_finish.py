@@ -16,8 +16,8 @@ published and marked sent with the rest.  Nothing is written or published
 for them when no extension is registered.
 
 Before the ack, the settled messages go to the settled observers
-(``_settled``: the job log writes down the ones no commit transaction did).  The leader's
-orphaned outbox batches (:class:`Orphans`) are published on the
+(``_settled``: the job log writes down the ones no commit transaction did).
+The leader's orphaned outbox batches (:class:`Orphans`) are published on the
 same lane.  When the last job of a batch is done, its report goes to the
 observers.
 """

@@ -6,7 +6,8 @@ outgoing messages, retry copies and dead letters are confirmed and before
 the inputs are acked, so an observer that writes them down (the job log)
 never misses one (a crash before the ack redelivers the message; it is
 settled, and observed, again).  The base does nothing.  Failures are the
-observer's own: :class:`SettledObservers` logs them and the messages are acked all the same.
+observer's own: :class:`SettledObservers` logs them and the messages are
+acked all the same.
 """
 
 from __future__ import annotations

@@ -30,8 +30,8 @@ from listener_router.store._schedules import Schedules, ScheduleState
 from listener_router.store._store import ServiceStore, commit_failure, unavailable
 from listener_router.store._versions import RunningVersion, WorkflowVersions
 
-__all__ = ["COUNTED_STATES", "ClusterRow", "ClusterState", "DeadLetter", "DeadLetters",
-           "CommittedRow", "JobLogTables", "JournalOutbox", "LogEntry", "LogRow", "Member", "Nodes", "Outbox",
-           "RunningVersion", "ScheduleState", "Schedules", "ServiceStore", "StatRow",
+__all__ = ["COUNTED_STATES", "ClusterRow", "ClusterState", "CommittedRow", "DeadLetter",
+           "DeadLetters", "JobLogTables", "JournalOutbox", "LogEntry", "LogRow", "Member", "Nodes",
+           "Outbox", "RunningVersion", "ScheduleState", "Schedules", "ServiceStore", "StatRow",
            "WorkflowVersions",
            "commit_failure", "unavailable"]

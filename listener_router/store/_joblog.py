@@ -60,8 +60,7 @@ from sqlalchemy.engine import Engine
 from listener_router.store._schema import metadata
 
 __all__ = ["CommittedRow", "JobLogTables", "LogEntry", "LogRow", "StatRow", "job_log",
-           "job_records",
-           "job_batches", "job_stats", "COUNTED_STATES"]
+           "job_records", "job_batches", "job_stats", "COUNTED_STATES"]
 
 job_log = Table(
     "chalk_job_log", metadata,
@@ -239,17 +238,10 @@ class JobLogTables:
                         batch: str | None, messages: Sequence[CommittedRow]) -> None:
         """A commit's rows in one statement: ``(queue, message_id, round, attempt,
         received_at, first record, records, outgoing)`` per message, the rest shared."""
-        if not messages:
-            return
-        sql = _INSERT_COMMITTED.get(conn.dialect.name)
-        if sql is None:  # another database: the generic form
-            JobLogTables.write(conn, [
-                (at, "committed", q, mid, rnd, attempt, workflow, member, batch, received,
-                 record, records, outgoing, None)
-                for q, mid, rnd, attempt, received, record, records, outgoing in messages])
-            return
-        conn.exec_driver_sql(sql, (at, workflow, member, batch,
-                                   orjson.dumps(messages).decode()))
+        if messages:
+            sql = _INSERT_COMMITTED["postgresql" if conn.dialect.name == "postgresql" else "sqlite"]
+            conn.exec_driver_sql(sql, (at, workflow, member, batch,
+                                       orjson.dumps(messages).decode()))
 
     @staticmethod
     def write_once(conn: Connection, row: LogRow) -> bool:

@@ -17,6 +17,7 @@ import pytest
 from listener_router_helpers import bind_subscriber, write_config, write_test_workflows
 
 from listener_router import Commit, CommitExtension, push_records
+from listener_router.broker import EVENT_TOPIC_HEADER, AmqpLink, OutMessage, connect
 from listener_router.events import EventKind, EventSettings, event_id
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
@@ -134,11 +135,8 @@ def test_an_event_nobody_listens_to_is_quiet_and_an_unroutable_message_is_loud(
         broker_url, qname, caplog):
     """A topic exchange without subscribers returns every event: that is normal, not a
     lost message; a routed message the broker returns is one, and is logged as an error."""
-    import pika
-
-    from listener_router.broker import EVENT_TOPIC_HEADER, AmqpLink, OutMessage
     exchange = qname("nobody-listens")
-    connection = pika.BlockingConnection(pika.URLParameters(broker_url))
+    connection = connect(broker_url)
     try:
         connection.channel().exchange_declare(exchange, exchange_type="topic", durable=False,
                                               auto_delete=False)
