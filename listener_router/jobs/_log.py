@@ -2,11 +2,11 @@
 
 :class:`JobLog` plugs into three seams of the pipeline:
 
-- as a :class:`~listener_router.CommitExtension` it writes a row per
-  committed message, and adds to the outcome counts, inside the commit
-  transaction: one statement per transaction (the rows as one JSON array),
-  never a write of its own on the hot path, and a committed message is
-  logged exactly when its records are;
+- as a :class:`~listener_router.CommitExtension` it logs each committed
+  message on the inbox row its commit writes (``Commit.inbox_log``), and
+  adds to the outcome counts, inside the commit transaction: no row of its
+  own per message, never a write of its own on the hot path, and a
+  committed message is logged exactly when its records are;
 - as a :class:`~listener_router.pipeline.SettledObserver` it sees every settled
   message before its ack: it writes rows for the retried, dead-lettered and
   duplicate ones (one small transaction, only when there are any; a step
@@ -51,7 +51,7 @@ from listener_router.pipeline import (
     Work,
 )
 from listener_router.store import (
-    CommittedRow,
+    InboxLog,
     JobLogTables,
     LogRow,
     ServiceStore,
@@ -126,22 +126,22 @@ class JobLog(CommitExtension, BatchObserver, SettledObserver):
         at = time.time()
         period = self.period(at)
         workflow, member = commit.workflow, self.member
-        rows: list[CommittedRow] = []
+        logged = commit.inbox_log = InboxLog(workflow, member, batch)
+        append = logged.rows.append
         others: list[Other] = []
         messages: dict[str, int] = {}
         records: dict[str, int] = {}
         sent: dict[str, int] = {}
         for source, _message in commit.outgoing:
             sent[source] = sent.get(source, 0) + 1
-        append = rows.append
         for w in commit.committed:
             m = w.message
             assert m is not None
             ids = m.record_ids
             queue = m.queue
             replays = m.headers.get(REPLAYS_HEADER)
-            append((queue, m.message_id, _int(replays) if replays else 0, m.attempts,
-                    w.received_at, ids[0] if ids else None, len(ids), sent.get(m.message_id, 0)))
+            append((_int(replays) if replays else 0, m.attempts, w.received_at,
+                    ids[0] if ids else None, len(ids), sent.get(m.message_id, 0)))
             if len(ids) > 1:
                 others += [(rid, queue, m.message_id, ids[0], at) for rid in ids[1:]]
             messages[queue] = messages.get(queue, 0) + 1
@@ -149,7 +149,6 @@ class JobLog(CommitExtension, BatchObserver, SettledObserver):
         counts = {(period, q, workflow, "committed"): n for q, n in messages.items()}
         counts.update({(period, q, workflow, "records"): n for q, n in records.items()})
         conn = commit.connection
-        JobLogTables.write_committed(conn, at, workflow, member, batch, rows)
         JobLogTables.write(conn, (), others)
         JobLogTables.add_counts(conn, member, counts)
         if seen is not None:

@@ -37,7 +37,7 @@ from listener_router.pipeline._retries import fail
 from listener_router.pipeline._settle import Settlement
 from listener_router.pipeline._states import State
 from listener_router.pipeline._work import Work
-from listener_router.store import Outbox, ServiceStore, commit_failure
+from listener_router.store import InboxLog, Outbox, ServiceStore, commit_failure
 
 __all__ = ["Commit", "CommitExtension", "CommitStage", "Executed"]
 
@@ -78,6 +78,9 @@ class Commit:
     blackboard: Blackboard | None = None     # the group's: the records, still on it (read only)
     added: list[OutMessage] = field(default_factory=list)
     results: list[InstanceResult] = field(default_factory=list)  # one per ``committed``
+    # The job log's entries of ``committed``, one each in order: written on their inbox
+    # rows (the job log sets it; at most one extension may).
+    inbox_log: InboxLog | None = None
 
     def publish(self, message: OutMessage) -> None:
         """Add ``message`` to this transaction's outbox batch.
@@ -180,6 +183,7 @@ class CommitStage:
 
         def in_transaction(conn: Connection) -> None:
             messages: list[tuple[str | None, OutMessage]] = list(outgoing)
+            logged = None
             if self.extensions:
                 commit = Commit(name, conn, [w for w, _ in committing], failed, commit_ids,
                                 invalidated, outgoing, report, bb,
@@ -187,7 +191,9 @@ class CommitStage:
                 self._extend(commit)
                 added.extend(commit.added)
                 messages += [(None, m) for m in commit.added]
-            batches.append(Outbox.write(conn, processed, messages, writer=bb.owner))
+                logged = commit.inbox_log
+            batches.append(Outbox.write(conn, processed, messages, writer=bb.owner,
+                                        logged=logged))
 
         started = time.perf_counter()
         try:

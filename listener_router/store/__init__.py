@@ -17,7 +17,6 @@ from listener_router.store._cluster import ClusterRow, ClusterState
 from listener_router.store._dead_letters import DeadLetter, DeadLetters
 from listener_router.store._joblog import (
     COUNTED_STATES,
-    CommittedRow,
     JobLogTables,
     LogEntry,
     LogRow,
@@ -25,13 +24,13 @@ from listener_router.store._joblog import (
 )
 from listener_router.store._journal import JournalOutbox
 from listener_router.store._nodes import Member, Nodes
-from listener_router.store._outbox import Outbox
+from listener_router.store._outbox import InboxLog, InboxLogRow, Outbox
 from listener_router.store._schedules import Schedules, ScheduleState
 from listener_router.store._store import ServiceStore, commit_failure, unavailable
 from listener_router.store._versions import RunningVersion, WorkflowVersions
 
-__all__ = ["COUNTED_STATES", "ClusterRow", "ClusterState", "CommittedRow", "DeadLetter",
-           "DeadLetters", "JobLogTables", "JournalOutbox", "LogEntry", "LogRow", "Member", "Nodes",
+__all__ = ["COUNTED_STATES", "ClusterRow", "ClusterState", "DeadLetter",
+           "DeadLetters", "InboxLog", "InboxLogRow", "JobLogTables", "JournalOutbox", "LogEntry", "LogRow", "Member", "Nodes",
            "Outbox", "RunningVersion", "ScheduleState", "Schedules", "ServiceStore", "StatRow",
            "WorkflowVersions",
            "commit_failure", "unavailable"]

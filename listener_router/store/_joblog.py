@@ -2,17 +2,22 @@
 
 Tables (made by ``_schema``):
 
-- ``chalk_job_log``: a row per settled attempt of a message (``committed``,
-  ``retrying``, ``dead``, ``duplicate``), per ``chalk process`` record
-  (``processed``, ``failed``) and per replay (``replayed``).  Rows of
-  committed messages are written in the commit transaction, so the log
-  never disagrees with the inbox; the other outcomes are written by the
+- ``chalk_job_log``: a row per step of a message that is not a commit:
+  ``retrying``, ``dead``, ``duplicate``, each ``chalk process`` record
+  (``processed``, ``failed``) and each replay (``replayed``); written by the
   finish stage before their messages are acked.  A unique index over
-  ``(queue, message_id, round, attempt, state)`` for every state but
-  ``committed`` makes writing those again (a crash between publishing a
-  retry copy and acking the original) a no-op; ``round`` counts replays.
-  ``record`` is the message's first record ID (indexed); the others of a
-  message with several records are in ``chalk_job_records``.
+  ``(queue, message_id, round, attempt, state)`` makes writing those again
+  (a crash between publishing a retry copy and acking the original) a
+  no-op; ``round`` counts replays.  ``record`` is the message's first
+  record ID (indexed); the others of a message with several records are in
+  ``chalk_job_records``.  (Databases written by earlier versions also hold
+  ``committed`` rows here; they are read as before.)
+- the inbox (``chalk_inbox``, in ``_outbox``): a committed message's entry
+  is the inbox row its commit writes anyway, with the log's columns
+  (:class:`~listener_router.store.InboxLog`), so the log never disagrees
+  with the inbox and a commit costs the log no row of its own.  Those
+  entries are read as ``committed`` ones, with a negative ID made from the
+  row's key; the inbox's retention is the log's.
 - ``chalk_job_batches``: a row per batch: member, when, and seconds by stage.
 - ``chalk_job_stats``: per interval (``period``, its start), member, queue,
   workflow and metric: a count, a sum and, for durations, a
@@ -22,14 +27,14 @@ Tables (made by ``_schema``):
   by member, so two members never wait for each other's row locks, and a
   reader sums over members and intervals.
 
-Writes on the hot path use the driver's SQL.  A commit's rows go in as one
-statement over a JSON array (:meth:`JobLogTables.write_committed`): the
-database unpacks it, so the commit thread neither binds fourteen values per
-message nor gives up and takes back the interpreter lock for each row.
+Writes use the driver's SQL.  On the hot path the log adds, per committed
+message, its columns on the inbox row and an entry in two partial indexes
+of the inbox (time and record), and per commit one upsert of counts.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -57,9 +62,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Engine
 
+from listener_router.store._outbox import inbox
 from listener_router.store._schema import metadata
 
-__all__ = ["CommittedRow", "JobLogTables", "LogEntry", "LogRow", "StatRow", "job_log",
+__all__ = ["JobLogTables", "LogEntry", "LogRow", "StatRow", "job_log",
            "job_records", "job_batches", "job_stats", "COUNTED_STATES"]
 
 job_log = Table(
@@ -133,21 +139,6 @@ _COLUMNS = ("at", "state", "queue", "message_id", "round", "attempt", "workflow"
 _INSERT = (f"INSERT INTO chalk_job_log ({', '.join(_COLUMNS)}) "
            f"VALUES ({', '.join('?' * len(_COLUMNS))})")
 _INSERT_ONCE = _INSERT + " ON CONFLICT DO NOTHING"
-# A commit's rows: the values shared by all bound once, each message's as a JSON array
-# [queue, message_id, round, attempt, received_at, record, records, outgoing].
-_INSERT_COMMITTED = {
-    "sqlite": (f"INSERT INTO chalk_job_log ({', '.join(_COLUMNS)}) "
-               "SELECT ?, 'committed', json_extract(m.value, '$[0]'), "
-               "json_extract(m.value, '$[1]'), json_extract(m.value, '$[2]'), "
-               "json_extract(m.value, '$[3]'), ?, ?, ?, json_extract(m.value, '$[4]'), "
-               "json_extract(m.value, '$[5]'), json_extract(m.value, '$[6]'), "
-               "json_extract(m.value, '$[7]'), NULL FROM json_each(?) AS m"),
-    "postgresql": (f"INSERT INTO chalk_job_log ({', '.join(_COLUMNS)}) "
-                   "SELECT %s, 'committed', m ->> 0, m ->> 1, (m ->> 2)::integer, "
-                   "(m ->> 3)::integer, %s, %s, %s, (m ->> 4)::double precision, m ->> 5, "
-                   "(m ->> 6)::integer, (m ->> 7)::integer, NULL "
-                   "FROM jsonb_array_elements(%s::jsonb) AS m"),
-}
 _INSERT_RECORDS = ("INSERT INTO chalk_job_records (record_id, queue, message_id, first_record, at) "
                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
 _ADD_COUNT = (
@@ -162,14 +153,11 @@ _PUT_SKETCH = (
 # A log row as written: the values of _COLUMNS, in order.
 LogRow = tuple[float, str, str, str, int, int, str | None, str | None, str | None,
                float | None, str | None, int, int, str | None]
-# A committed message's own values (JobLogTables.write_committed): queue, message_id,
-# round, attempt, received_at, first record, records, outgoing.
-CommittedRow = tuple[str, str, int, int, float | None, str | None, int, int]
-
 
 @dataclass(frozen=True)
 class LogEntry:
-    """A job-log row as read back."""
+    """A job-log entry as read back.  ``id`` is a step's row ID, or for a commit (logged on
+    its inbox row) a negative number made from the row's key: unique, the same at every read."""
 
     id: int
     at: float
@@ -212,6 +200,38 @@ def _entry(row: Any) -> LogEntry:
     return LogEntry(**{name: getattr(row, name) for name in LogEntry.__dataclass_fields__})
 
 
+# A logged commit, read from its inbox row as a log entry.
+_LOGGED = (inbox.c.queue, inbox.c.message_id, inbox.c.processed_at, inbox.c.round,
+           inbox.c.attempt, inbox.c.workflow, inbox.c.member, inbox.c.log_batch,
+           inbox.c.received_at, inbox.c.record, inbox.c.records, inbox.c.outgoing)
+
+
+def _committed_id(queue: str, message_id: str) -> int:
+    """The entry ID of a commit logged on its inbox row: negative (the steps' IDs count up
+    from 1) and the same at every read, from the row's key."""
+    digest = hashlib.blake2b(f"{queue}\0{message_id}".encode(), digest_size=8).digest()
+    return -(int.from_bytes(digest, "big") >> 1) - 1
+
+
+def _committed(row: Any) -> LogEntry:
+    return LogEntry(id=_committed_id(row.queue, row.message_id), at=row.processed_at,
+                    state="committed", queue=row.queue, message_id=row.message_id,
+                    round=row.round or 0, attempt=row.attempt or 0, workflow=row.workflow,
+                    member=row.member, batch=row.log_batch, received_at=row.received_at,
+                    record=row.record, records=row.records or 0, outgoing=row.outgoing or 0,
+                    reason=None, resolved=None, resolved_at=None)
+
+
+def _naming(c: Any, record: str, others: Sequence[tuple[str, str, str]]) -> Any:
+    """A condition on columns ``c`` (the log's or the inbox's): the message names
+    ``record``, first or as one of ``others`` (``JobLogTables._others``)."""
+    condition = c.record == record
+    for queue, message_id, first in others:
+        condition = or_(condition, and_(c.record == first, c.queue == queue,
+                                        c.message_id == message_id))
+    return condition
+
+
 class JobLogTables:
     """Reads and writes of the job-log tables (see the module doc)."""
 
@@ -232,16 +252,6 @@ class JobLogTables:
             conn.exec_driver_sql(_sql(conn, _INSERT_ONCE if once else _INSERT), list(rows))
         if others:
             conn.exec_driver_sql(_sql(conn, _INSERT_RECORDS), list(others))
-
-    @staticmethod
-    def write_committed(conn: Connection, at: float, workflow: str | None, member: str | None,
-                        batch: str | None, messages: Sequence[CommittedRow]) -> None:
-        """A commit's rows in one statement: ``(queue, message_id, round, attempt,
-        received_at, first record, records, outgoing)`` per message, the rest shared."""
-        if messages:
-            sql = _INSERT_COMMITTED["postgresql" if conn.dialect.name == "postgresql" else "sqlite"]
-            conn.exec_driver_sql(sql, (at, workflow, member, batch,
-                                       orjson.dumps(messages).decode()))
 
     @staticmethod
     def write_once(conn: Connection, row: LogRow) -> bool:
@@ -328,9 +338,10 @@ class JobLogTables:
     def entries(self, *, states: Sequence[str] = (), queues: Sequence[str] = (),
                 workflows: Sequence[str] = (), record: str | None = None,
                 message_id: str | None = None, since: float | None = None,
-                until: float | None = None, after_id: int | None = None,
-                unresolved: bool = False, limit: int = 50) -> list[LogEntry]:
-        """The newest ``limit`` entries that match, oldest first."""
+                until: float | None = None, unresolved: bool = False,
+                limit: int = 50) -> list[LogEntry]:
+        """The newest ``limit`` entries that match, oldest first: the steps in
+        ``chalk_job_log`` and the commits on the inbox rows."""
         c = job_log.c
         query = select(job_log)
         if states:
@@ -347,27 +358,42 @@ class JobLogTables:
             query = query.where(c.at >= since)
         if until is not None:
             query = query.where(c.at <= until)
-        if after_id is not None:
-            query = query.where(c.id > after_id)
         if unresolved:
             query = query.where(c.resolved.is_(None))
+        commits = (not states or "committed" in states) and not unresolved
         with self._reading() as conn:
+            others = self._others(conn, record) if record is not None else []
             if record is not None:
-                query = query.where(self._naming(conn, record))
-            rows = conn.execute(query.order_by(c.at.desc(), c.id.desc()).limit(limit)).all()
-        return [_entry(r) for r in reversed(rows)]
+                query = query.where(_naming(c, record, others))
+            found = [_entry(r) for r in conn.execute(
+                query.order_by(c.at.desc(), c.id.desc()).limit(limit))]
+            if commits:
+                i = inbox.c
+                logged = select(*_LOGGED).where(i.member.is_not(None))
+                if queues:
+                    logged = logged.where(i.queue.in_(list(queues)))
+                if workflows:
+                    logged = logged.where(i.workflow.in_(list(workflows)))
+                if message_id is not None:
+                    logged = logged.where(i.message_id == message_id)
+                if since is not None:
+                    logged = logged.where(i.processed_at >= since)
+                if until is not None:
+                    logged = logged.where(i.processed_at <= until)
+                if record is not None:
+                    logged = logged.where(_naming(i, record, others))
+                found += [_committed(r) for r in conn.execute(
+                    logged.order_by(i.processed_at.desc()).limit(limit))]
+        found.sort(key=lambda e: (e.at, e.id))
+        return found[-limit:] if limit else []
 
     @staticmethod
-    def _naming(conn: Connection, record: str) -> Any:
-        """A condition on job_log: the message names ``record`` (first or another)."""
-        c, r = job_log.c, job_records.c
-        others = conn.execute(select(r.queue, r.message_id, r.first_record)
-                              .where(r.record_id == record)).all()
-        condition = c.record == record
-        for queue, message_id, first in others:
-            condition = or_(condition, and_(c.record == first, c.queue == queue,
-                                            c.message_id == message_id))
-        return condition
+    def _others(conn: Connection, record: str) -> list[tuple[str, str, str]]:
+        """``(queue, message_id, first record)`` of the messages naming ``record`` but not
+        first."""
+        r = job_records.c
+        return [(q, m, f) for q, m, f in conn.execute(
+            select(r.queue, r.message_id, r.first_record).where(r.record_id == record))]
 
     def record_ids(self, entry: LogEntry) -> list[str]:
         """The record IDs of an entry's message, the first one first."""
@@ -407,5 +433,9 @@ class JobLogTables:
             return [StatRow(**r._mapping) for r in conn.execute(query)]
 
     def count(self) -> int:
+        """Entries in the log: steps and logged commits."""
         with self._reading() as conn:
-            return int(conn.execute(select(func.count()).select_from(job_log)).scalar_one())
+            steps = conn.execute(select(func.count()).select_from(job_log)).scalar_one()
+            commits = conn.execute(select(func.count()).select_from(inbox)
+                                   .where(inbox.c.member.is_not(None))).scalar_one()
+        return int(steps) + int(commits)

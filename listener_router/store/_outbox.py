@@ -24,6 +24,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -48,7 +49,7 @@ from sqlalchemy.engine import Engine
 from listener_router.broker import OutMessage
 from listener_router.store._schema import metadata, upgrade
 
-__all__ = ["Outbox", "inbox", "outbox"]
+__all__ = ["InboxLog", "InboxLogRow", "Outbox", "inbox", "outbox"]
 
 inbox = Table(
     "chalk_inbox", metadata,
@@ -57,6 +58,22 @@ inbox = Table(
     Column("status", String(16), nullable=False),  # committed
     Column("processed_at", Float, nullable=False),
     Column("batch", String(64), nullable=True),    # the outbox batch of its outgoing messages
+    # The job log's entry of the committed message (``InboxLog``; NULL when the log is
+    # off): a commit is logged on the row that makes it exactly once, not on a row of
+    # its own.  ``member`` is set on every logged row.
+    Column("round", Integer, nullable=True),       # replays before this attempt
+    Column("attempt", Integer, nullable=True),     # x-chalk-attempts when received
+    Column("received_at", Float, nullable=True),
+    Column("record", String(512), nullable=True),  # the first record ID
+    Column("records", Integer, nullable=True),     # how many records the message names
+    Column("outgoing", Integer, nullable=True),    # messages routed for it
+    Column("workflow", String(255), nullable=True),
+    Column("member", String(255), nullable=True),
+    Column("log_batch", String(32), nullable=True),  # chalk_job_batches.id
+    Index("ix_chalk_inbox_logged_at", "processed_at",
+          sqlite_where=text("member IS NOT NULL"), postgresql_where=text("member IS NOT NULL")),
+    Index("ix_chalk_inbox_record", "record",
+          sqlite_where=text("record IS NOT NULL"), postgresql_where=text("record IS NOT NULL")),
 )
 outbox = Table(
     "chalk_outbox_batches", metadata,
@@ -79,6 +96,10 @@ _CHUNK = 2000
 # or one text array (PostgreSQL): one statement whatever the batch size.
 _INBOX_INSERT = ("INSERT INTO chalk_inbox (queue, message_id, status, processed_at, batch) "
                  "VALUES (?, ?, 'committed', ?, ?)")
+_INBOX_INSERT_LOGGED = (
+    "INSERT INTO chalk_inbox (queue, message_id, status, processed_at, batch, round, attempt, "
+    "received_at, record, records, outgoing, workflow, member, log_batch) "
+    "VALUES (?, ?, 'committed', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 _OUTBOX_INSERT = ("INSERT INTO chalk_outbox_batches (id, created_at, sent_at, size, messages, "
                   "writer) VALUES (?, ?, NULL, ?, ?, ?)")
 _SEEN = {
@@ -87,6 +108,22 @@ _SEEN = {
     "postgresql": "SELECT message_id, batch FROM chalk_inbox WHERE queue = %s AND "
                   "message_id = ANY(%s::text[])",
 }
+
+
+# One committed message's job-log values: round, attempt, received_at, first record,
+# records, outgoing.
+InboxLogRow = tuple[int, int, float | None, str | None, int, int]
+
+
+@dataclass
+class InboxLog:
+    """The job-log entries of a commit's messages, written on their inbox rows: the
+    values the messages share, and ``rows`` in the order of the processed messages."""
+
+    workflow: str | None
+    member: str | None
+    batch: str | None                  # chalk_job_batches.id
+    rows: list[InboxLogRow] = field(default_factory=list)
 
 
 def _chunks(items: Sequence[str]) -> Iterable[Sequence[str]]:
@@ -135,7 +172,7 @@ class Outbox:
     @staticmethod
     def write(conn: Connection, processed: Sequence[tuple[str, str]],
               messages: Sequence[tuple[str | None, OutMessage]],
-              writer: str | None = None) -> str | None:
+              writer: str | None = None, logged: InboxLog | None = None) -> str | None:
         """Inside the commit transaction: record ``(message_id, queue)`` and the outgoing
         ``(source message_id, message)``; returns the outbox batch (None: no messages).
         ``writer`` names the member (its node name): when it is gone, the leader
@@ -144,6 +181,9 @@ class Outbox:
         A message with no source (``None``: one a commit extension added for the
         batch as a whole) makes the first processed message's inbox row name the
         batch, so that a redelivery of it publishes the batch again.
+
+        ``logged``: the job log's entries of the processed messages, one row each in
+        their order, written on their inbox rows.
         """
         now = time.time()
         batch = uuid.uuid4().hex if messages else None
@@ -156,8 +196,17 @@ class Outbox:
             sources = {source for source, _m in messages}
             if None in sources:
                 sources.add(processed[0][0])
-            conn.exec_driver_sql(_driver_sql(conn, _INBOX_INSERT), [
-                (q, mid, now, batch if mid in sources else None) for mid, q in processed])
+            if logged is None:
+                conn.exec_driver_sql(_driver_sql(conn, _INBOX_INSERT), [
+                    (q, mid, now, batch if mid in sources else None) for mid, q in processed])
+            else:
+                if len(logged.rows) != len(processed):
+                    raise ValueError(f"{len(logged.rows)} job-log row(s) for {len(processed)} "
+                                     "processed message(s)")
+                shared = (logged.workflow, logged.member, logged.batch)
+                conn.exec_driver_sql(_driver_sql(conn, _INBOX_INSERT_LOGGED), [
+                    (q, mid, now, batch if mid in sources else None, *row, *shared)
+                    for (mid, q), row in zip(processed, logged.rows, strict=True)])
         return batch
 
     def unsent(self, batches: Iterable[str] | None = None,
@@ -240,11 +289,17 @@ def _upgrade(conn: Connection) -> None:
 
     Earlier versions kept a row per outgoing message in ``chalk_outbox`` and
     no batch in the inbox.  Their unsent rows move into one outbox batch (so
-    nothing committed goes unpublished), and the old table is dropped.
+    nothing committed goes unpublished), and the old table is dropped.  The
+    inbox's job-log columns and their indexes are added where missing.
     """
     found = inspect(conn)
-    if "batch" not in {c["name"] for c in found.get_columns("chalk_inbox")}:
-        conn.execute(text("ALTER TABLE chalk_inbox ADD COLUMN batch VARCHAR(64)"))
+    have = {c["name"] for c in found.get_columns("chalk_inbox")}
+    for column in inbox.columns:
+        if column.name not in have:
+            kind = column.type.compile(dialect=conn.dialect)
+            conn.execute(text(f"ALTER TABLE chalk_inbox ADD COLUMN {column.name} {kind}"))
+    for index in inbox.indexes:
+        index.create(conn, checkfirst=True)
     if "writer" not in {c["name"] for c in found.get_columns("chalk_outbox_batches")}:
         conn.execute(text("ALTER TABLE chalk_outbox_batches ADD COLUMN writer VARCHAR(255)"))
     if "chalk_outbox" not in found.get_table_names():

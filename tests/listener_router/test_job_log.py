@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from listener_router_helpers import stored_counts, write_test_workflows
+from sqlalchemy import func, select
 
 from blackboard import Blackboard
 from listener_router import BatchObserver, Service, push_records
@@ -22,7 +23,8 @@ from listener_router.cli._jobs import jobs
 from listener_router.cluster import LeaderTasks, Membership, Retention
 from listener_router.jobs import Sketch
 from listener_router.jobs._read import statistics
-from listener_router.store import JobLogTables, ServiceStore
+from listener_router.store import InboxLog, JobLogTables, Outbox, ServiceStore
+from listener_router.store._joblog import job_log
 
 pytestmark = [pytest.mark.broker]
 
@@ -266,4 +268,37 @@ def test_log_tables_skip_a_step_logged_twice_and_add_counts_on_both_databases(re
     summary = statistics(store)[("q", "W")]
     assert summary.counts == {"dead": 3}
     assert summary.durations["latency"] == Sketch.of([0.1, 0.2, 0.3])
+    store.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_commit_is_logged_on_its_inbox_row_and_read_back_with_the_steps(request, backend):
+    url = request.getfixturevalue("sqlite_url" if backend == "sqlite" else "pg_url")
+    store = ServiceStore.connect(url)
+    now = time.time()
+    retried = (now - 5, "retrying", "q", "m1", 0, 0, "W", "n", "b0", now - 6, "r1", 2, 0, "flaky")
+    logged = InboxLog("W", "n", "b1", [(0, 1, now - 2, "r1", 2, 1), (0, 0, now - 2, "r3", 1, 0)])
+    with store.engine.begin() as conn:
+        assert JobLogTables.write_once(conn, retried)
+        JobLogTables.write(conn, (), [("r2", "q", "m1", "r1", now)])   # m1's second record
+        Outbox.write(conn, [("m1", "q"), ("m3", "q")], [], writer="n", logged=logged)
+        Outbox.write(conn, [("m4", "other")], [], writer="n")          # the log was off
+    with store.engine.connect() as conn:   # a commit writes no log row of its own
+        assert conn.execute(select(func.count()).select_from(job_log)).scalar_one() == 1
+    by_record = store.joblog.entries(record="r2")
+    assert [(e.state, e.attempt, e.batch, e.outgoing) for e in by_record] == [
+        ("retrying", 0, "b0", 0), ("committed", 1, "b1", 1)]
+    committed = by_record[1]
+    assert committed.id < 0 and committed.member == "n" and committed.workflow == "W"
+    assert committed.received_at == pytest.approx(now - 2) and committed.at >= now
+    assert store.joblog.record_ids(committed) == ["r1", "r2"]
+    assert committed.id == store.joblog.entries(message_id="m1", states=("committed",))[0].id
+    assert {e.message_id for e in store.joblog.entries(states=("committed",))} == {"m1", "m3"}
+    assert [e.message_id for e in store.joblog.entries(since=now - 1)] in (["m1", "m3"],
+                                                                           ["m3", "m1"])
+    assert store.joblog.entries(workflows=("X",)) == []
+    assert store.joblog.entries(states=("retrying",), record="r3") == []
+    assert len(store.joblog.entries(limit=2)) == 2 and store.joblog.count() == 3
+    assert store.outbox.purge(0.0) == 3                  # the inbox's retention is the log's
+    assert [e.state for e in store.joblog.entries()] == ["retrying"]
     store.close()

@@ -10,7 +10,7 @@ from sqlalchemy import create_engine, inspect, select, text
 
 from listener_router.broker import OutMessage
 from listener_router.cli import main
-from listener_router.store import Outbox
+from listener_router.store import InboxLog, Outbox, ServiceStore
 from listener_router.store._outbox import inbox, outbox
 from listener_router.store._schema import create_schema
 
@@ -79,6 +79,13 @@ def test_an_outbox_written_by_an_earlier_chalk_is_upgraded_without_losing_unsent
     assert "chalk_outbox" not in inspect(engine).get_table_names()
     with engine.connect() as conn:
         assert conn.execute(select(inbox.c.batch).where(inbox.c.message_id == "in-1")).scalar()
+    with engine.begin() as conn:  # the upgraded inbox takes the job log's columns
+        Outbox.write(conn, [("in-3", "q")], [], logged=InboxLog("W", "n", "b", [(0, 1, 3.0, "c",
+                                                                                   1, 0)]))
+    store = ServiceStore.connect(db_url)
+    assert [(e.message_id, e.attempt, e.record) for e in store.joblog.entries()] == [
+        ("in-3", 1, "c")]
+    store.close()
     engine.dispose()
 
 
