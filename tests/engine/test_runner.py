@@ -127,6 +127,25 @@ def test_run_stream_refuses_a_record_in_two_batches_in_flight(spark: Any) -> Non
         list(stream)
 
 
+def test_the_sweep_counts_the_batches_of_every_runner_in_the_process(spark: Any, monkeypatch: Any) -> None:
+    """Runners closed before SWEEP_EVERY batches each (a service restarted in one process)
+    still get their jobs' proxies collected: the JVM is the process's."""
+    import gc
+
+    import engine._runner
+
+    monkeypatch.setattr(engine._runner, "SWEEP_EVERY", 2)
+    monkeypatch.setattr(engine._runner, "_unswept", 0)
+    collections = []
+    monkeypatch.setattr(gc, "collect", lambda *a: collections.append(a) or 0)
+    wf = load_workflow(VALID_DIR / "mixed.xml")
+    for _ in range(2):   # one batch each
+        bb = Blackboard.local()
+        records(bb, BATCH)
+        SparkRunner(spark, batch_timeout=120).run(wf, bb, INSTANCES)
+    assert len(collections) == 1
+
+
 def test_finished_jobs_leave_no_py4j_proxies_to_the_rare_full_collection(spark: Any, monkeypatch: Any) -> None:
     """Each proxy keeps its Java object (a Dataset, its plans) alive in the JVM until freed."""
     import gc
