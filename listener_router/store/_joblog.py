@@ -348,42 +348,29 @@ class JobLogTables:
             query = query.where(c.state.in_(list(states)))
             if "committed" not in states:  # lets the partial index on state serve
                 query = query.where(text("state <> 'committed'"))
-        if queues:
-            query = query.where(c.queue.in_(list(queues)))
-        if workflows:
-            query = query.where(c.workflow.in_(list(workflows)))
-        if message_id is not None:
-            query = query.where(c.message_id == message_id)
-        if since is not None:
-            query = query.where(c.at >= since)
-        if until is not None:
-            query = query.where(c.at <= until)
         if unresolved:
             query = query.where(c.resolved.is_(None))
         commits = (not states or "committed" in states) and not unresolved
         with self._reading() as conn:
             others = self._others(conn, record) if record is not None else []
-            if record is not None:
-                query = query.where(_naming(c, record, others))
+
+            def matching(query: Any, c: Any, at: Any) -> Any:
+                conditions = [c.queue.in_(list(queues)) if queues else None,
+                              c.workflow.in_(list(workflows)) if workflows else None,
+                              c.message_id == message_id if message_id is not None else None,
+                              at >= since if since is not None else None,
+                              at <= until if until is not None else None,
+                              _naming(c, record, others) if record is not None else None]
+                return query.where(*(x for x in conditions if x is not None))
+
             found = [_entry(r) for r in conn.execute(
-                query.order_by(c.at.desc(), c.id.desc()).limit(limit))]
+                matching(query, c, c.at).order_by(c.at.desc(), c.id.desc()).limit(limit))]
             if commits:
                 i = inbox.c
                 logged = select(*_LOGGED).where(i.member.is_not(None))
-                if queues:
-                    logged = logged.where(i.queue.in_(list(queues)))
-                if workflows:
-                    logged = logged.where(i.workflow.in_(list(workflows)))
-                if message_id is not None:
-                    logged = logged.where(i.message_id == message_id)
-                if since is not None:
-                    logged = logged.where(i.processed_at >= since)
-                if until is not None:
-                    logged = logged.where(i.processed_at <= until)
-                if record is not None:
-                    logged = logged.where(_naming(i, record, others))
                 found += [_committed(r) for r in conn.execute(
-                    logged.order_by(i.processed_at.desc()).limit(limit))]
+                    matching(logged, i, i.processed_at).order_by(i.processed_at.desc())
+                    .limit(limit))]
         found.sort(key=lambda e: (e.at, e.id))
         return found[-limit:] if limit else []
 
