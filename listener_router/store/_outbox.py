@@ -121,7 +121,7 @@ class InboxLog:
     values the messages share, and ``rows`` in the order of the processed messages."""
 
     workflow: str | None
-    member: str | None
+    member: str                        # never None: a logged row is one with a member
     batch: str | None                  # chalk_job_batches.id
     rows: list[InboxLogRow] = field(default_factory=list)
 
