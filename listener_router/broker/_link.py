@@ -21,6 +21,7 @@ reads it to tell a backlog from a light load.
 
 from __future__ import annotations
 
+import collections
 import functools
 import logging
 import queue
@@ -97,6 +98,38 @@ def publish_confirmed(link: Link, messages: Sequence[OutMessage], timeout: float
         raise BrokerUnavailable(f"the broker confirmed nothing within {timeout:.0f} s") from e
     except (pika.exceptions.AMQPError, OSError) as e:
         raise BrokerUnavailable(f"publishing failed: {e}") from e
+
+
+COALESCE_BYTES = 256 * 1024  # the largest piece coalesce_output joins frames into
+
+
+def coalesce_output(conn: Any) -> None:
+    """Join the frames waiting to be written into pieces of up to ``COALESCE_BYTES``
+    (a larger frame stays a piece of its own).
+
+    pika queues each frame on its own and writes each with a ``send()`` of its
+    own: three system calls a published message (method, header, body).  Joined,
+    a batch of 20,000 small messages goes out in some twenty.  This reaches into pika's
+    transport (``_transport._tx_buffers``, a deque of bytes, and pika's own count
+    of them is by bytes, which joining keeps); where a pika lays it out
+    otherwise, nothing is joined and frames go out one by one, as before.
+    """
+    buffers = getattr(getattr(conn, "_transport", None), "_tx_buffers", None)
+    if not isinstance(buffers, collections.deque) or len(buffers) < 2:
+        return
+    pieces: list[bytes] = []
+    piece: list[bytes] = []
+    size = 0
+    for data in buffers:
+        if piece and size + len(data) > COALESCE_BYTES:
+            pieces.append(b"".join(piece))
+            piece, size = [], 0
+        piece.append(data)
+        size += len(data)
+    if piece:
+        pieces.append(b"".join(piece))
+    buffers.clear()
+    buffers.extend(pieces)
 
 
 def properties_of(message: OutMessage) -> pika.BasicProperties:
@@ -180,7 +213,12 @@ class AmqpLink:
     ``consume_arguments(queue)``, when given, is asked for each queue's
     ``basic.consume`` arguments at every (re)connect, after :attr:`generation`
     has moved on (a stream's ``x-stream-offset``: where to resume).
+
+    A batch of publishes is written with few system calls (:func:`coalesce_output`);
+    ``coalesce = False`` writes each frame on its own, as pika does.
     """
+
+    coalesce = True
 
     def __init__(self, url: str, *, prefetch: int = 1000, consume: Sequence[str] = (),
                  prepare: Callable[[pika.BlockingConnection], None] | None = None,
@@ -431,6 +469,8 @@ class AmqpLink:
         except Exception as e:  # channel died mid-batch
             if not future.done():
                 future.set_exception(BrokerUnavailable(f"publish failed: {e}"))
+        if self.coalesce:
+            coalesce_output(self._conn)
 
     def _on_confirm(self, frame: Any) -> None:
         method = frame.method

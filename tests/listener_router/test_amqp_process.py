@@ -143,3 +143,23 @@ def test_the_child_dies_with_its_parent(broker):
     finally:
         parent.kill()
     assert not _alive(child)
+
+
+def test_a_large_batch_is_written_joined_and_arrives_whole_and_in_order(broker, qname):
+    """The child joins a batch's frames into few writes (``coalesce_output``): every
+    message still arrives once, whole, in the order published; bodies larger than a
+    frame and than a joined piece too."""
+    queue = qname("in")
+    broker.declare(queue)
+    sizes = [10, 300, 5, 140_000, 1, 700_000, 2_000]
+    sent = [OutMessage(routing_key=queue, body=(f"{i:06d}:".encode() + b"x" * sizes[i % len(sizes)]),
+                       message_id=f"m{i}") for i in range(3000)]
+    link = ProcessLink(broker.url, prefetch=3000, consume=[queue]).start()
+    try:
+        assert link.publish(sent).result(timeout=60) == len(sent)
+        got = _take(link, len(sent), timeout=60)
+        link.ack(got)
+    finally:
+        link.stop()
+    assert [d.message_id for d in got] == [m.message_id for m in sent]
+    assert all(d.body == m.body for d, m in zip(got, sent, strict=True))
