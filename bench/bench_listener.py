@@ -104,6 +104,47 @@ WORKFLOW = """<?xml version="1.0"?>
 </process>
 """
 
+# ``--pipelets user``: the same three steps as a user writes them, in Python against the
+# Blackboard API (a module next to the workflow; no DataFrame form, not declared
+# ``runs_in_service``), each a read-modify-write of one attribute.
+USER_PIPELETS = '''"""Three steps of the bench, written as a user would."""
+import hashlib
+import re
+
+from pipelets import Pipelet
+
+_SPACE = re.compile(r"\\s+")
+
+
+class Normalize(Pipelet):
+    def process_record(self, blackboard, record_id):
+        text = blackboard.get_literal(record_id, "text").value
+        blackboard.set_literal(record_id, "text", _SPACE.sub(" ", text).strip().lower())
+
+
+class Count(Pipelet):
+    def process_record(self, blackboard, record_id):
+        text = blackboard.get_literal(record_id, "text").value
+        blackboard.set_literal(record_id, "words", len(text.split()))
+
+
+class Hash(Pipelet):
+    def process_record(self, blackboard, record_id):
+        text = blackboard.get_literal(record_id, "text").value
+        blackboard.set_literal(record_id, "hash", hashlib.sha256(text.encode()).hexdigest())
+'''
+
+USER_WORKFLOW = """<?xml version="1.0"?>
+<process name="Bench3" xmlns="http://docs.oasis-open.org/wsbpel/2.0/process/executable"
+         xmlns:proc="http://www.eclipse.org/smila/processor">
+  <sequence>
+    <proc:invokePipelet name="normalize"><proc:pipelet class="bench_user.Normalize"/></proc:invokePipelet>
+    <proc:invokePipelet name="count"><proc:pipelet class="bench_user.Count"/></proc:invokePipelet>
+    <proc:invokePipelet name="hash"><proc:pipelet class="bench_user.Hash"/></proc:invokePipelet>
+  </sequence>
+</process>
+"""
+
 TARGETS = {"ratio_default": 0.7, "ratio_batch_2000": 0.6, "p50_ms": 100.0, "p99_ms": 500.0}
 
 
@@ -212,7 +253,10 @@ class Bench:
     def __init__(self, args: argparse.Namespace, tmp: Path):
         self.args = args
         (tmp / "workflows").mkdir()
-        (tmp / "workflows" / "bench3.xml").write_text(WORKFLOW)
+        user = getattr(args, "pipelets", "builtin") == "user"
+        (tmp / "workflows" / "bench3.xml").write_text(USER_WORKFLOW if user else WORKFLOW)
+        if user:
+            (tmp / "workflows" / "bench_user.py").write_text(USER_PIPELETS)
         tag = uuid.uuid4().hex[:6]
         keys: dict[str, Any] = {} if args.batch_size is None else {"batch_size": args.batch_size}
         self.rule = ListenerRule(name="bench", queue=f"bench.{tag}.in", workflow="Bench3", **keys)
@@ -356,6 +400,10 @@ def main() -> int:
     parser.add_argument("--no-cold", action="store_true", help="skip the cold pass")
     parser.add_argument("--broker", default=os.environ.get(
         "CHALK_BENCH_BROKER", "amqp://guest:guest@127.0.0.1:5672/%2F"))
+    parser.add_argument("--pipelets", choices=["builtin", "user"], default="builtin",
+                        help="builtin: NormalizeWhitespace, WordCount, Fingerprint (their DataFrame "
+                             "forms run in the JVM); user: the same steps written in Python "
+                             "against the Blackboard API, as a user's module")
     parser.add_argument("--runner", choices=["spark", "local"], default="spark")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--http", metavar="HOST:PORT",
@@ -373,10 +421,11 @@ def main() -> int:
     what = ("default settings (no batch keys)" if args.batch_size is None
             else f"batch_size = {args.batch_size}")
     print(f"machine: {machine()}")
-    print(f"chalk: {what}; {args.messages:,} messages a pass, one record each; runner "
-          f"{args.runner} {args.master}", flush=True)
+    print(f"chalk: {what}; {args.pipelets} pipelets; {args.messages:,} messages a pass, one "
+          f"record each; runner {args.runner} {args.master}", flush=True)
     bench = Bench(args, Path(tempfile.mkdtemp(prefix="chalk-bench-")))
     out: dict[str, Any] = {"bench": "listener", "settings": what, "batch_size": args.batch_size,
+                           "pipelets": args.pipelets,
                            "machine": machine(), "messages": args.messages}
     try:
         if not args.no_cold:

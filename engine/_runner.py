@@ -32,14 +32,13 @@ from engine._frames import FramePlan, frame_plan
 from engine._shipping import ship_pipelet_code
 from engine._specs import Workflow
 from engine._worker import (
-    CHUNK_DDL,
     InstanceInput,
     InstanceOutput,
-    arrow_partition,
+    chunk_partition,
     export_items,
     frozen_heap,
-    inputs_to_arrow,
-    outputs_from_arrow,
+    inputs_to_chunks,
+    outputs_from_chunks,
     pack_items,
     run_instances,
     unpack_items,
@@ -135,7 +134,7 @@ _unswept_lock = threading.Lock()
 
 
 class SparkRunner:
-    """Runs each batch as one Spark job (``mapInArrow`` over instances).
+    """Runs each batch as one Spark job (``mapPartitions`` over chunks of instances).
 
     A workflow whose pipelets all have a DataFrame form (see
     ``engine._frames``) runs in the JVM instead, as a projection over the
@@ -354,12 +353,12 @@ class SparkRunner:
         started = time.perf_counter()
         cores = max(1, int(self.spark.sparkContext.defaultParallelism))
 
-        def touch(batches: Any) -> Any:
+        def touch(items: Any) -> Any:
             import engine._worker  # noqa: F401  (what a real batch imports first)
             import pipelets  # noqa: F401
-            yield from batches
+            yield from items
 
-        self.spark.range(cores, numPartitions=cores).mapInArrow(touch, "id long").collect()
+        self.spark.sparkContext.parallelize(range(cores), cores).mapPartitions(touch).collect()
         return time.perf_counter() - started
 
     def _run_rows(self, workflow: Workflow, rows: list[InstanceInput], budget: _Budget) -> list[InstanceOutput]:
@@ -387,17 +386,17 @@ class SparkRunner:
 
     def _submit(self, workflow: Workflow, rows: list[InstanceInput]) -> _Pending:
         """Start the interpreter job for ``rows`` on its own thread (the blackboard is not touched)."""
-        spark = self.spark
+        sc = self.spark.sparkContext
         with frozen_heap():
-            # one chunk row per core: Spark makes a partition of each
-            table = inputs_to_arrow(rows, max(1, int(spark.sparkContext.defaultParallelism)), self._compress)
+            # one chunk per core: a partition of each
+            chunks = inputs_to_chunks(rows, max(1, int(sc.defaultParallelism)), self._compress)
         wf, compress = workflow, self._compress
 
-        def partition(batches: Any) -> Any:
-            return arrow_partition(wf, batches, compress)
+        def partition(chunks: Any) -> Any:
+            return chunk_partition(wf, chunks, compress)
 
         return self._start_job(workflow, f"{len(rows)} instance(s)",
-                               lambda: spark.createDataFrame(table).mapInArrow(partition, CHUNK_DDL).toArrow())
+                               lambda: sc.parallelize(chunks, len(chunks)).mapPartitions(partition).collect())
 
     def _submit_frame(self, plan: FramePlan, rows: list[tuple[int, str, list[str | None]]]) -> _Pending:
         """Start the DataFrame job for ``rows`` on its own thread."""
@@ -446,7 +445,7 @@ class SparkRunner:
         """Wait for the interpreter ``job`` and decode its outputs."""
         result = self._wait(job)
         with frozen_heap():
-            outputs = outputs_from_arrow(result)
+            outputs = outputs_from_chunks(result)
         missing = {r.index for r in rows} - {o.index for o in outputs}
         if missing:
             raise RunnerError(f"Spark job lost instance(s) {sorted(missing)}")
@@ -546,6 +545,10 @@ def spark_session(master: str = "local[*]", conf: dict[str, str] | None = None, 
         "spark.ui.showConsoleProgress": "false",
         "spark.python.worker.reuse": "true",
         "spark.sql.adaptive.enabled": "false",
+        # The JVM and its Python workers talk over a Unix socket: over TCP on
+        # loopback each Python job waited ~40 ms for its input (Nagle's
+        # algorithm against a delayed ACK), most of a small job's fixed cost.
+        "spark.python.unix.domain.socket.enabled": "true",
     }
     if cores is not None:
         # A cluster's default parallelism is its executors' cores, which the
