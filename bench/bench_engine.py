@@ -19,7 +19,10 @@ in one run:
   for a few minutes.
 
 Then the fixed cost of a Spark batch (one instance) and records/s for batch
-sizes 100, 1,000 and 10,000.
+sizes 100, 1,000 and 10,000, three ways: the DataFrame forms (the
+workflow's default), the interpreter as a job of its own, and the
+interpreter on warm workers (``engine._warm``: tasks that stay up between
+batches).
 
 Run: ``.venv/bin/python bench/bench_engine.py`` (``--records 20000`` for a
 quicker look; ``--master local[4]`` on a bigger machine).
@@ -209,21 +212,26 @@ def main(argv: list[str] | None = None) -> int:
     print(f"(SparkSession start: {start_s:.1f} s, not included)")
 
     print()
-    print("| Spark batch size | median seconds | records/s |")
-    print("| --- | --- | --- |")
-    one = load(make_records(1, seed=2))
-    fixed = median_time(lambda: runner.run(wf, one, [one.ids()]), 5)
-    print(f"| 1 (fixed cost per batch) | {fixed:.3f} | {1 / fixed:,.0f} |")
-    for size, repeat in ((100, 5), (1_000, 5), (10_000, 3)):
+    print("Spark batch sizes, median seconds (records/s): the workflow's DataFrame forms (its")
+    print("default); the interpreter as a job of its own; the interpreter on warm workers")
+    print("| Spark batch size | DataFrame forms | interpreter, a job of its own | interpreter, warm workers |")
+    print("| --- | --- | --- | --- |")
+    kinds = [runner, SparkRunner(spark, batch_timeout=600, frames=False, warm=False),
+             SparkRunner(spark, batch_timeout=600, frames=False, warm=True)]
+    for size, repeat in ((1, 9), (100, 5), (1_000, 5), (10_000, 3)):
         sized = make_records(size, seed=3)
-
-        def run_one(sized: dict[str, dict[str, Any]] = sized) -> None:
-            b = load(sized)
-            runner.run(wf, b, [[rid] for rid in sized])
-
         load_s = median_time(lambda sized=sized: load(sized), 1)
-        secs = median_time(run_one, repeat) - load_s
-        print(f"| {size:,} | {secs:.3f} | {size / secs:,.0f} |")
+        cells = []
+        for kind in kinds:
+            def run_one(sized: dict[str, dict[str, Any]] = sized, kind: Any = kind) -> None:
+                b = load(sized)
+                kind.run(wf, b, [[rid] for rid in sized])
+
+            run_one()  # the kind's first batch (warm workers start) is not counted
+            secs = max(1e-6, median_time(run_one, repeat) - load_s)
+            cells.append(f"{secs:.3f} ({size / secs:,.0f})")
+        label = "1 (the fixed cost)" if size == 1 else f"{size:,}"
+        print(f"| {label} | " + " | ".join(cells) + " |")
     spark.stop()
     return 0
 

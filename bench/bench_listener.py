@@ -123,15 +123,24 @@ class Normalize(Pipelet):
 
 
 class Count(Pipelet):
+    def configure(self, config):
+        super().configure(config)
+        self.output = config.get("output", "words")
+
     def process_record(self, blackboard, record_id):
         text = blackboard.get_literal(record_id, "text").value
-        blackboard.set_literal(record_id, "words", len(text.split()))
+        blackboard.set_literal(record_id, self.output, len(text.split()))
 
 
 class Hash(Pipelet):
+    def configure(self, config):
+        super().configure(config)
+        self.output = config.get("output", "hash")
+
     def process_record(self, blackboard, record_id):
         text = blackboard.get_literal(record_id, "text").value
-        blackboard.set_literal(record_id, "hash", hashlib.sha256(text.encode()).hexdigest())
+        blackboard.set_literal(record_id, self.output,
+                               hashlib.sha256(text.encode()).hexdigest())
 '''
 
 USER_WORKFLOW = """<?xml version="1.0"?>

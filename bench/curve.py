@@ -1,8 +1,13 @@
 """The cost curve: records/s and CPU per record as one thing grows, the rest fixed.
 
 The fixed point: one record per message, a 200-byte record, a 3-pipelet
-workflow (NormalizeWhitespace, WordCount, Fingerprint), SQLite, one service
-process, the service's default settings (no batch keys), Spark local[2].
+workflow, SQLite, one service process, the service's default settings (no
+batch keys), Spark local[2].  The pipelets (``--pipelets``): ``user`` (the
+default) normalizes whitespace, counts words and hashes the text in Python
+against the Blackboard API, a module next to the workflow as a user writes
+it (their batches go to Spark's warm workers); ``builtin`` does the same with
+NormalizeWhitespace, WordCount and Fingerprint, whose DataFrame forms run in
+the JVM.
 From there, one axis at a time:
 
 * records per message: 1, 10, 100;
@@ -48,7 +53,7 @@ from typing import Any
 
 import pika
 from _measure import broker_pid, cpu_seconds, descendants, machine, postgres_pids
-from bench_listener import delete_queues, publish
+from bench_listener import USER_PIPELETS, delete_queues, publish
 
 from listener_router import ListenerRule, RouterRule, Settings, push_records
 from listener_router.broker import (
@@ -69,10 +74,19 @@ _STEPS = (
 )
 
 
-def workflow(name: str, pipelets: int) -> str:
+# ``--pipelets user``: the same steps in Python against the Blackboard API (bench_listener's
+# module next to the workflow; no DataFrame form, not declared ``runs_in_service``).
+_USER_STEPS = (
+    ('<proc:pipelet class="bench_user.Normalize"/>', ''),
+    ('<proc:pipelet class="bench_user.Count"/>', '<proc:param name="output">words{i}</proc:param>'),
+    ('<proc:pipelet class="bench_user.Hash"/>', '<proc:param name="output">hash{i}</proc:param>'),
+)
+
+
+def workflow(name: str, pipelets: int, user: bool = False) -> str:
     steps = []
     for i in range(pipelets):
-        cls, params = _STEPS[i % 3]
+        cls, params = (_USER_STEPS if user else _STEPS)[i % 3]
         steps.append(f'    <proc:invokePipelet name="p{i}">{cls}\n'
                      f'      <proc:configuration>{params.format(i=i)}</proc:configuration>\n'
                      f'    </proc:invokePipelet>')
@@ -161,7 +175,10 @@ class Curve:
         tag = f"{uuid.uuid4().hex[:6]}"
         folder = self.tmp / f"w{self.serial}"
         folder.mkdir()
-        (folder / "curve.xml").write_text(workflow("Curve", point.pipelets))
+        user = self.args.pipelets == "user"
+        (folder / "curve.xml").write_text(workflow("Curve", point.pipelets, user))
+        if user:
+            (folder / "bench_user.py").write_text(USER_PIPELETS)
         if point.store == "sqlite":
             url = f"sqlite:///{self.tmp / f'curve{self.serial}.db'}"
         else:
@@ -258,17 +275,21 @@ class Curve:
             process.join(timeout=60)
 
 
-def write(out: Path, results: list[dict[str, Any]], head: str) -> None:
+def write(out: Path, results: list[dict[str, Any]], head: str, pipelets: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     out.mkdir(parents=True, exist_ok=True)
-    (out / "curve.json").write_text(json.dumps({"machine": head, "points": results}, indent=1))
-    lines = ["# The cost curve", "", f"Made with `python bench/curve.py` on: {head}.", "",
+    (out / "curve.json").write_text(json.dumps({"machine": head, "pipelets": pipelets,
+                                                "points": results}, indent=1))
+    which = ("written in Python against the Blackboard API" if pipelets == "user"
+             else "the built-ins, with DataFrame forms")
+    lines = ["# The cost curve", "",
+             f"Made with `python bench/curve.py --pipelets {pipelets}` on: {head}.", "",
              "Each row changes one thing from the fixed point (1 record per message, 200 B, "
-             "3 pipelets, SQLite, 1 process, default settings, Spark local[2]).", "",
+             f"3 pipelets {which}, SQLite, 1 process, default settings, Spark local[2]).", "",
              "| axis | value | records | records/s | CPU ms/record | batches (in the service) |",
              "| --- | --- | ---: | ---: | ---: | ---: |"]
     axes: dict[str, list[dict[str, Any]]] = {}
@@ -305,6 +326,10 @@ def main() -> int:
     parser.add_argument("--broker", default=os.environ.get(
         "CHALK_BENCH_BROKER", "amqp://guest:guest@127.0.0.1:5672/%2F"))
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--pipelets", choices=["user", "builtin"], default="user",
+                        help="user: the steps in Python against the Blackboard API (default); "
+                             "builtin: NormalizeWhitespace, WordCount, Fingerprint (DataFrame "
+                             "forms in the JVM)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds a point may take")
     parser.add_argument("--only", help="only the axis whose name contains this")
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "docs" / "perf"))
@@ -329,7 +354,7 @@ def main() -> int:
                   f"{one['batches']} batches ({one['local_batches']} in the service)", flush=True)
     finally:
         curve.close()
-    write(Path(args.out), results, head)
+    write(Path(args.out), results, head, args.pipelets)
     print(f"wrote {args.out}/curve.md and its plots")
     return 0
 

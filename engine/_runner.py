@@ -14,6 +14,7 @@ reason, all others complete.
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import os
@@ -31,6 +32,7 @@ from engine._errors import RunnerError
 from engine._frames import FramePlan, frame_plan
 from engine._shipping import ship_pipelet_code
 from engine._specs import Workflow
+from engine._warm import WarmUnavailable, WarmWorkers, warm_workers
 from engine._worker import (
     InstanceInput,
     InstanceOutput,
@@ -126,9 +128,10 @@ def _short(e: BaseException) -> str:
 
 
 _UNPLANNED = object()
-SWEEP_EVERY = 100  # batches between collections of the py4j proxies finished jobs leave (_sweep)
-# Spark batches finished since the last sweep, by every runner of this process: the JVM and
-# the collector are the process's, and one process may run one runner after another.
+SWEEP_EVERY = 100  # jobs between collections of the py4j proxies finished jobs leave (_sweep)
+# Spark jobs of their own (not on warm workers) run since the last sweep, by every runner of
+# this process: the JVM and the collector are the process's, and one process may run one
+# runner after another.
 _unswept = 0
 _unswept_lock = threading.Lock()
 
@@ -147,10 +150,14 @@ class SparkRunner:
             instances isolated by splitting.
         frames: use pipelets' DataFrame forms where a workflow allows
             (default True; False always runs the interpreter).
+        warm: run interpreter batches on warm workers (``engine._warm``:
+            long-running tasks that take batch after batch, no job's fixed
+            cost per batch); default: on a local master.
     """
 
     def __init__(self, spark: Any, *, batch_timeout: float = 300.0,
-                 isolation_budget: float = 900.0, frames: bool = True) -> None:
+                 isolation_budget: float = 900.0, frames: bool = True,
+                 warm: bool | None = None) -> None:
         self.spark = spark
         self.frames = frames
         #: records run as DataFrame transformations since this runner was made
@@ -172,6 +179,12 @@ class SparkRunner:
         self._ships = not str(spark.sparkContext.master).startswith("local")
         self._shipped: set[str] = set()  # zip files added to the SparkContext
         self._shipped_for: set[tuple[str, str]] = set()  # (workflow, version) checked
+        # A batch of a few hundred records spends most of its time on a job's fixed
+        # cost; warm workers pay it once.  Executors of a cluster must reach the
+        # driver on a port of its own for them: on where asked for.
+        if warm is None:
+            warm = not self._ships
+        self.warm: WarmWorkers | None = warm_workers(spark) if warm else None
 
     def run(self, workflow: Workflow, blackboard: Any, instances: list[list[str]]) -> list[InstanceResult]:
         """Run ``workflow`` for each instance; see the module docstring."""
@@ -265,8 +278,10 @@ class SparkRunner:
             return
         with self._plans_lock:
             if key not in self._shipped_for:
-                ship_pipelet_code(self.spark.sparkContext, workflow, self._shipped)
+                added = ship_pipelet_code(self.spark.sparkContext, workflow, self._shipped)
                 self._shipped_for.add(key)
+                if added and self.warm is not None:
+                    self.warm.park()  # tasks started before would not have the new files
 
     def _finish(self, workflow: Workflow, blackboard: Any, batch: _Batch) -> list[InstanceResult]:
         started = time.perf_counter()
@@ -311,7 +326,7 @@ class SparkRunner:
         return self._run_rows(workflow, rows, _Budget(self.isolation_budget))
 
     def _sweep(self) -> None:
-        """Free the JVM objects of finished jobs (every ``SWEEP_EVERY`` batches).
+        """Free the JVM objects of finished jobs (every ``SWEEP_EVERY`` jobs).
 
         py4j's proxy of a Java object and the proxies of its methods refer to
         each other, so every Java object a job touched (its Datasets, their
@@ -320,16 +335,16 @@ class SparkRunner:
         so they reach the oldest generation, which the collector rarely
         visits: measured, the JVM kept ~450 KB per job until its 1 GB heap
         was full (after ~2,300 jobs) and then spent its time collecting.
-        A full collection costs ~0.1-0.2 s in a busy service, so it runs per
-        so many batches, not per batch: the JVM holds ~50 MB for them between
-        two sweeps of this workflow's size.  The count is the process's, not this
-        runner's: a runner closed before its hundredth batch (a service restarted in
+        A full collection costs ~0.1-0.7 s in a busy service, so it runs per
+        so many jobs, not per job: the JVM holds ~50 MB for them between two
+        sweeps of this workflow's size.  Chunks run on warm workers touch no
+        Java object and do not count.  The count is the process's, not this
+        runner's: a runner closed before its hundredth job (a service restarted in
         the same process, as tests and benchmarks do) would otherwise leave its
         jobs' objects to pile up in the JVM.
         """
         global _unswept
         with _unswept_lock:
-            _unswept += 1
             if _unswept < SWEEP_EVERY:
                 return
             _unswept = 0
@@ -385,7 +400,27 @@ class SparkRunner:
         return self._run_rows(workflow, rows[:half], budget) + self._run_rows(workflow, rows[half:], budget)
 
     def _submit(self, workflow: Workflow, rows: list[InstanceInput]) -> _Pending:
-        """Start the interpreter job for ``rows`` on its own thread (the blackboard is not touched)."""
+        """Start the interpreter job for ``rows`` on its own thread (the blackboard is not
+        touched): on the warm workers where they serve this workflow, else a job of its own."""
+        warm = self.warm
+        what = f"{len(rows)} instance(s)"
+        if warm is None or not warm.available() or self._plan(workflow) is not None:
+            return self._start_job(workflow, what, self._job_of(workflow, rows))
+        # A socket on this host: compressing would only cost CPU on both sides.
+        compress = not warm.local
+        with frozen_heap():
+            chunks = inputs_to_chunks(rows, warm.slots, compress)
+
+        def produce() -> Any:
+            try:
+                return warm.run(workflow, chunks, compress)
+            except WarmUnavailable:
+                return self._regular(self._job_of(workflow, rows))
+
+        return self._start_job(workflow, what, produce, warm=warm)
+
+    def _job_of(self, workflow: Workflow, rows: list[InstanceInput]) -> Any:
+        """What runs ``rows`` as a job of its own: one RDD job, a partition per chunk."""
         sc = self.spark.sparkContext
         with frozen_heap():
             # one chunk per core: a partition of each
@@ -395,8 +430,17 @@ class SparkRunner:
         def partition(chunks: Any) -> Any:
             return chunk_partition(wf, chunks, compress)
 
-        return self._start_job(workflow, f"{len(rows)} instance(s)",
-                               lambda: sc.parallelize(chunks, len(chunks)).mapPartitions(partition).collect())
+        return lambda: sc.parallelize(chunks, len(chunks)).mapPartitions(partition).collect()
+
+    def _regular(self, produce: Any) -> Any:
+        """Run a job of its own: the warm workers give the cores back first."""
+        global _unswept
+        with _unswept_lock:
+            _unswept += 1
+        if self.warm is None:
+            return produce()
+        with self.warm.regular():
+            return produce()
 
     def _submit_frame(self, plan: FramePlan, rows: list[tuple[int, str, list[str | None]]]) -> _Pending:
         """Start the DataFrame job for ``rows`` on its own thread."""
@@ -406,9 +450,14 @@ class SparkRunner:
         return self._start_job(plan.workflow, f"{len(rows)} record(s) as a DataFrame",
                                lambda: plan.apply(spark.createDataFrame(table)).toArrow())
 
-    def _start_job(self, workflow: Workflow, what: str, produce: Any) -> _Pending:
+    def _start_job(self, workflow: Workflow, what: str, produce: Any,
+                   warm: WarmWorkers | None = None) -> _Pending:
+        """Run ``produce`` on a thread of its own, in a job group of its own (cancelled on
+        a timeout; on ``warm``, which ``produce`` uses, the warm job is cancelled)."""
         sc = self.spark.sparkContext
-        job = _Pending(f"chalk-{workflow.name}-{uuid.uuid4().hex[:12]}")
+        job = _Pending(f"chalk-{workflow.name}-{uuid.uuid4().hex[:12]}", warm=warm)
+        if warm is None:
+            produce = functools.partial(self._regular, produce)
 
         def run() -> None:
             try:
@@ -477,10 +526,13 @@ class _Pending:
     box: dict[str, Any] = field(default_factory=dict)
     thread: threading.Thread | None = None
     started: float = 0.0
+    warm: WarmWorkers | None = None   # the job runs on these warm workers
 
     def cancel(self, sc: Any) -> None:
         if self.thread is not None and self.thread.is_alive():
-            sc.cancelJobGroup(self.group)
+            if self.warm is not None:
+                self.warm.abort()
+            sc.cancelJobGroup(self.group)  # a job of its own (also where the warm ones fell back)
             self.thread.join(30.0)
 
 

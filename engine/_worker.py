@@ -165,24 +165,28 @@ def frozen_heap() -> Iterator[None]:
     batch are moved to the permanent generation (``gc.freeze``) and the
     collector is paused; afterwards both are undone, and whatever cycles the
     batch left are collected by the next automatic collection.  Nests and is
-    shared between threads (the outermost use freezes and restores).
+    shared between threads (the outermost use freezes and restores).  Where
+    automatic collection is off already (a service: ``listener_router``'s
+    ``tune_gc``), it does nothing.
     """
     global _freeze_depth, _gc_was_enabled
     with _freeze_lock:
         _freeze_depth += 1
         if _freeze_depth == 1:
+            # Off already (a service collects on a schedule of its own): nothing to
+            # keep out, and unfreezing would undo what its owner froze.
             _gc_was_enabled = gc.isenabled()
-            gc.disable()
-            gc.freeze()
+            if _gc_was_enabled:
+                gc.disable()
+                gc.freeze()
     try:
         yield
     finally:
         with _freeze_lock:
             _freeze_depth -= 1
-            if _freeze_depth == 0:
+            if _freeze_depth == 0 and _gc_was_enabled:
                 gc.unfreeze()
-                if _gc_was_enabled:
-                    gc.enable()
+                gc.enable()
 
 
 _gc_was_enabled = True

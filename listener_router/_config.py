@@ -305,6 +305,11 @@ class Settings:
     dataframe_forms: bool = setting(
         True, "run pipelets' DataFrame forms in the JVM where a workflow allows",
         section="engine")
+    warm_workers: bool | None = setting(
+        None, "interpreter batches run on Spark tasks that stay up between batches (no "
+        "job's fixed cost per batch; pipelets still run in Spark's Python workers); unset: "
+        "on for a local master (on a cluster the executors must reach the driver on a port "
+        "of its own)", section="engine")
     local_below: int | None = setting(
         None, "batches of fewer records run in the service's process, not as a Spark job, "
         "whatever the pipelets declare (0: never); unset: small batches do where every "
@@ -540,4 +545,5 @@ def make_runner(settings: Settings, spark: Any = None) -> Any:
     return engine.SparkRunner(spark,
                               batch_timeout=settings.batch_timeout,
                               isolation_budget=settings.isolation_budget,
-                              frames=settings.dataframe_forms)
+                              frames=settings.dataframe_forms,
+                              warm=settings.warm_workers)

@@ -1,33 +1,83 @@
-"""The process's garbage-collector settings for a long-running service."""
+"""The process's garbage-collector settings for a long-running service.
+
+Theory of operation.  Under load a service holds a million or more young
+containers at any moment: prefetched deliveries, records on the blackboards,
+outgoing messages, each living a second or two.  CPython's collector walks
+the young ones at every collection and again as they age, holding the
+interpreter lock every pipeline thread needs: with automatic collection
+(thresholds raised to 50,000, batches run with the collector paused) the
+collections of one 100,000-message pass took 1.4-2.0 s of its 14 s, each
+20-200 ms.  The batches' data make no reference cycles (JSON documents,
+lists of records), so refcounting frees them; what does make cycles (py4j's
+proxies, exceptions with their frames) is little.  So the service turns
+automatic collection off and collects everything (not what was alive at
+start: modules, Spark's proxies, the workflows, frozen out of every
+collection) on a schedule of its own, :data:`COLLECT_EVERY` seconds apart
+or more: a full collection under a backlog takes 0.5-0.7 s (a million live
+objects), and the next one then waits long enough to keep the collector
+under :data:`MAX_SHARE` of the time.
+"""
 
 from __future__ import annotations
 
 import gc
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-__all__ = ["tune_gc"]
+__all__ = ["COLLECT_EVERY", "Collector", "service_gc"]
 
-_GC_TUNED = False
+log = logging.getLogger(__name__)
+
+COLLECT_EVERY = 10.0  # seconds between the service's collections, at least
+MAX_SHARE = 0.02      # of the time: a collection that took t waits t / MAX_SHARE for the next
+
+_FROZEN = False
 
 
-def tune_gc() -> None:
-    """Set the process's garbage collector for a long-running service (once per process).
+@contextmanager
+def service_gc() -> Iterator[None]:
+    """Around a service's run: what is alive at the first run frozen out of every
+    collection (once per process), automatic collection off until the run ends (a
+    :class:`Collector` collects meanwhile).  A process that turned automatic collection
+    off itself keeps it so."""
+    global _FROZEN
+    if not _FROZEN:
+        _FROZEN = True
+        gc.collect()
+        gc.freeze()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
-    A batch keeps tens of thousands of objects alive for a second or two
-    (prefetched deliveries, records on the blackboards, outgoing messages).
-    With CPython's default thresholds (700, 10, 10) every few messages a
-    collection walks them again, holding the GIL that every pipeline thread
-    needs: measured at ~1.4 s per 40,000 messages.  Here what is alive at
-    start (modules, Spark's proxies, the workflows) is frozen out of all
-    later collections, and the youngest generation is collected after
-    50,000 allocations instead of 700: ~0.2 s per 40,000 messages.  Cyclic
-    garbage is still collected, later.
-    """
-    global _GC_TUNED
-    if _GC_TUNED:
-        return
-    _GC_TUNED = True
-    gc.collect()
-    gc.freeze()
-    gen0, gen1, gen2 = gc.get_threshold()
-    if gen0:  # 0: the application turned automatic collection off; leave that be
-        gc.set_threshold(max(gen0, 50_000), max(gen1, 20), gen2)
+
+class Collector:
+    """Collects the cyclic garbage every ``every`` seconds (the service's loop calls
+    :meth:`tick`)."""
+
+    def __init__(self, every: float = COLLECT_EVERY):
+        self.every = every
+        self._next = every
+        self._last = time.monotonic()
+        #: collections made, and the seconds they took
+        self.collections = 0
+        self.seconds = 0.0
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        if now - self._last < self._next:
+            return
+        started = time.perf_counter()
+        found = gc.collect()
+        took = time.perf_counter() - started
+        self._last = time.monotonic()
+        self._next = max(self.every, took / MAX_SHARE)
+        self.collections += 1
+        self.seconds += took
+        log.debug("garbage collection: %d object(s) freed in %.3f s; the next in %.0f s", found,
+                  took, self._next)

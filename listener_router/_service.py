@@ -29,7 +29,7 @@ import engine
 from blackboard import SqlStore
 from listener_router._config import Settings, make_runner, with_schedule_listeners
 from listener_router._errors import ConfigError, StoreUnavailable
-from listener_router._gc import tune_gc
+from listener_router._gc import Collector, service_gc
 from listener_router._rules import ListenerRules, Router
 from listener_router.broker import AmqpLink, Link, ProcessLink, declare_all
 from listener_router.cluster import (
@@ -140,6 +140,7 @@ class Service:
         self.journal: JournalPublisher | None = None   # with [[journal]] rules
         self.joblog: JobLog | None = None
         self.watch: Watch | None = None    # when [http] listen is set
+        self.collector: Collector | None = None   # while run() runs
 
     # -- opening and closing ---------------------------------------------------------
     def open(self) -> Service:
@@ -305,13 +306,19 @@ class Service:
         one gathered behind it is let go unacked (its records released), to
         be delivered again.
         """
-        assert self._runners is not None, "open() the service first"
-        tune_gc()
+        with service_gc():
+            return self._run(until, idle_exit)
+
+    def _run(self, until: Callable[[Stats], bool] | None, idle_exit: float | None) -> Stats:
+        runners = self._runners
+        assert runners is not None, "open() the service first"
         self._gather.start()
         running: list[Future[None]] = []
         stats = self.stats
+        collector = self.collector = Collector()
         try:
             while not self._stopping.is_set():
+                collector.tick()
                 for future in [f for f in running if f.done()]:
                     running.remove(future)
                     future.result()  # a runner that cannot go on (RunnerUnusable) stops us
@@ -322,7 +329,7 @@ class Service:
                         seconds = time.perf_counter() - waited
                         stats.add("wait_ms", int(seconds * 1000))
                         batch.report.add_seconds("wait", seconds)
-                        running.append(self._runners.submit(self._execute.execute, batch))
+                        running.append(runners.submit(self._execute.execute, batch))
                         stats.last_activity = time.monotonic()
                 else:
                     wait(running, timeout=0.2, return_when=FIRST_COMPLETED)

@@ -13,10 +13,12 @@ a batch is what arrived while the one before ran; under a backlog batches
 fill to ``size``.
 
 *How large* ``size`` *is.*  A run of ``n`` records takes about ``F + c·n``
-seconds: ``F`` is fixed per Spark job (planning, scheduling, py4j round
-trips: 0.05-0.25 s on a warm session, ~0.1 CPU-s in the JVM; taken as at
-least ``MIN_FIXED``), ``c`` the cost
-of a record.  ``size`` is the smallest batch whose fixed cost is at most
+seconds: ``F`` is fixed per run (a Spark job's planning, scheduling and py4j
+round trips: 20-50 ms for a job over Python workers, more for a DataFrame
+job; a few ms on warm workers, ``engine._warm``), taken as at least
+``MIN_FIXED``, since a batch also costs the service per batch (a commit, a
+publish round) what the fit of its runs does not see; ``c`` the cost of a
+record.  ``size`` is the smallest batch whose fixed cost is at most
 ``FIXED_SHARE`` of its run, ``F / (FIXED_SHARE·c)``, within ``MIN_SIZE`` …
 ``MAX_SIZE`` and short enough that a run lasts at most ``MAX_RUN`` seconds
 (large records: fewer per batch).  ``F`` and ``c`` are fitted per workflow
@@ -26,9 +28,11 @@ still give an answer); ``size`` is the smallest over the
 workflows.  A listener rule's ``batch_size`` fixes ``size`` instead, and its
 ``max_wait_ms`` ``max_wait``.
 
-*Where a batch runs* (:class:`Placement`).  A Spark job's fixed cost is most
-of a small batch's time, so under a light load it is most of the latency.  A
-batch smaller than :meth:`AdaptiveSizing.local_limit` records runs in the
+*Where a batch runs* (:class:`Placement`).  On Spark, where the runner
+decides between a job of its own and its warm workers (``engine._warm``:
+no job's fixed cost, a round trip over a socket).  A job's fixed cost is
+most of a small batch's time, so under a light load it would be most of the
+latency; even a warm worker's round trip costs something.  A batch smaller than :meth:`AdaptiveSizing.local_limit` records runs in the
 service's process when every pipelet of its workflow declares
 ``runs_in_service`` (the built-ins do, except those running a regular
 expression, stylesheet or file the configuration names): the size at which
@@ -68,7 +72,7 @@ DEFAULT_MAX_WAIT = 1.0     # seconds a batch waits to fill while more messages w
 PREFETCH_BATCHES = 4       # prefetch: one batch gathering, one running, two committing/acking
 MAX_PREFETCH = 65_535      # AMQP's prefetch count is 16 bits
 PRIOR_FIXED = 0.1          # seconds: a warm Spark job's fixed cost, before any is measured
-MIN_FIXED = 0.05           # seconds: no Spark job costs less (py4j round trips, scheduling)
+MIN_FIXED = 0.05           # seconds: the least fixed cost a run is taken to have (module doc)
 PRIOR_PER_RECORD = 50e-6   # seconds per record on Spark, before any is measured
 PRIOR_LOCAL = 300e-6       # seconds per record in the service's process, before any is measured
 DECAY = 0.95               # weight of a run after the next one (about the last twenty count)

@@ -228,3 +228,15 @@ class StandIn(Pipelet):
         for rid in ids:
             blackboard.add_literal(rid, "trail", "stand-in")
         return ids
+
+
+class WhereAmI(Pipelet):
+    """Write where it ran: ``pid``, and ``in_task`` (inside a Spark task or not)."""
+
+    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
+        from pyspark import TaskContext
+
+        for rid in ids:
+            blackboard.set_literal(rid, "pid", os.getpid())
+            blackboard.set_literal(rid, "in_task", TaskContext.get() is not None)
+        return ids

@@ -13,8 +13,9 @@ from engine import SparkRunner
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
+@pytest.mark.parametrize("warm", [True, False], ids=["warm-workers", "jobs-of-their-own"])
 def test_a_crashing_and_a_hanging_instance_are_isolated_and_the_rest_commit(
-    spark: Any, make_workflow: Any
+    spark: Any, make_workflow: Any, warm: bool
 ) -> None:
     wf = make_workflow("<sequence>" + pipelet("crash", "Crash") + "</sequence>")
     bb = Blackboard.local()
@@ -23,7 +24,7 @@ def test_a_crashing_and_a_hanging_instance_are_isolated_and_the_rest_commit(
     batch["p4"]["hang"] = True
     records(bb, batch)
     # batch_timeout leaves room for Spark to restart crashed workers on a busy machine
-    results = SparkRunner(spark, batch_timeout=10).run(wf, bb, [[rid] for rid in batch])
+    results = SparkRunner(spark, batch_timeout=10, warm=warm).run(wf, bb, [[rid] for rid in batch])
     assert [r.ok for r in results] == [True, False, True, True, False, True]
     assert "Spark task failed" in (results[1].error or "") and "crash" not in bb.get_attributes("p0")
     assert "batch timeout" in (results[4].error or "")

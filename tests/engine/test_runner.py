@@ -127,8 +127,8 @@ def test_run_stream_refuses_a_record_in_two_batches_in_flight(spark: Any) -> Non
         list(stream)
 
 
-def test_the_sweep_counts_the_batches_of_every_runner_in_the_process(spark: Any, monkeypatch: Any) -> None:
-    """Runners closed before SWEEP_EVERY batches each (a service restarted in one process)
+def test_the_sweep_counts_the_jobs_of_every_runner_in_the_process(spark: Any, monkeypatch: Any) -> None:
+    """Runners closed before SWEEP_EVERY jobs each (a service restarted in one process)
     still get their jobs' proxies collected: the JVM is the process's."""
     import gc
 
@@ -139,10 +139,10 @@ def test_the_sweep_counts_the_batches_of_every_runner_in_the_process(spark: Any,
     collections = []
     monkeypatch.setattr(gc, "collect", lambda *a: collections.append(a) or 0)
     wf = load_workflow(VALID_DIR / "mixed.xml")
-    for _ in range(2):   # one batch each
+    for _ in range(2):   # one batch each, a job of its own
         bb = Blackboard.local()
         records(bb, BATCH)
-        SparkRunner(spark, batch_timeout=120).run(wf, bb, INSTANCES)
+        SparkRunner(spark, batch_timeout=120, warm=False).run(wf, bb, INSTANCES)
     assert len(collections) == 1
 
 
@@ -156,7 +156,7 @@ def test_finished_jobs_leave_no_py4j_proxies_to_the_rare_full_collection(spark: 
 
     monkeypatch.setattr(engine._runner, "SWEEP_EVERY", 1)
     wf = load_workflow(VALID_DIR / "mixed.xml")
-    runner = SparkRunner(spark, batch_timeout=120)
+    runner = SparkRunner(spark, batch_timeout=120, warm=False)
     gc.collect()
     gc.disable()  # what a long-lived process sees: the oldest generation is rarely collected
     try:
