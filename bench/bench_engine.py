@@ -232,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
             cells.append(f"{secs:.3f} ({size / secs:,.0f})")
         label = "1 (the fixed cost)" if size == 1 else f"{size:,}"
         print(f"| {label} | " + " | ".join(cells) + " |")
+    for kind in kinds:  # their tasks would be cancelled with the session, noisily
+        if kind.warm is not None:
+            kind.warm.park()
     spark.stop()
     return 0
 

@@ -265,7 +265,7 @@ class SparkRunner:
             rows = _inputs(blackboard, rest) if rest else []
         batch = _Batch(rows, None, plan, frame_rows, None, ids)
         if rows:
-            batch.job = self._submit(workflow, rows)
+            batch.job = self._submit(workflow, rows, warm_ok=plan is None)
         if frame_rows:
             assert plan is not None
             batch.frame_job = self._submit_frame(plan, frame_rows)
@@ -399,12 +399,13 @@ class SparkRunner:
                     len(rows), workflow.name, e.reason, extra={"workflow": workflow.name})
         return self._run_rows(workflow, rows[:half], budget) + self._run_rows(workflow, rows[half:], budget)
 
-    def _submit(self, workflow: Workflow, rows: list[InstanceInput]) -> _Pending:
+    def _submit(self, workflow: Workflow, rows: list[InstanceInput], warm_ok: bool = True) -> _Pending:
         """Start the interpreter job for ``rows`` on its own thread (the blackboard is not
-        touched): on the warm workers where they serve this workflow, else a job of its own."""
+        touched): on the warm workers unless ``warm_ok`` is false (a DataFrame job of the
+        same batch will need the cores), else a job of its own."""
         warm = self.warm
         what = f"{len(rows)} instance(s)"
-        if warm is None or not warm.available() or self._plan(workflow) is not None:
+        if warm is None or not warm.available() or not warm_ok:
             return self._start_job(workflow, what, self._job_of(workflow, rows))
         # A socket on this host: compressing would only cost CPU on both sides.
         compress = not warm.local

@@ -349,7 +349,7 @@ class WarmWorkers:
         if gen is not None:
             gen.broken = True
             log.warning("cancelling the warm workers (a chunk ran past the batch timeout)")
-            self.spark.sparkContext.cancelJobGroup(gen.group)
+            self._cancel(gen.group)
             gen.shutdown()  # what waits on them gives up now, not when Spark kills them
 
     def park(self) -> None:
@@ -520,7 +520,7 @@ class WarmWorkers:
         if gen is None:
             return
         if gen.broken:
-            self.spark.sparkContext.cancelJobGroup(gen.group)
+            self._cancel(gen.group)
             gen.shutdown()
         for _ in gen.slots:
             gen.requests.put(None)
@@ -530,9 +530,15 @@ class WarmWorkers:
         gen.fail_queued()
         gen.job.join(30.0)
         if gen.job.is_alive():
-            self.spark.sparkContext.cancelJobGroup(gen.group)
+            self._cancel(gen.group)
             gen.job.join(30.0)
         self._cond.notify_all()
+
+    def _cancel(self, group: str) -> None:
+        try:
+            self.spark.sparkContext.cancelJobGroup(group)
+        except Exception as e:  # the context is stopped: its jobs are gone with it
+            log.debug("cancelling %s: %s", group, e)
 
     def _park_when_idle(self) -> None:
         while True:
@@ -541,7 +547,10 @@ class WarmWorkers:
                 gen = self._gen
                 if gen is not None and not self._busy and \
                         (gen.broken or time.monotonic() - self._last > self.idle):
-                    self._stop_locked()
+                    try:
+                        self._stop_locked()
+                    except Exception:  # never ends this thread
+                        log.exception("stopping the idle warm workers failed")
 
 
 _all: dict[int, tuple[Any, WarmWorkers]] = {}
