@@ -138,24 +138,6 @@ class Interpreter(CompensationMixin, LoopMixin, AssignMixin):
         self.pipelet_for = pipelet_for
         self.service_for = service_for
         self._loop_links: dict[int, frozenset[str]] = {}
-        self._runners: dict[type, Callable[[Workflow, Any, list[Instance]], None]] = {
-            Sequence: self._sequence,
-            Flow: self._flow,
-            If: self._if,
-            While: self._while,
-            RepeatUntil: self._repeat_until,
-            ForEach: self._for_each,
-            Scope: self._scope,
-            Throw: self._throw,
-            Rethrow: self._rethrow,
-            Exit: self._exit,
-            Empty: lambda wf, a, c: None,
-            Assign: self._assign,
-            InvokePipelet: self._invoke_pipelet,
-            InvokeService: self._invoke_service,
-            InvokeWorkflow: self._invoke_workflow,
-            Compensate: self._compensate,
-        }
 
     # -- entry ------------------------------------------------------------------
     def run(self, instances: list[Instance]) -> list[Instance]:
@@ -202,7 +184,7 @@ class Interpreter(CompensationMixin, LoopMixin, AssignMixin):
             cohort = self._join(act, cohort)
             if not cohort:
                 return
-        self._runners[type(act)](wf, act, cohort)
+        _RUNNERS[type(act)](self, wf, act, cohort)
         if act.sources:
             for inst in cohort:
                 if inst.running:
@@ -497,3 +479,31 @@ def _store_reply(frame: _variables.Frame, name: str, reply: Any, where: str) -> 
     for part, value in reply.items():
         target = ("variable", (name, part if kind == "message" else None, None))
         _variables.write_target(target, value, frame, [], False, where)
+
+
+def _empty(_self: Interpreter, _wf: Workflow, _act: Any, _cohort: list[Instance]) -> None:
+    return None
+
+
+# Activity class -> what runs it.  A table of the class's functions, not of an object's bound
+# methods: those would make every interpreter a reference cycle (itself, the table, its
+# methods), and with it its blackboard and every record on it, which only the cyclic
+# collector frees (a service runs with it off most of the time).
+_RUNNERS: dict[type, Callable[[Interpreter, Workflow, Any, list[Instance]], None]] = {
+    Sequence: Interpreter._sequence,
+    Flow: Interpreter._flow,
+    If: Interpreter._if,
+    While: Interpreter._while,
+    RepeatUntil: Interpreter._repeat_until,
+    ForEach: Interpreter._for_each,
+    Scope: Interpreter._scope,
+    Throw: Interpreter._throw,
+    Rethrow: Interpreter._rethrow,
+    Exit: Interpreter._exit,
+    Empty: _empty,
+    Assign: Interpreter._assign,
+    InvokePipelet: Interpreter._invoke_pipelet,
+    InvokeService: Interpreter._invoke_service,
+    InvokeWorkflow: Interpreter._invoke_workflow,
+    Compensate: Interpreter._compensate,
+}

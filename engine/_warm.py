@@ -407,7 +407,7 @@ class WarmWorkers:
         if len(slots) < n:
             for slot in slots:
                 slot.conn.close()
-            sc.cancelJobGroup(group)
+            self._cancel(group)
             thread.join(30.0)
             self._failed_at = time.monotonic()
             why = (f"the job failed: {box['error']}" if "error" in box

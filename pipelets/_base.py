@@ -57,8 +57,8 @@ class Pipelet:
     parameters: ClassVar[frozenset[str] | None] = None
 
     #: True: small batches of a workflow made only of such pipelets may run in
-    #: the service's own process instead of as a Spark job (a job's fixed cost
-    #: is most of a small batch's time).  Declare it only when the pipelet
+    #: the service's own process instead of on Spark (saving the round trip to
+    #: Spark's warm workers, or a job's fixed cost where those are off).  Declare it only when the pipelet
     #: cannot crash the interpreter, hang, or wait on anything outside it (its
     #: time grows with its input alone) and loads no large data: Spark's
     #: workers would isolate those failures, the service's process cannot.
