@@ -130,7 +130,9 @@ class TransportMixin:
 
     def get_attributes(self, record_id: str, names: Iterable[str] | None = None) -> dict[str, Any]:
         """The record's attributes as plain JSON (one value unwrapped, sub-objects as dicts)."""
-        attrs = self._doc(record_id)["meta"].get("attrs") or {}
+        # Copies out: a record not parsed yet is parsed for this read only, and its text
+        # stays what a commit writes (not a parse kept, then encoded again).
+        attrs = self._entry(record_id).materialize()["meta"].get("attrs") or {}
         keys = attrs if names is None else [n for n in names if n in attrs]
         return {name: values_to_json(attrs[name]) for name in keys}
 
