@@ -146,6 +146,8 @@ def worker(conn: Any, stop: Any, master: str) -> None:
         settings = conn.recv()
         if settings is None:
             return
+        # each process a member of its own (a point's processes share the rest)
+        settings = replace(settings, node=f"{settings.node}-{os.getpid()}")
         with Service(settings, spark=spark) as service:
             conn.send("ready")
             conn.recv()  # go

@@ -105,7 +105,12 @@ def _publish(settings: Settings, messages: list[OutMessage]) -> None:
         link.stop()
 
 
-def test_every_message_once_and_in_order_whatever_the_batches(two_rules, run_service, broker):
+def test_every_message_once_and_in_order_whatever_the_batches(two_rules, run_service, broker,
+                                                              spark):
+    from engine._warm import warm_workers
+
+    warm = warm_workers(spark)
+    starts = warm.starts
     here, spark = (rule.queue for rule in two_rules.listeners)
     expected: dict[str, list[int]] = {}
     burst: list[OutMessage] = []
@@ -161,6 +166,8 @@ def test_every_message_once_and_in_order_whatever_the_batches(two_rules, run_ser
     assert sizes.runs[("SeqSpark", True)] == 0
     assert sizes.runs[("SeqSpark", False)] >= 1
     assert sizes.runs[("SeqHere", True)] >= 1
+    # The Spark batches went to warm workers: fewer warm jobs than batches run.
+    assert warm.starts - starts < sizes.runs[("SeqSpark", False)], (warm.starts - starts, sizes.runs)
     assert sum(sizes.sizes) >= total
     # And the batches changed size on the way: large under the backlog, a few messages
     # each under the trickle.

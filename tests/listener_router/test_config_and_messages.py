@@ -20,6 +20,7 @@ def test_defaults_work_with_no_file(tmp_path, monkeypatch):
     assert settings.source is None
     assert settings.dataframe_forms is True
     assert settings.local_below is None  # unset: where the workflow's pipelets allow it
+    assert settings.warm_workers is None  # unset: on for a local master
     (rule,) = settings.listeners
     assert (rule.batch_size, rule.max_wait_ms, rule.prefetch) == (None, None, None)  # adaptive
 
@@ -36,6 +37,7 @@ master = "local[2]"
 [engine]
 dataframe_forms = false
 local_below = 200
+warm_workers = false
 [[listener]]
 name = "add"
 queue = "in"
@@ -55,6 +57,7 @@ attributes = ["a"]
     assert settings.routers[0].attributes == ("a",)
     assert settings.dataframe_forms is False
     assert settings.local_below == 200
+    assert settings.warm_workers is False
 
 
 @pytest.mark.parametrize("text, message", [
@@ -65,6 +68,7 @@ attributes = ["a"]
     ("[[router]]\nattributes = ['a']\n", "give 'queue'"),
     ("[broker]\nqueue_type = 'stream'\n", "queue_type must be one of \"quorum\", \"classic\""),
     ("[engine]\ndataframe_forms = 'yes'\n", "dataframe_forms must be boolean"),
+    ("[engine]\nwarm_workers = 1\n", "warm_workers must be boolean"),
     ("[engine]\nlocal_below = -1\n", "local_below must be 0 or more"),
     ("[spark]\nconf = 3\n", "[spark] conf must be a table"),
     ("[engine]\nlocal_below = 'often'\n", "local_below must be integer"),
