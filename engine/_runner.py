@@ -32,7 +32,7 @@ from engine._errors import RunnerError
 from engine._frames import FramePlan, frame_plan
 from engine._shipping import ship_pipelet_code
 from engine._specs import Workflow
-from engine._warm import WarmUnavailable, WarmWorkers, warm_workers
+from engine._warm import Call, WarmUnavailable, WarmWorkers, warm_workers
 from engine._worker import (
     InstanceInput,
     InstanceOutput,
@@ -184,7 +184,10 @@ class SparkRunner:
         # driver on a port of its own for them: on where asked for.
         if warm is None:
             warm = not self._ships
-        self.warm: WarmWorkers | None = warm_workers(spark) if warm else None
+        # The context's warm workers park for every job of its own of any runner, whether
+        # this one runs batches on them or not: their tasks hold the cores.
+        self._parker = warm_workers(spark)
+        self.warm: WarmWorkers | None = self._parker if warm else None
 
     def run(self, workflow: Workflow, blackboard: Any, instances: list[list[str]]) -> list[InstanceResult]:
         """Run ``workflow`` for each instance; see the module docstring."""
@@ -373,7 +376,8 @@ class SparkRunner:
             import pipelets  # noqa: F401
             yield from items
 
-        self.spark.sparkContext.parallelize(range(cores), cores).mapPartitions(touch).collect()
+        self._regular(lambda: self.spark.sparkContext.parallelize(range(cores), cores)
+                      .mapPartitions(touch).collect())
         return time.perf_counter() - started
 
     def _run_rows(self, workflow: Workflow, rows: list[InstanceInput], budget: _Budget) -> list[InstanceOutput]:
@@ -411,14 +415,15 @@ class SparkRunner:
         compress = not warm.local
         with frozen_heap():
             chunks = inputs_to_chunks(rows, warm.slots, compress)
+        call = Call()
 
         def produce() -> Any:
             try:
-                return warm.run(workflow, chunks, compress)
+                return warm.run(workflow, chunks, compress, call)
             except WarmUnavailable:
                 return self._regular(self._job_of(workflow, rows))
 
-        return self._start_job(workflow, what, produce, warm=warm)
+        return self._start_job(workflow, what, produce, warm=(warm, call))
 
     def _job_of(self, workflow: Workflow, rows: list[InstanceInput]) -> Any:
         """What runs ``rows`` as a job of its own: one RDD job, a partition per chunk."""
@@ -434,13 +439,11 @@ class SparkRunner:
         return lambda: sc.parallelize(chunks, len(chunks)).mapPartitions(partition).collect()
 
     def _regular(self, produce: Any) -> Any:
-        """Run a job of its own: the warm workers give the cores back first."""
+        """Run a job of its own: the context's warm workers give the cores back first."""
         global _unswept
         with _unswept_lock:
             _unswept += 1
-        if self.warm is None:
-            return produce()
-        with self.warm.regular():
+        with self._parker.regular():
             return produce()
 
     def _submit_frame(self, plan: FramePlan, rows: list[tuple[int, str, list[str | None]]]) -> _Pending:
@@ -452,9 +455,9 @@ class SparkRunner:
                                lambda: plan.apply(spark.createDataFrame(table)).toArrow())
 
     def _start_job(self, workflow: Workflow, what: str, produce: Any,
-                   warm: WarmWorkers | None = None) -> _Pending:
+                   warm: tuple[WarmWorkers, Call] | None = None) -> _Pending:
         """Run ``produce`` on a thread of its own, in a job group of its own (cancelled on
-        a timeout; on ``warm``, which ``produce`` uses, the warm job is cancelled)."""
+        a timeout; where ``produce`` runs a call on warm workers, that call is aborted)."""
         sc = self.spark.sparkContext
         job = _Pending(f"chalk-{workflow.name}-{uuid.uuid4().hex[:12]}", warm=warm)
         if warm is None:
@@ -527,12 +530,13 @@ class _Pending:
     box: dict[str, Any] = field(default_factory=dict)
     thread: threading.Thread | None = None
     started: float = 0.0
-    warm: WarmWorkers | None = None   # the job runs on these warm workers
+    warm: tuple[WarmWorkers, Call] | None = None   # the job is this call on warm workers
 
     def cancel(self, sc: Any) -> None:
         if self.thread is not None and self.thread.is_alive():
             if self.warm is not None:
-                self.warm.abort()
+                workers, call = self.warm
+                workers.abort(call)
             sc.cancelJobGroup(self.group)  # a job of its own (also where the warm ones fell back)
             self.thread.join(30.0)
 

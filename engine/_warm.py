@@ -20,9 +20,17 @@ Isolation is Spark's, as for a job of its own:
   (:meth:`WarmWorkers.abort`): Spark kills the tasks' Python workers, the hang
   with them.
 
+A batch that times out while it waits (behind a job of its own, or a
+start) gives up without touching the warm job; one whose chunks were sent
+cancels it.  A batch that fails while a chunk of its own still runs ends the
+warm job too (nobody waits for that chunk).  Any failure to start them
+(the tasks do not connect in ``CONNECT_TIMEOUT``, a socket cannot be made)
+leaves batches to jobs of their own for a minute.
+
 The tasks hold every core while they are up, and a Spark job needs free
-cores: any other job the runner submits (a DataFrame form's job, or the
-regular job of a workflow that has one) first *parks* the warm workers
+cores: any other job a runner of the context submits (a DataFrame form's
+job, a fallback, the workers' warm-up), whether that runner uses warm
+workers or not, first *parks* the warm workers
 (:meth:`WarmWorkers.regular`: the queued chunks are finished, the tasks end,
 the job completes), and they start again with the next chunk after it.  They
 also park after ``IDLE`` seconds without a chunk, so a job someone else runs
@@ -64,7 +72,7 @@ from typing import Any
 from engine._specs import Workflow
 from engine._worker import Chunk, chunk_partition
 
-__all__ = ["IDLE", "WarmUnavailable", "WarmWorkers", "WorkerLost", "warm_workers"]
+__all__ = ["IDLE", "Call", "WarmUnavailable", "WarmWorkers", "WorkerLost", "warm_workers"]
 
 log = logging.getLogger(__name__)
 
@@ -176,8 +184,7 @@ def warm_task(address: Any, secret: bytes, partition: int, items: Iterator[Any])
                 break
             try:
                 key, workflow, chunk, compress = pickle.loads(frame)
-                if workflow is not None:  # a new version replaces the workflow's others
-                    workflows = {k: w for k, w in workflows.items() if k[0] != key[0]}
+                if workflow is not None:  # every version it was sent: the driver counts on it
                     workflows[key] = workflow
                 out = list(chunk_partition(workflows[key], [chunk], compress))
                 answer = _encode_chunk(out[0]) if out else [b"N"]
@@ -193,6 +200,15 @@ def warm_task(address: Any, secret: bytes, partition: int, items: Iterator[Any])
 
 class WarmUnavailable(RuntimeError):
     """The warm workers could not be started (the runner submits a job of its own)."""
+
+
+class Call:
+    """One :meth:`WarmWorkers.run` as its caller sees it: cancelled on a timeout; the warm
+    job its chunks went to, once they did."""
+
+    def __init__(self) -> None:
+        self.cancelled = threading.Event()
+        self.gen: _Generation | None = None
 
 
 class _Request:
@@ -275,17 +291,22 @@ class WarmWorkers:
         return time.monotonic() - self._failed_at > 60.0
 
     # -- running chunks ------------------------------------------------------------
-    def run(self, workflow: Workflow, chunks: list[Chunk], compress: bool) -> list[Chunk]:
+    def run(self, workflow: Workflow, chunks: list[Chunk], compress: bool,
+            call: Call | None = None) -> list[Chunk]:
         """Run each chunk on a warm worker (starting them when down); the answers, in order.
 
         Raises :class:`WorkerLost` when a worker died on a chunk (or the workers
-        stopped before it ran), ``RuntimeError`` with the task's traceback when
-        the chunk raised outside the interpreter, :class:`WarmUnavailable` when
-        the workers could not be started (nothing ran).
+        stopped before it ran, or ``call`` was cancelled), ``RuntimeError`` with
+        the task's traceback when the chunk raised outside the interpreter,
+        :class:`WarmUnavailable` when the workers could not be started (nothing
+        ran).
         """
+        call = call or Call()
         with self._cond:
             while True:
                 gen = self._gen
+                if call.cancelled.is_set():
+                    raise WorkerLost("cancelled before it ran (the batch timed out waiting)")
                 if self._regular:
                     self._cond.wait(0.5)
                 elif gen is not None and gen.broken:
@@ -298,15 +319,18 @@ class WarmWorkers:
             if gen is None:
                 gen = self._start_locked()
             self._busy += 1
+            call.gen = gen
         try:
             requests = [_Request(workflow, chunk, compress) for chunk in chunks]
             for request in requests:
                 gen.requests.put(request)
             try:
-                return [a for a in (self._answer(gen, r) for r in requests) if a is not None]
+                return [a for a in (self._answer(gen, r, call) for r in requests) if a is not None]
             except BaseException:
                 for request in requests:  # the batch failed: what has not started never does
                     request.future.cancel()
+                if any(r.future.running() for r in requests):
+                    gen.broken = True  # a chunk nobody waits for any more: end the job
                 raise
         finally:
             with self._cond:
@@ -315,11 +339,13 @@ class WarmWorkers:
                 self._cond.notify_all()
 
     @staticmethod
-    def _answer(gen: _Generation, request: _Request) -> Chunk | None:
+    def _answer(gen: _Generation, request: _Request, call: Call) -> Chunk | None:
         while True:
             try:
                 return request.future.result(timeout=0.5)
             except FutureTimeout:
+                if call.cancelled.is_set():
+                    raise WorkerLost("cancelled (the batch timed out)") from None
                 if not gen.alive():  # no slot is left to take it, or to answer it
                     gen.fail_queued()
                     with contextlib.suppress(InvalidStateError):
@@ -342,11 +368,13 @@ class WarmWorkers:
                 self._regular -= 1
                 self._cond.notify_all()
 
-    def abort(self) -> None:
-        """Cancel the warm job (a chunk hung): Spark kills its workers; chunks in flight
-        fail with :class:`WorkerLost`."""
-        gen = self._gen
-        if gen is not None:
+    def abort(self, call: Call) -> None:
+        """``call`` timed out: it gives up, and where its chunks were sent to the warm job
+        (one may hang), the job is cancelled: Spark kills its workers, and the chunks in
+        flight fail with :class:`WorkerLost`."""
+        call.cancelled.set()
+        gen = call.gen
+        if gen is not None and gen is self._gen:
             gen.broken = True
             log.warning("cancelling the warm workers (a chunk ran past the batch timeout)")
             self._cancel(gen.group)
@@ -359,9 +387,21 @@ class WarmWorkers:
 
     # -- starting and stopping -----------------------------------------------------
     def _start_locked(self) -> _Generation:
-        """Submit the warm job and wait for its tasks to connect (lock held)."""
+        """Submit the warm job and wait for its tasks to connect (lock held); any failure
+        is :class:`WarmUnavailable`, and none is tried again for a minute."""
         if not self.available():
             raise WarmUnavailable("the warm workers failed to start less than a minute ago")
+        try:
+            return self._try_start()
+        except WarmUnavailable:
+            raise
+        except Exception as e:
+            self._failed_at = time.monotonic()
+            log.warning("the warm workers did not start (%s: %s); batches run as jobs of "
+                        "their own for a minute", type(e).__name__, e)
+            raise WarmUnavailable(f"the warm workers did not start: {e}") from e
+
+    def _try_start(self) -> _Generation:
         sc = self.spark.sparkContext
         server, address, tmpdir = self._listen()
         secret = secrets.token_bytes(_SECRET)
@@ -387,9 +427,9 @@ class WarmWorkers:
 
         started = time.monotonic()
         thread = threading.Thread(target=job, name=group, daemon=True)
-        thread.start()
         slots: list[_Slot] = []
         try:
+            thread.start()
             server.settimeout(0.5)
             deadline = started + CONNECT_TIMEOUT
             while len(slots) < n and time.monotonic() < deadline and thread.is_alive():
@@ -397,9 +437,14 @@ class WarmWorkers:
                     conn, _ = server.accept()
                 except TimeoutError:
                     continue
-                slot = self._greet(conn, secret)
+                slot = self._greet(conn, secret, min(deadline, time.monotonic() + 5.0))
                 if slot is not None:
                     slots.append(slot)
+        except BaseException:
+            for slot in slots:
+                slot.conn.close()
+            self._cancel(group)
+            raise
         finally:
             server.close()
             if tmpdir is not None:
@@ -458,20 +503,30 @@ class WarmWorkers:
         return server, address, tmpdir
 
     @staticmethod
-    def _greet(conn: socket.socket, secret: bytes) -> _Slot | None:
+    def _greet(conn: socket.socket, secret: bytes, deadline: float) -> _Slot | None:
+        """The task's hello (a frame of a fixed size, read by ``deadline``), or None."""
+        size = _LENGTH.size + _SECRET + _HELLO.size
         try:
-            conn.settimeout(5.0)
-            hello = _recv(conn)
-            if hello is None or len(hello) != _SECRET + _HELLO.size or \
-                    not hmac.compare_digest(hello[:_SECRET], secret):
+            hello = b""
+            while len(hello) < size:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                conn.settimeout(left)
+                part = conn.recv(size - len(hello))
+                if not part:
+                    break
+                hello += part
+            if len(hello) != size or _LENGTH.unpack(hello[:_LENGTH.size])[0] != size - _LENGTH.size \
+                    or not hmac.compare_digest(hello[_LENGTH.size:_LENGTH.size + _SECRET], secret):
                 conn.close()
                 return None
-            partition, pid = _HELLO.unpack(hello[_SECRET:])
+            partition, pid = _HELLO.unpack(hello[_LENGTH.size + _SECRET:])
             conn.settimeout(None)
             if conn.family == socket.AF_INET:
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             return _Slot(conn, partition, pid)
-        except OSError:
+        except (OSError, struct.error):
             conn.close()
             return None
 
@@ -545,6 +600,8 @@ class WarmWorkers:
             time.sleep(min(0.5, self.idle))
             with self._cond:
                 gen = self._gen
+                if gen is None and getattr(self.spark.sparkContext, "_jsc", None) is None:
+                    return  # the context is stopped: nothing will start here again
                 if gen is not None and not self._busy and \
                         (gen.broken or time.monotonic() - self._last > self.idle):
                     try:
@@ -561,6 +618,8 @@ def warm_workers(spark: Any) -> WarmWorkers:
     """The warm workers of ``spark``'s SparkContext (one set per context, made on first use)."""
     sc = spark.sparkContext
     with _all_lock:
+        for key in [k for k, (other, _w) in _all.items() if other._jsc is None]:
+            del _all[key]  # a stopped context's
         found = _all.get(id(sc))
         if found is None or found[0] is not sc:
             found = _all[id(sc)] = (sc, WarmWorkers(spark))

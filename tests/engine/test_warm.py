@@ -148,3 +148,16 @@ def test_tasks_that_cannot_connect_leave_batches_to_jobs_of_their_own(
     assert all(r.ok for r in results)
     assert bb.get_attributes("u4")["in_task"] is True  # a job of its own ran them
     assert not broken.available() and broken.starts == 0
+
+
+def test_a_workflow_changed_back_and_forth_runs_each_version(spark: Any, make_workflow: Any) -> None:
+    """Each warm worker keeps every version it was sent (a file edited, then reverted)."""
+    runner = SparkRunner(spark, batch_timeout=120)
+    one = make_workflow("<sequence>" + pipelet("m", "Mark", value="one") + "</sequence>", name="V")
+    two = make_workflow("<sequence>" + pipelet("m", "Mark", value="two") + "</sequence>", name="V")
+    assert one.version != two.version
+    for k, (wf, value) in enumerate([(one, "one"), (two, "two"), (one, "one"), (two, "two")]):
+        bb = Blackboard.local()
+        instances = batch(bb, f"v{k}-", 8)
+        assert all(r.ok for r in runner.run(wf, bb, instances)), k
+        assert bb.get_attributes(f"v{k}-3")["trail"] == value
