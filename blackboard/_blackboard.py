@@ -56,7 +56,7 @@ from blackboard._model import (
 )
 from blackboard._navigate import Steps, annotation_map, object_at, objects_of, parent_of, show
 from blackboard._notes import NotesMixin
-from blackboard._path import PathLike, path_steps, top_level_name
+from blackboard._path import PathLike, path_steps, top_level_name, top_level_step
 from blackboard._storage import SqlStore, WriteSet, gc_paused
 from blackboard._transport import TransportMixin
 
@@ -464,6 +464,21 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
 
         Raises :class:`PathError` when there is no literal at that index.
         """
+        # The hot path (a top-level attribute, the literal there) is inlined; the rest,
+        # and every error, takes the general way.
+        entry = self._entries.get(record_id) if type(record_id) is str else None
+        if entry is not None and type(path) is str:
+            top = top_level_step(path)
+            if top is not None:
+                attrs = entry.doc["meta"].get("attrs")
+                values = attrs.get(top[0]) if attrs else None
+                if values:
+                    index = top[1]
+                    for v in values:
+                        if type(v) is not dict or "obj" not in v:
+                            if index == 0:
+                                return value_to_literal(v)
+                            index -= 1
         steps, values = self._values(record_id, path)
         lits = [v for v in values if not is_object(v)]
         index = steps[-1].index
@@ -535,19 +550,31 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
 
     def set_literal(self, record_id: str, path: PathLike, value: Any) -> None:
         """Make ``value`` the attribute's only literal (the index is irrelevant)."""
-        # The hot path (a top-level attribute of a record not parsed yet) is inlined.
+        # The hot path (a top-level attribute) is inlined: deferred on a record not
+        # parsed yet, set_literals_in's work on a parsed one.
         entry = self._entries.get(record_id) if type(record_id) is str else None
-        if entry is not None and entry._doc is None and type(path) is str:
+        if entry is not None and type(path) is str:
             name = top_level_name(path)
             if name is not None:
                 if type(value) is not str:
                     value = self._convert(record_id, path_steps(path), value)
-                entry.changed = True  # Entry.defer, inlined
-                ops = entry.ops
-                if ops is None:
-                    entry.ops = [SET1, name, value]
-                else:
-                    ops += (SET1, name, value)
+                entry.changed = True
+                doc = entry._doc
+                if doc is None:  # Entry.defer, inlined
+                    ops = entry.ops
+                    if ops is None:
+                        entry.ops = [SET1, name, value]
+                    else:
+                        ops += (SET1, name, value)
+                    return
+                meta = doc["meta"]
+                attrs = meta.get("attrs")
+                if attrs is None:
+                    attrs = meta["attrs"] = {}
+                old = attrs.get(name)
+                # Sub-objects stay; only dicts can be one (the cheap test first).
+                kept = [v for v in old if is_object(v)] if old and dict in map(type, old) else None
+                attrs[name] = [value, *kept] if kept else [value]
                 return
         self.set_literals(record_id, path, (value,))
 

@@ -96,8 +96,10 @@ class Pipelet:
         going: list[str] | None = None
         one = self.process_record
         for position, rid in enumerate(ids):
-            with self.record(rid):
+            try:  # self.record(rid)'s work, without a context manager per record
                 instead = one(blackboard, rid)
+            except Exception as e:
+                raise self._record_error(rid, e)  # noqa: B904 (the cause is set there)
             if instead is not None:
                 if going is None:
                     going = ids[:position]
@@ -143,13 +145,19 @@ class Pipelet:
         """
         try:
             yield
-        except PipeletError as e:
+        except Exception as e:
+            raise self._record_error(record_id, e)  # noqa: B904 (the cause is set there)
+
+    def _record_error(self, record_id: str, e: Exception) -> Exception:
+        """What a failure on ``record_id`` raises: a :class:`PipeletError` naming it, caused by ``e``."""
+        if isinstance(e, PipeletError):
             if e.record_id is None:
                 e.record_id = record_id
-            raise
-        except Exception as e:
-            name = type(self).__name__
-            text = str(e)
-            if repr(record_id) not in text:
-                text = f"record {record_id!r}: {text}"
-            raise PipeletError(f"{name}: {text}", record_id=record_id, pipelet=name) from e
+            return e
+        name = type(self).__name__
+        text = str(e)
+        if repr(record_id) not in text:
+            text = f"record {record_id!r}: {text}"
+        error = PipeletError(f"{name}: {text}", record_id=record_id, pipelet=name)
+        error.__cause__ = e  # as ``raise error from e``
+        return error

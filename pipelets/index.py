@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,6 +36,30 @@ def index_path(directory: str, name: str) -> Path:
     return Path(directory) / f"{name}.fts.sqlite"
 
 
+_BUSY_SECONDS = 60.0
+
+
+def _switch_to_wal(conn: sqlite3.Connection) -> None:
+    """WAL mode, waiting for other processes opening the same new file.
+
+    Switching a file to WAL takes an exclusive lock, and SQLite answers
+    "database is locked" at once (no busy wait) while another connection opens
+    it: two Spark workers opening a new index together.  Tried again for up to
+    the busy timeout.
+    """
+    deadline = time.monotonic() + _BUSY_SECONDS
+    delay = 0.005
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.25)
+
+
 class _Index:
     """One open index file (a connection per pipelet object; SQLite locks across processes)."""
 
@@ -48,9 +73,14 @@ class _Index:
         with self.lock:
             if self._conn is None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                conn = sqlite3.connect(self.path, timeout=60, check_same_thread=False, isolation_level=None)
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute(_SCHEMA)
+                conn = sqlite3.connect(self.path, timeout=_BUSY_SECONDS, check_same_thread=False,
+                                       isolation_level=None)
+                try:
+                    _switch_to_wal(conn)
+                    conn.execute(_SCHEMA)
+                except BaseException:
+                    conn.close()
+                    raise
                 self._conn = conn
             yield self._conn
 

@@ -88,6 +88,27 @@ def test_literals_and_objects_share_an_attribute_and_index_separately(local: Bla
     assert local.get_literals("r", "mixed") == [Literal("only")]
 
 
+def test_top_level_reads_and_writes_skip_sub_objects_and_keep_them(local: Blackboard) -> None:
+    """The inlined top-level paths of get_literal and set_literal (a parsed record) index
+    literals apart from sub-objects, keep the sub-objects, and leave the record unchanged
+    on a bad value."""
+    local.set_literal("r", "mixed/inner", "in0")  # sub-object first in the values
+    local.add_literal("r", "mixed", "lit0")
+    local.set_literal("r", "mixed[1]/inner", "in1")
+    local.add_literal("r", "mixed", Literal("lit1", "word"))
+    assert local.get_literal("r", "mixed").value == "lit0"
+    assert local.get_literal("r", "mixed[1]") == Literal("lit1", "word")
+    with pytest.raises(PathError, match="index 2 out of range: only 2 literal value"):
+        local.get_literal("r", "mixed[2]")
+    local.set_literal("r", "mixed[1]", 7)
+    assert local.get_literals("r", "mixed") == [Literal(7)]
+    assert local.object_size("r", "mixed") == 2
+    assert local.get_literal("r", "mixed[1]/inner").value == "in1"
+    with pytest.raises(ValueTypeError):
+        local.set_literal("r", "mixed", object())
+    assert local.get_literals("r", "mixed") == [Literal(7)]
+
+
 def test_sub_objects_nest_and_carry_semantic_types(local: Blackboard) -> None:
     local.set_literal("r", "author/name", "Ada")
     local.set_literal("r", "author/address/city", "London")

@@ -46,3 +46,22 @@ def test_record_context_names_the_record_and_keeps_the_cause():
     assert err.value.record_id == "doc-17"
     assert "'doc-17'" in str(err.value)
     assert isinstance(err.value.__cause__, KeyError)
+
+
+def test_process_names_the_failing_record_and_keeps_the_cause():
+    class Picky(Pipelet):
+        def process_record(self, blackboard, record_id):
+            if record_id == "b":
+                raise ValueError("no b here")
+            if record_id == "c":
+                raise PipeletError("c is bad")  # its own error, without a record ID
+            return None
+
+    with pytest.raises(PipeletError) as err:
+        Picky().process(None, ["a", "b"])  # type: ignore[arg-type]
+    assert err.value.record_id == "b" and err.value.pipelet == "Picky"
+    assert str(err.value) == "Picky: record 'b': no b here"
+    assert isinstance(err.value.__cause__, ValueError)
+    with pytest.raises(PipeletError) as err:
+        Picky().process(None, ["a", "c"])  # type: ignore[arg-type]
+    assert err.value.record_id == "c" and str(err.value) == "c is bad"

@@ -227,6 +227,37 @@ def test_search_writes_scores_and_refuses_bad_queries(bb: Blackboard, tmp_path: 
     assert info.value.record_id == "q" and "FTS5 syntax" in str(info.value)
 
 
+def _index_one_record(directory: str, tag: str, barrier: Any, answers: Any) -> None:
+    bb = Blackboard.local()
+    make(bb, tag, Title=f"written by {tag}")
+    barrier.wait()
+    try:
+        configured(FullTextIndex, directory=directory, indexname="docs").process(bb, [tag])
+        answers.put("ok")
+    except Exception as e:  # noqa: BLE001 (the answer names it)
+        answers.put(repr(e))
+
+
+def test_two_processes_opening_a_new_index_at_once_both_write(bb: Blackboard, tmp_path: Path) -> None:
+    """Two Spark workers of one batch may open a new index together: switching the file
+    to WAL mode is refused at once while the other opens it ("database is locked"),
+    which failed about one pair in forty before the switch was tried again."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    for round_ in range(60):
+        directory = str(tmp_path / f"round{round_}")
+        barrier, answers = context.Barrier(2), context.Queue()
+        workers = [context.Process(target=_index_one_record, args=(directory, tag, barrier, answers))
+                   for tag in ("left", "right")]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(60)
+        assert [answers.get(timeout=10) for _ in workers] == ["ok", "ok"], f"round {round_}"
+        assert sorted(_search(bb, Path(directory), "written")) == ["left", "right"]
+
+
 def test_index_configuration_errors_name_the_parameter(tmp_path: Path) -> None:
     with pytest.raises(PipeletConfigurationError, match="'indexname'"):
         _index(tmp_path, _indexing={"executionMode": "ADD"})
