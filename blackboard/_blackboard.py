@@ -35,6 +35,7 @@ from blackboard._entry import (
     SET1,
     no_attachments,
     set_literals_in,
+    set_one_in,
 )
 from blackboard._entry import Entry as _Entry
 from blackboard._errors import (
@@ -571,10 +572,7 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
                 attrs = meta.get("attrs")
                 if attrs is None:
                     attrs = meta["attrs"] = {}
-                old = attrs.get(name)
-                # Sub-objects stay; only dicts can be one (the cheap test first).
-                kept = [v for v in old if is_object(v)] if old and dict in map(type, old) else None
-                attrs[name] = [value, *kept] if kept else [value]
+                set_one_in(attrs, name, value)
                 return
         self.set_literals(record_id, path, (value,))
 

@@ -19,7 +19,7 @@ from blackboard._errors import StorageError
 from blackboard._model import is_object, migrate
 
 __all__ = ["LOADED", "ABSENT", "CREATED", "SET", "SET1", "ADD", "ADD1", "UPDATE", "Entry", "no_attachments",
-           "set_literals_in"]
+           "set_literals_in", "set_one_in"]
 
 LOADED, ABSENT, CREATED = "loaded", "absent", "created"
 
@@ -40,6 +40,14 @@ def set_literals_in(obj: dict[str, Any], name: str, new: list[Any]) -> None:
         attrs.pop(name, None)
 
 
+def set_one_in(attrs: dict[str, Any], name: str, value: Any) -> None:
+    """Make ``value`` the only literal of attribute ``name`` in ``attrs`` (sub-objects stay)."""
+    old = attrs.get(name)
+    # Only dicts can be sub-objects (the cheap test first).
+    kept = [v for v in old if is_object(v)] if old and dict in map(type, old) else None
+    attrs[name] = [value, *kept] if kept else [value]
+
+
 def _replay(doc: dict[str, Any], ops: list[Any]) -> None:
     # Hot at commit (once per changed record): kept tight.  Every kind starts
     # with meta.setdefault("attrs", {}) in its eager form, so do it once here.
@@ -52,10 +60,7 @@ def _replay(doc: dict[str, Any], ops: list[Any]) -> None:
     it = iter(ops)
     for kind, name, payload in zip(it, it, it, strict=True):
         if kind == SET1:
-            old = attrs.get(name)
-            # Sub-objects stay; only dicts can be one (the cheap test first).
-            kept = [v for v in old if is_object(v)] if old and dict in map(type, old) else None
-            attrs[name] = [payload, *kept] if kept else [payload]
+            set_one_in(attrs, name, payload)
         elif kind == ADD1:
             old = attrs.get(name)
             if old is None:
