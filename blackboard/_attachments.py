@@ -135,6 +135,9 @@ class AttachmentsMixin:
         att = self._attachment(record_id, name)
         if att.data is not None:
             return att.data
+        if att.spool is None and att.source is not None and self.store is not None:
+            # Whole: the stored chunks joined once, not read through a stream a buffer at a time.
+            return b"".join(self.store.attachment_chunks(*att.source))
         with self._open(record_id, name, att) as stream:
             return stream.read()
 
