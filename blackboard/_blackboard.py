@@ -57,7 +57,7 @@ from blackboard._model import (
 )
 from blackboard._navigate import Steps, annotation_map, object_at, objects_of, parent_of, show
 from blackboard._notes import NotesMixin
-from blackboard._path import PathLike, path_steps, top_level_name, top_level_step
+from blackboard._path import PathLike, path_steps, top_level_step
 from blackboard._storage import SqlStore, WriteSet, gc_paused
 from blackboard._transport import TransportMixin
 
@@ -555,19 +555,16 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
         # parsed yet, set_literals_in's work on a parsed one.
         entry = self._entries.get(record_id) if type(record_id) is str else None
         if entry is not None and type(path) is str:
-            name = top_level_name(path)
-            if name is not None:
+            top = top_level_step(path)
+            if top is not None:
+                name = top[0]
                 if type(value) is not str:
                     value = self._convert(record_id, path_steps(path), value)
-                entry.changed = True
                 doc = entry._doc
-                if doc is None:  # Entry.defer, inlined
-                    ops = entry.ops
-                    if ops is None:
-                        entry.ops = [SET1, name, value]
-                    else:
-                        ops += (SET1, name, value)
+                if doc is None:
+                    entry.defer(SET1, name, value)
                     return
+                entry.changed = True
                 meta = doc["meta"]
                 attrs = meta.get("attrs")
                 if attrs is None:
@@ -580,16 +577,11 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
         """Append a literal to the attribute (the index is irrelevant)."""
         entry = self._entries.get(record_id) if type(record_id) is str else None
         if entry is not None and entry._doc is None and type(path) is str:
-            name = top_level_name(path)
-            if name is not None:
+            top = top_level_step(path)
+            if top is not None:
                 if type(value) is not str:
                     value = self._convert(record_id, path_steps(path), value)
-                entry.changed = True  # Entry.defer, inlined
-                ops = entry.ops
-                if ops is None:
-                    entry.ops = [ADD1, name, value]
-                else:
-                    ops += (ADD1, name, value)
+                entry.defer(ADD1, top[0], value)
                 return
         obj, name, new = self._attr_for_update(record_id, path, (value,))
         obj.setdefault("attrs", {}).setdefault(name, []).extend(new)

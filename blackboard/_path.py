@@ -214,16 +214,6 @@ PathLike = Union[Path, str, None]
 
 
 @lru_cache(maxsize=4096)
-def top_level_name(text: str) -> str | None:
-    """The attribute name when ``text`` is one step with an index >= 0, else None (also when bad)."""
-    try:
-        steps = _parse(text)
-    except PathError:
-        return None
-    return steps[0].name if len(steps) == 1 and steps[0].index >= 0 else None
-
-
-@lru_cache(maxsize=4096)
 def top_level_step(text: str) -> tuple[str, int] | None:
     """``(name, index)`` when ``text`` is one step with an index >= 0, else None (also when bad)."""
     try:
