@@ -73,7 +73,7 @@ log = logging.getLogger(__name__)
 
 FIXED_SHARE = 0.1          # a job's fixed cost is at most this share of its batch's run
 MIN_SIZE = 100
-MAX_SIZE = 5_000          # messages a batch holds at most (module doc: fill and drain)
+MAX_SIZE = 5_000           # messages a batch holds at most (module doc: fill and drain)
 MAX_RUN = 10.0             # seconds one run may take (records of large documents: fewer)
 MAX_LOCAL = 1_000          # records a batch run in the service's process holds at most
 DEFAULT_MAX_WAIT = 1.0     # seconds a batch waits to fill while more messages wait
