@@ -457,6 +457,17 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
 
     def get_literals(self, record_id: str, path: PathLike) -> list[Literal]:
         """All literal values of the attribute (``[]`` when the attribute is absent)."""
+        # A top-level attribute with values is inlined, as in get_literal; the rest takes
+        # the general way.
+        entry = self._entries.get(record_id) if type(record_id) is str else None
+        if entry is not None and type(path) is str:
+            top = top_level_step(path)
+            if top is not None:
+                attrs = entry.doc["meta"].get("attrs")
+                values = attrs.get(top[0]) if attrs else None
+                if values:
+                    return [value_to_literal(v) for v in values
+                            if type(v) is not dict or "obj" not in v]
         return [value_to_literal(v) for v in self._values(record_id, path)[1]
                 if not is_object(v)]
 

@@ -89,9 +89,9 @@ def test_literals_and_objects_share_an_attribute_and_index_separately(local: Bla
 
 
 def test_top_level_reads_and_writes_skip_sub_objects_and_keep_them(local: Blackboard) -> None:
-    """The inlined top-level paths of get_literal and set_literal (a parsed record) index
-    literals apart from sub-objects, keep the sub-objects, and leave the record unchanged
-    on a bad value."""
+    """The inlined top-level paths of get_literal, get_literals and set_literal (a parsed
+    record) index literals apart from sub-objects, keep the sub-objects, and leave the record
+    unchanged on a bad value."""
     local.set_literal("r", "mixed/inner", "in0")  # sub-object first in the values
     local.add_literal("r", "mixed", "lit0")
     local.set_literal("r", "mixed[1]/inner", "in1")
@@ -107,6 +107,8 @@ def test_top_level_reads_and_writes_skip_sub_objects_and_keep_them(local: Blackb
     with pytest.raises(ValueTypeError):
         local.set_literal("r", "mixed", object())
     assert local.get_literals("r", "mixed") == [Literal(7)]
+    assert local.get_literals("r", "mixed[1]") == [Literal(7)]  # every literal, whatever the index
+    assert local.get_literals("r", "absent") == []
 
 
 def test_sub_objects_nest_and_carry_semantic_types(local: Blackboard) -> None:
