@@ -455,10 +455,10 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
         """How many literal values the attribute has (0 when it is absent)."""
         return sum(1 for v in self._values(record_id, path)[1] if not is_object(v))
 
-    def get_literals(self, record_id: str, path: PathLike) -> list[Literal]:
-        """All literal values of the attribute (``[]`` when the attribute is absent)."""
-        # A top-level attribute with values is inlined, as in get_literal; the rest takes
-        # the general way.
+    def _top_values(self, record_id: str, path: PathLike) -> tuple[list[Any], int] | None:
+        """The values and index ``path`` addresses when it is one step (a top-level attribute
+        with values) on a record here: the reads' inlined hot path.  Else None, for the
+        general way (which also raises every error)."""
         entry = self._entries.get(record_id) if type(record_id) is str else None
         if entry is not None and type(path) is str:
             top = top_level_step(path)
@@ -466,8 +466,14 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
                 attrs = entry.doc["meta"].get("attrs")
                 values = attrs.get(top[0]) if attrs else None
                 if values:
-                    return [value_to_literal(v) for v in values
-                            if type(v) is not dict or "obj" not in v]
+                    return values, top[1]
+        return None
+
+    def get_literals(self, record_id: str, path: PathLike) -> list[Literal]:
+        """All literal values of the attribute (``[]`` when the attribute is absent)."""
+        top = self._top_values(record_id, path)
+        if top is not None:
+            return [value_to_literal(v) for v in top[0] if type(v) is not dict or "obj" not in v]
         return [value_to_literal(v) for v in self._values(record_id, path)[1]
                 if not is_object(v)]
 
@@ -478,19 +484,14 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
         """
         # The hot path (a top-level attribute, the literal there) is inlined; the rest,
         # and every error, takes the general way.
-        entry = self._entries.get(record_id) if type(record_id) is str else None
-        if entry is not None and type(path) is str:
-            top = top_level_step(path)
-            if top is not None:
-                attrs = entry.doc["meta"].get("attrs")
-                values = attrs.get(top[0]) if attrs else None
-                if values:
-                    index = top[1]
-                    for v in values:
-                        if type(v) is not dict or "obj" not in v:
-                            if index == 0:
-                                return value_to_literal(v)
-                            index -= 1
+        top = self._top_values(record_id, path)
+        if top is not None:
+            values, index = top
+            for v in values:
+                if type(v) is not dict or "obj" not in v:
+                    if index == 0:
+                        return value_to_literal(v)
+                    index -= 1
         steps, values = self._values(record_id, path)
         lits = [v for v in values if not is_object(v)]
         index = steps[-1].index
