@@ -472,10 +472,8 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
     def get_literals(self, record_id: str, path: PathLike) -> list[Literal]:
         """All literal values of the attribute (``[]`` when the attribute is absent)."""
         top = self._top_values(record_id, path)
-        if top is not None:
-            return [value_to_literal(v) for v in top[0] if type(v) is not dict or "obj" not in v]
-        return [value_to_literal(v) for v in self._values(record_id, path)[1]
-                if not is_object(v)]
+        values = top[0] if top is not None else self._values(record_id, path)[1]
+        return [value_to_literal(v) for v in values if not is_object(v)]
 
     def get_literal(self, record_id: str, path: PathLike) -> Literal:
         """The literal the last step's index selects (default the first).
