@@ -77,8 +77,21 @@ wait_port() {  # host port seconds
 
 # --- RabbitMQ ---------------------------------------------------------------
 
+rmq_pid() {  # the pid in the pid file, once it holds a whole one
+    local pid
+    pid=$(cat "$RMQ_PIDFILE" 2>/dev/null || true)
+    [[ "$pid" =~ ^[0-9]+$ ]] && echo "$pid"
+}
+
 rmq_pid_alive() {
-    [ -s "$RMQ_PIDFILE" ] && kill -0 "$(cat "$RMQ_PIDFILE")" 2>/dev/null
+    local pid
+    pid=$(rmq_pid) && kill -0 "$pid" 2>/dev/null
+}
+
+rmq_fail() {  # message: give up, with the end of the node's log
+    log "last lines of $LOG_DIR/$RMQ_LOG:"
+    tail -n 25 "$LOG_DIR/$RMQ_LOG" >&2 || true
+    die "$1; see $LOG_DIR/$RMQ_LOG and /var/log/rabbitmq/"
 }
 
 _start_rabbitmq() {
@@ -87,16 +100,28 @@ _start_rabbitmq() {
         log "rabbitmq: already accepting connections on $RMQ_PORT"
         return 0
     fi
+    local i
     if rmq_pid_alive; then
-        log "rabbitmq: node is booting (pid $(cat "$RMQ_PIDFILE")), waiting"
+        log "rabbitmq: node is booting (pid $(rmq_pid)), waiting"
     else
+        # A pid file left by a node that died (kill -9, a machine image taken
+        # while it ran) would be read before the new node replaces it.
+        rm -f "$RMQ_PIDFILE"
         log "rabbitmq: starting (log $LOG_DIR/$RMQ_LOG)"
         # Detach stdio so no daemon keeps the caller's pipes open.
         "$RMQ_SBIN/rabbitmq-server" -detached </dev/null >>"$LOG_DIR/$RMQ_LOG" 2>&1
     fi
+    # `rabbitmqctl wait` fails at once with garbage_in_pid_file when it reads
+    # the pid file between its creation and the write of the pid: wait for a
+    # whole pid first.
+    for ((i = 0; i < 240; i++)); do
+        rmq_pid_alive && break
+        sleep 0.25
+    done
+    rmq_pid_alive || rmq_fail "no live rabbitmq node in $RMQ_PIDFILE after 60 s"
     "$RMQ_SBIN/rabbitmqctl" wait --timeout 120 "$RMQ_PIDFILE" </dev/null >>"$LOG_DIR/$RMQ_LOG" 2>&1 \
-        || die "rabbitmq did not start; see $LOG_DIR/$RMQ_LOG and /var/log/rabbitmq/"
-    wait_port 127.0.0.1 "$RMQ_PORT" 60 || die "rabbitmq booted but port $RMQ_PORT is closed"
+        || rmq_fail "rabbitmq did not start"
+    wait_port 127.0.0.1 "$RMQ_PORT" 60 || rmq_fail "rabbitmq booted but port $RMQ_PORT is closed"
     log "rabbitmq: up on 127.0.0.1:$RMQ_PORT"
 }
 
