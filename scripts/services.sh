@@ -66,10 +66,11 @@ port_open() {  # host port
     timeout 2 bash -c "exec 3<>/dev/tcp/$1/$2" 2>/dev/null
 }
 
-wait_port() {  # host port seconds
-    local i
-    for ((i = 0; i < $3 * 4; i++)); do
-        port_open "$1" "$2" && return 0
+poll() {  # seconds command...: true as soon as the command is, tried 4 times a second
+    local i n=$(($1 * 4))
+    shift
+    for ((i = 0; i < n; i++)); do
+        "$@" && return 0
         sleep 0.25
     done
     return 1
@@ -88,6 +89,8 @@ rmq_pid_alive() {
     pid=$(rmq_pid) && kill -0 "$pid" 2>/dev/null
 }
 
+rmq_port_closed() { ! port_open 127.0.0.1 "$RMQ_PORT"; }
+
 rmq_fail() {  # message: give up, with the end of the node's log
     log "last lines of $LOG_DIR/$RMQ_LOG:"
     tail -n 25 "$LOG_DIR/$RMQ_LOG" >&2 || true
@@ -100,7 +103,6 @@ _start_rabbitmq() {
         log "rabbitmq: already accepting connections on $RMQ_PORT"
         return 0
     fi
-    local i
     if rmq_pid_alive; then
         log "rabbitmq: node is booting (pid $(rmq_pid)), waiting"
     else
@@ -114,14 +116,10 @@ _start_rabbitmq() {
     # `rabbitmqctl wait` fails at once with garbage_in_pid_file when it reads
     # the pid file between its creation and the write of the pid: wait for a
     # whole pid first.
-    for ((i = 0; i < 240; i++)); do
-        rmq_pid_alive && break
-        sleep 0.25
-    done
-    rmq_pid_alive || rmq_fail "no live rabbitmq node in $RMQ_PIDFILE after 60 s"
+    poll 60 rmq_pid_alive || rmq_fail "no live rabbitmq node in $RMQ_PIDFILE after 60 s"
     "$RMQ_SBIN/rabbitmqctl" wait --timeout 120 "$RMQ_PIDFILE" </dev/null >>"$LOG_DIR/$RMQ_LOG" 2>&1 \
         || rmq_fail "rabbitmq did not start"
-    wait_port 127.0.0.1 "$RMQ_PORT" 60 || rmq_fail "rabbitmq booted but port $RMQ_PORT is closed"
+    poll 60 port_open 127.0.0.1 "$RMQ_PORT" || rmq_fail "rabbitmq booted but port $RMQ_PORT is closed"
     log "rabbitmq: up on 127.0.0.1:$RMQ_PORT"
 }
 
@@ -138,12 +136,8 @@ _stop_rabbitmq() {
         log "rabbitmq: not running"
         return 0
     fi
-    local i
-    for ((i = 0; i < 120; i++)); do
-        port_open 127.0.0.1 "$RMQ_PORT" || { log "rabbitmq: stopped"; return 0; }
-        sleep 0.25
-    done
-    die "rabbitmq still accepts connections after stop"
+    poll 30 rmq_port_closed || die "rabbitmq still accepts connections after stop"
+    log "rabbitmq: stopped"
 }
 
 _restart_rabbitmq() { _stop_rabbitmq; _start_rabbitmq; }
