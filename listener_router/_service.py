@@ -255,6 +255,10 @@ class Service:
                     log.exception("stopping the metrics and dashboard failed")
             if self._runners is not None:
                 self._runners.shutdown(wait=True)
+            if self.membership is not None:
+                # Before the lanes close: until its heartbeat stops, this process may
+                # take over leadership and hand the view's event to the finish lane.
+                self.membership.stop()
             for stage in (self._commit, self._finish):
                 if stage is not None:
                     stage.lane.close()
@@ -262,8 +266,6 @@ class Service:
                 self.joblog.close()
             if self.inflight is not None:
                 self.inflight.stop()
-            if self.membership is not None:
-                self.membership.stop()
             if self.journal is not None:
                 self.journal.stop()  # what was committed goes out first
         if self.link is not None:

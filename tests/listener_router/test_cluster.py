@@ -62,3 +62,17 @@ def test_leader_maintenance_publishes_orphaned_outbox_rows(make_settings, spark,
     (props, body), = broker.drain(out)
     assert props.message_id == "orphan-1"
     assert records_of([(props, body)]) == [{"id": "r1"}]
+
+
+@pytest.mark.broker
+def test_a_closing_service_leaves_the_cluster_before_its_lanes_close(make_settings, spark):
+    # Until its heartbeat stops, a closing member may take over leadership and hand the
+    # view's event (an outbox batch) to the finish lane: a closed lane would leave it unsent.
+    with Service(make_settings(), spark=spark) as service:
+        beating_at_close = []
+        for lane in (service._commit.lane, service._finish.lane):
+            def close(lane=lane, close=lane.close):
+                beating_at_close.append(service.membership._thread.is_alive())
+                close()
+            lane.close = close
+    assert beating_at_close == [False, False]
