@@ -1,19 +1,29 @@
-"""Listener/router: rules, the RabbitMQ link, batching, commit, routing, the cluster, the CLI.
+"""Listener/router: the core (one message's way and the cluster it runs in), its plug-ins, the CLI.
 
-Where things live (see ``docs/internals.md`` for one message's way through them):
+Where things live (see ``docs/internals.md`` for one message's way through them).
+
+The core, which imports no feature:
 
 - ``broker/``   — everything that talks AMQP: the link (a thread, or a child
   process), the queues Chalk declares, starting a local RabbitMQ;
 - ``pipeline/`` — the stages a batch goes through: gather → execute →
   commit → finish, the message life table, retries and dead letters;
-- ``store/``    — the service's own tables (inbox, outbox, nodes);
+- ``store/``    — the core's tables (inbox, outbox, nodes, cluster, versions);
 - ``cluster/``  — membership, the fenced leader, views and topology events,
   failover, the leader's periodic tasks;
-- ``events/``   — distributed events on the ``chalk.events`` topic exchange;
-- ``cli/``      — the ``chalk`` command;
-- ``_service``  — :class:`Service`: wiring and lifecycle;
-- ``_config``, ``_messages``, ``_rules``, ``_records``, ``_errors`` —
-  settings, message format, listener/router rules, record files, errors.
+- ``_service``  — :class:`Service`: its parts in start order, the plug-ins, the loop;
+- ``_plugin``, ``_entry_points``, ``_live`` — the one seam features plug
+  into, where they are found, and the typed view of a running service;
+- ``_settings``, ``_keys``, ``_loader``, ``_reference`` — the settings, how
+  a key is declared, reading them, docs/configuration.md;
+- ``_messages``, ``_rules``, ``_records``, ``_errors``, ``_runners`` —
+  message format, listener/router rules, record files, errors, runners.
+
+The features, each a plug-in (``pyproject.toml``'s ``chalk.plugins``) with
+its settings and tables: ``events/``, ``jobs/`` (the job log),
+``schedules/``, ``journal/``, ``dead_letters/``, ``watch/`` (metrics and
+the dashboard).  On top: ``cli/``, the ``chalk`` command, and this module,
+the package's public names.
 
 The public names are imported on first use, so that a process that needs
 only one module (the broker I/O process runs ``listener_router.broker``)
@@ -27,12 +37,6 @@ from typing import TYPE_CHECKING
 from listener_router._lazy import lazy_names
 
 if TYPE_CHECKING:
-    from listener_router._config import (
-        ListenerRule,
-        RouterRule,
-        Settings,
-        load_settings,
-    )
     from listener_router._errors import (
         BadMessage,
         BrokerUnavailable,
@@ -48,9 +52,15 @@ if TYPE_CHECKING:
         StoreUnavailable,
         UserError,
     )
+    from listener_router._keys import section, setting
+    from listener_router._live import LiveView
+    from listener_router._loader import load_settings
     from listener_router._messages import Incoming, outgoing_id, parse_message
+    from listener_router._plugin import Host, Plugin
     from listener_router._records import push_records, read_records
+    from listener_router._reference import configuration_reference
     from listener_router._service import Service
+    from listener_router._settings import ListenerRule, RouterRule, Settings
     from listener_router.cluster import (
         ClusterView,
         LeaderTask,
@@ -69,10 +79,13 @@ if TYPE_CHECKING:
         Stats,
         WorkflowRun,
     )
+    from listener_router.store import Schema
 
 _HOMES = {
-    "ListenerRule": "_config", "RouterRule": "_config", "Settings": "_config",
-    "load_settings": "_config",
+    "ListenerRule": "_settings", "RouterRule": "_settings", "Settings": "_settings",
+    "load_settings": "_loader", "Host": "_plugin", "Plugin": "_plugin", "LiveView": "_live",
+    "configuration_reference": "_reference", "section": "_keys", "setting": "_keys",
+    "Schema": "store",
     "BadMessage": "_errors", "BrokerUnavailable": "_errors", "ChalkServiceError": "_errors",
     "CommitRefused": "_errors", "ConfigError": "_errors", "ExtensionFailed": "_errors",
     "InfrastructureError": "_errors", "NotLeader": "_errors", "RecordFileError": "_errors",
@@ -106,15 +119,19 @@ __all__ = [
     "EventKind",
     "Events",
     "ExtensionFailed",
+    "Host",
     "Incoming",
     "InfrastructureError",
     "LeaderTask",
     "ListenerRule",
+    "LiveView",
     "NotLeader",
+    "Plugin",
     "RecordFileError",
     "RecordsBusy",
     "RouterRule",
     "RunnerUnusable",
+    "Schema",
     "Service",
     "Settings",
     "Stats",
@@ -124,11 +141,14 @@ __all__ = [
     "TopologyListener",
     "UserError",
     "WorkflowRun",
+    "configuration_reference",
     "load_settings",
     "outgoing_id",
     "parse_message",
     "push_records",
     "read_records",
+    "section",
+    "setting",
 ]
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from blackboard import Blackboard
-from listener_router._config import ListenerRule, Settings
 from listener_router._errors import ConfigError, RecordFileError
 from listener_router._messages import OPERATIONS
+from listener_router._settings import ListenerRule, Settings
 from listener_router.broker import AmqpLink, OutMessage, declare_input
 
 __all__ = ["RecordFileError", "read_records", "push_records", "chunked"]

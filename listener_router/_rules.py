@@ -22,9 +22,9 @@ from lxml import etree
 
 import engine
 from blackboard import Blackboard, BlackboardError
-from listener_router._config import ListenerRule, RouterRule
 from listener_router._errors import ConfigError
 from listener_router._messages import Incoming, outgoing_id
+from listener_router._settings import ListenerRule, RouterRule
 from listener_router.broker import OutMessage
 
 __all__ = ["ListenerRules", "Router"]

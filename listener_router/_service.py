@@ -1,13 +1,17 @@
-"""The service: wiring and lifecycle (open, run, signals, close).
+"""The service: its parts in start order, the plug-ins, the loop, signals.
 
 One message's way: ``pipeline/_gather.py`` (parse, inbox, load) →
 ``pipeline/_execute.py`` (the workflow) → ``pipeline/_commit.py`` (route;
 records + inbox + outbox in one transaction) → ``pipeline/_finish.py``
-(publish with confirms, ack).  The broker connection lives in
-``broker/`` (in a child process by default), the service's tables in
-``store/``, membership and the leader's tasks in ``cluster/``.  This module
-makes those objects, hands each its collaborators, and runs the loop that
-takes gathered batches to the execute stage.
+(publish with confirms, ack).  The broker connection lives in ``broker/``
+(in a child process by default), the core's tables in ``store/``,
+membership and the leader's tasks in ``cluster/``.  Features are plug-ins
+(``_plugin``), found through their entry points and built when their
+settings turn them on; this module knows none of them.
+
+Start order is data (:meth:`Service._parts`), each part with the reason of
+its place; :meth:`Service.close` stops the started parts in reverse order,
+and a part whose stop fails is logged while the rest still stop.
 """
 
 from __future__ import annotations
@@ -20,18 +24,23 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import engine
 from blackboard import SqlStore
-from listener_router._config import Settings, make_runner, with_schedule_listeners
+from listener_router._entry_points import plugin_classes
 from listener_router._errors import ConfigError, StoreUnavailable
 from listener_router._gc import Collector, service_gc
+from listener_router._given import GivenSeams, HookListener
+from listener_router._live import LiveView
+from listener_router._plugin import Host, Plugin, hooked, ordered
 from listener_router._rules import ListenerRules, Router
-from listener_router.broker import AmqpLink, Link, ProcessLink, declare_all
+from listener_router._runners import make_runner
+from listener_router._settings import Settings, configured
+from listener_router.broker import AmqpLink, Link, ProcessLink, declare_all, plugin_exchanges
 from listener_router.cluster import (
     ExpiredLeases,
     ForgetDeadMembers,
@@ -45,8 +54,6 @@ from listener_router.cluster import (
     TopologyListener,
     claim_node_name,
 )
-from listener_router.events import CommittedEvents, EventKind, Events, FailureEvents
-from listener_router.jobs import JobLog, Scheduler
 from listener_router.pipeline import (
     BatchObserver,
     BatchSizing,
@@ -63,8 +70,6 @@ from listener_router.pipeline import (
     Observers,
     Placement,
     Runner,
-    SettledObservers,
-    SettleExtension,
     Settlement,
     Stats,
     default_sizing,
@@ -72,11 +77,7 @@ from listener_router.pipeline import (
 )
 from listener_router.store import RunningVersion, ServiceStore, unavailable
 
-__all__ = ["Service"]
-
-if TYPE_CHECKING:  # imported when used: a service without them does not load them
-    from listener_router.journal import JournalPublisher
-    from listener_router.watch import Watch
+__all__ = ["Service", "check_workflows"]
 
 log = logging.getLogger(__name__)
 
@@ -98,38 +99,47 @@ def check_workflows(settings: Settings, registry: engine.WorkflowRegistry) -> No
                           f"{rule.workflow!r}, which cannot run: {why}")
 
 
+@dataclass(frozen=True)
+class _Part:
+    """A piece of the running service: started in order, stopped in reverse."""
+
+    name: str
+    start: Callable[[], object]
+    stop: Callable[[], object] | None = None
+
+
 class Service:
     """One Chalk service process (see module doc).
 
-    ``observers`` get each finished batch's report; ``extensions`` write in
-    each commit transaction; ``leader_tasks`` run besides the maintenance
-    while this process leads; ``topology_listeners`` hear the cluster's
-    topology events; ``sizing`` replaces the default batch policy
-    (``pipeline/_sizing.py``; it is an observer too).  See ``docs/internals.md``.
+    ``plugins`` are added to those the settings turn on.  ``observers``,
+    ``extensions``, ``leader_tasks`` and ``topology_listeners`` are the
+    seams of earlier versions (a plug-in's ``batch_finished``, ``in_commit``,
+    ``leader_tasks`` and ``topology_event`` hooks); ``sizing`` replaces the
+    default batch policy (``pipeline/_sizing.py``).  See ``docs/internals.md``.
     """
 
     def __init__(self, settings: Settings, *, spark: Any = None, runner: Runner | None = None,
                  registry: engine.WorkflowRegistry | None = None,
+                 plugins: Iterable[Plugin] = (),
                  observers: Iterable[BatchObserver] = (),
                  extensions: Iterable[CommitExtension] = (),
                  leader_tasks: Iterable[LeaderTask] = (),
                  topology_listeners: Iterable[TopologyListener] = (),
                  sizing: BatchSizing | None = None):
-        # a schedule with a workflow and a queue of its own needs a listener rule for it
-        self.settings = settings = replace(settings, listeners=with_schedule_listeners(
-            settings.listeners, settings.schedules, settings.source or "settings"))
+        self.settings = settings = configured(settings)
         self.stats = Stats()
         self._spark = spark
         self._runner = runner
         self._registry = registry
-        self.observers = Observers(observers)
-        self.extensions: list[CommitExtension] = list(extensions)
-        self.leader_tasks: list[LeaderTask] = list(leader_tasks)
-        self.topology_listeners: list[TopologyListener] = list(topology_listeners)
-        self.events: Events | None = None
+        given = GivenSeams(list(observers), list(extensions), list(leader_tasks),
+                       list(topology_listeners))
+        self._given_plugins = [*([given] if given.any() else []), *plugins]
+        self.plugins: list[Plugin] = []
+        self.observers = Observers()
         self._sizing = sizing
         self._stopping = threading.Event()
         self._signals = 0
+        self._started: list[_Part] = []
         self.link: Link | None = None
         self.store: ServiceStore | None = None
         self.inflight: InFlight | None = None
@@ -137,28 +147,110 @@ class Service:
         self._runners: ThreadPoolExecutor | None = None
         self._commit: CommitStage | None = None
         self._finish: FinishStage | None = None
-        self.journal: JournalPublisher | None = None   # with [[journal]] rules
-        self.joblog: JobLog | None = None
-        self.watch: Watch | None = None    # when [http] listen is set
+        self._published_versions: tuple[Any, ...] | None = None
         self.collector: Collector | None = None   # while run() runs
 
-    # -- opening and closing ---------------------------------------------------------
+    # -- the parts, in start order ---------------------------------------------------------
+    def _parts(self) -> Iterator[_Part]:
+        """What :meth:`open` starts, in order; :meth:`close` stops them in reverse."""
+        yield _Part("store", self._open_store, self._close_store)
+        yield _Part("plug-ins built", self._build_plugins)   # and their tables made
+        yield _Part("workflows", self._load_workflows)
+        yield _Part("runner", self._open_runner, self._close_runner)
+        yield _Part("in-flight leases", self._open_inflight,
+                    lambda: self.inflight.stop() if self.inflight else None)
+        yield _Part("broker link", self._open_link,
+                    lambda: self.link.stop() if self.link else None)
+        yield _Part("finish stage", self._open_finish,
+                    lambda: self._finish.input.close() if self._finish else None)
+        yield _Part("commit stage", self._open_commit,
+                    lambda: self._commit.input.close() if self._commit else None)
+        yield _Part("workflow versions", self.publish_versions, self._forget_versions)
+        yield _Part("plug-ins installed", self._install_plugins)
+        # After the stages, so that it stops before them: until its heartbeat stops this
+        # process may take over leadership and hand the view's event to the finish stage.
+        yield _Part("membership", self._start_membership,
+                    lambda: self.membership.stop() if self.membership else None)
+        for plugin in self.plugins:  # built above, in ``requires`` order
+            yield _Part(f"plug-in {plugin.name}", plugin.start, plugin.stop)
+
     def open(self) -> Service:
+        """Start every part in order; on a failure, stop what started and raise."""
+        self._started = []
+        try:
+            for part in self._parts():
+                part.start()
+                self._started.append(part)
+        except BaseException:
+            self._stop_parts()
+            raise
+        log.info("service %s up: queues %s, workflows %s, plug-ins %s", self.node,
+                 ", ".join(self.listeners.queues), ", ".join(self.registry.names()),
+                 ", ".join(p.name for p in self.plugins) or "none")
+        return self
+
+    def close(self) -> None:
+        try:
+            self.drain()
+        finally:
+            self._stop_parts()
+
+    def _stop_parts(self) -> None:
+        while self._started:
+            part = self._started.pop()
+            if part.stop is None:
+                continue
+            try:
+                part.stop()
+            except Exception:  # one failing part never keeps the rest from stopping
+                log.exception("stopping %s failed", part.name)
+
+    def __enter__(self) -> Service:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def plugin(self, name: str) -> Plugin | None:
+        """The built plug-in of that name, or None."""
+        return next((p for p in self.plugins if p.name == name), None)
+
+    # -- each part -------------------------------------------------------------------------
+    def _open_store(self) -> None:
         s = self.settings
-        node = self.node = s.node or claim_node_name(s.blackboard_url)
+        self.node = s.node or claim_node_name(s.blackboard_url)
+        self.store = ServiceStore(SqlStore(s.blackboard_url))
+
+    def _close_store(self) -> None:
+        if self.store is not None:
+            self.store.close()
+
+    def _build_plugins(self) -> None:
+        s = self.settings
+        built = [p for cls in plugin_classes() if (p := cls.build(s)) is not None]
+        self.plugins = ordered([*self._given_plugins, *built])
+        assert self.store is not None
+        for plugin in self.plugins:
+            for schema in plugin.tables():
+                with unavailable():
+                    schema.create(self.store.engine)
+
+    def _load_workflows(self) -> None:
+        s = self.settings
         self.listeners = ListenerRules(s.listeners)
-        router = Router(s.routers)
         registry = self.registry = self._registry or engine.WorkflowRegistry(
             s.workflows_dir, aliases=s.aliases, services=s.services)
         for problem in registry.errors:
             log.error("%s", problem)
         check_workflows(s, registry)
-        store = self.store = ServiceStore(SqlStore(s.blackboard_url))
+
+    def _open_runner(self) -> None:
+        s = self.settings
         runner: Runner = self._runner or make_runner(s, self._spark)
         self.runner = runner
-        local_runner = None
+        self.local_runner = None
         if s.local_below != 0 and not isinstance(runner, engine.LocalRunner):
-            local_runner = engine.LocalRunner()
+            self.local_runner = engine.LocalRunner()
         # More than one batch may run at once (Spark jobs from several threads;
         # the in-flight registry keeps their records and messages apart).  On
         # two cores a second Spark job only competes with the first (measured:
@@ -169,120 +261,115 @@ class Service:
         warm_up = getattr(runner, "warm_up", None)
         if warm_up is not None:
             log.info("Spark workers warmed up in %.1f s", warm_up())
-        lease = s.lease_seconds
-        self.inflight = InFlight(functools.partial(store.renew_leases, owner=node,
+
+    def _close_runner(self) -> None:
+        if self._runners is not None:
+            self._runners.shutdown(wait=True)
+
+    def _open_inflight(self) -> None:
+        assert self.store is not None
+        lease = self.settings.lease_seconds
+        self.inflight = InFlight(functools.partial(self.store.renew_leases, owner=self.node,
                                                    lease_seconds=lease), lease / 3).start()
+
+    def _open_link(self) -> None:
+        s = self.settings
         sizing = self.sizing = self._sizing or default_sizing(s.listeners)
         self.observers.add(sizing)
         link_class = ProcessLink if s.broker_process else AmqpLink
-        link = self.link = link_class(s.broker_url, prefetch=prefetch_for(s.listeners),
-                                      consume=self.listeners.consumers(),
-                                      prepare=functools.partial(declare_all, settings=s)).start()
+        link = self.link = link_class(
+            s.broker_url, prefetch=prefetch_for(s.listeners), consume=self.listeners.consumers(),
+            prepare=functools.partial(declare_all, settings=s,
+                                      exchanges=plugin_exchanges(s))).start()
         deliveries = link.deliveries
         self.gathering = Gathering(sizing, lambda: link.waiting + deliveries.qsize())
-        if s.journals:
-            from listener_router.journal import publisher_for
-            journal = self.journal = publisher_for(s, store, node)
-            if journal is not None:
-                self.extensions.append(journal.writer)
-                journal.start(link)
-        events = self.events = Events(s.events, node)
-        extensions = list(self.extensions)
-        if events.enabled(EventKind.COMMITTED):
-            extensions.append(CommittedEvents(events))
-        settle: list[SettleExtension] = []
-        if events.enabled(EventKind.INVALIDATED) or events.enabled(EventKind.DEAD_LETTERED):
-            settle.append(FailureEvents(events))
 
-        meter, held = Meter(self.stats), Held()
-        loader = Loader(store, meter)
-        settled = SettledObservers()
-        if s.job_log:
-            joblog = self.joblog = JobLog(store, node, interval=s.stats_interval)
-            extensions.append(joblog)
-            settled.add(joblog)
-            self.observers.add(joblog)
-        finish = self._finish = FinishStage(link=link, settings=s, store=store, held=held,
-                                            meter=meter, stats=self.stats,
-                                            observers=self.observers, extensions=settle,
-                                            writer=node, settled=settled)
+    def _open_finish(self) -> None:
+        assert self.store is not None and self.link is not None
+        for hook in hooked(self.plugins, "batch_finished"):
+            self.observers.add(hook)
+        self.meter, self.held = Meter(self.stats), Held()
+        self.loader = Loader(self.store, self.meter)
+        self._finish = FinishStage(
+            link=self.link, settings=self.settings, store=self.store, held=self.held,
+            meter=self.meter, stats=self.stats, observers=self.observers,
+            settle_messages=hooked(self.plugins, "settle_messages"), writer=self.node,
+            settled=hooked(self.plugins, "settled"))
+
+    def _open_commit(self) -> None:
+        s = self.settings
+        assert self.store is not None and self.inflight is not None and self._finish is not None
+        settlement = Settlement(loader=self.loader, inflight=self.inflight, held=self.held,
+                                finish=self._finish, meter=self.meter)
+        commit = self._commit = CommitStage(router=Router(s.routers), store=self.store,
+                                            loader=self.loader, settlement=settlement,
+                                            meter=self.meter,
+                                            in_commit=hooked(self.plugins, "in_commit"))
+        self._execute = ExecuteStage(registry=self.registry, runner=self.runner,
+                                     local_runner=self.local_runner,
+                                     placement=Placement(self.sizing, s.local_below),
+                                     batch_timeout=s.batch_timeout, loader=self.loader,
+                                     commit=commit, settlement=settlement, meter=self.meter)
+        self._gather = GatherStage(link=self.link, listeners=self.listeners,  # type: ignore[arg-type]
+                                   registry=self.registry, store=self.store, loader=self.loader,
+                                   inflight=self.inflight, held=self.held,
+                                   gathering=self.gathering, finish=self._finish,
+                                   settlement=settlement, meter=self.meter, owner=self.node,
+                                   lease_seconds=s.lease_seconds, stopping=self._stopping)
+        assert self.store is not None
         self.membership = Membership(
-            store, node, interval=s.heartbeat_seconds, ttl=s.ttl_seconds,
+            self.store, self.node, interval=s.heartbeat_seconds, ttl=s.ttl_seconds,
             properties={"version": _version(), "queues": list(self.listeners.queues),
-                        "workflows": registry.names()},
-            listeners=[*self.topology_listeners, _WakeHeld(held)],
-            publish=finish.publish_orphans, events=events).start()
-        self._published_versions: tuple[Any, ...] | None = None
-        self.publish_versions()
-        settlement = Settlement(loader=loader, inflight=self.inflight, held=held, finish=finish,
-                                meter=meter)
-        commit = self._commit = CommitStage(router=router, store=store, loader=loader,
-                                            settlement=settlement, meter=meter,
-                                            extensions=extensions)
-        self._execute = ExecuteStage(registry=registry, runner=runner, local_runner=local_runner,
-                                     placement=Placement(sizing, s.local_below),
-                                     batch_timeout=s.batch_timeout,
-                                     loader=loader, commit=commit, settlement=settlement,
-                                     meter=meter)
-        self._gather = GatherStage(link=link, listeners=self.listeners, registry=registry,
-                                   store=store, loader=loader, inflight=self.inflight, held=held,
-                                   gathering=self.gathering, finish=finish,
-                                   settlement=settlement, meter=meter, owner=node,
-                                   lease_seconds=lease, stopping=self._stopping)
+                        "workflows": self.registry.names()},
+            listeners=[_WakeHeld(self.held),
+                       *(HookListener(h) for h in hooked(self.plugins, "topology_event"))],
+            publish=self._finish.publish_orphans,
+            on_view=hooked(self.plugins, "view_established"))
+
+    def _install_plugins(self) -> None:
+        assert self.store is not None and self.link is not None
+        assert self.membership is not None and self._finish is not None
+        inflight, gathering = self.inflight, self.gathering
+        self.live = LiveView(
+            node=self.node, settings=self.settings, started=time.time(), stats=self.stats,
+            store=self.store, registry=self.registry, membership=self.membership,
+            batch_size=lambda: gathering.sizing.size,
+            in_flight=lambda: len(inflight) if inflight is not None else 0,
+            snapshot=self.snapshot)
+        host = Host(settings=self.settings, node=self.node, store=self.store, link=self.link,
+                    registry=self.registry, membership=self.membership, stats=self.stats,
+                    live=self.live, publish=self._finish.publish_orphans,
+                    plugins={p.name: p for p in self.plugins})
+        for plugin in self.plugins:
+            plugin.install(host)
+        s, store = self.settings, self.store
         self.leader = LeaderTasks(self.membership, [
-            ExpiredLeases(store), OrphanedOutbox(store, finish.publish_orphans),
+            ExpiredLeases(store), OrphanedOutbox(store, self._finish.publish_orphans),
             Retention(store, s.retention_days), ForgetDeadMembers(self.membership),
-            *self.leader_tasks])
-        if s.schedules:
-            self.leader.add(Scheduler(store, s.schedules, self.membership, finish.publish_orphans,
-                                      member=node, events=events))
+            *(task for plugin in self.plugins for task in plugin.leader_tasks())])
         self._last_refresh = time.monotonic()
-        if s.http_listen:  # metrics and the dashboard (their imports only when asked for)
-            from listener_router.watch import Watch
-            self.watch = Watch(self).start()
-        log.info("service %s up: queues %s, workflows %s", node,
-                 ", ".join(self.listeners.queues), ", ".join(registry.names()))
-        return self
 
-    def close(self) -> None:
-        try:
-            self.drain()
-        finally:
-            if self.watch is not None:
-                try:
-                    self.watch.stop()
-                except Exception:  # never keeps the rest from closing
-                    log.exception("stopping the metrics and dashboard failed")
-            if self._runners is not None:
-                self._runners.shutdown(wait=True)
-            if self.membership is not None:
-                # Before the lanes close: until its heartbeat stops, this process may
-                # take over leadership and hand the view's event to the finish lane.
-                self.membership.stop()
-            for stage in (self._commit, self._finish):
-                if stage is not None:
-                    stage.lane.close()
-            if self.joblog is not None:
-                self.joblog.close()
-            if self.inflight is not None:
-                self.inflight.stop()
-            if self.journal is not None:
-                self.journal.stop()  # what was committed goes out first
-        if self.link is not None:
-            self.link.stop()
-        if self.store is not None:
-            if getattr(self, "_published_versions", None) is not None:
-                with contextlib.suppress(Exception):  # a stopped process's rows are ignored anyway
-                    self.store.workflow_versions.forget(self.node)
-            self.store.close()
+    def _start_membership(self) -> None:
+        assert self.membership is not None
+        self.membership.start()
 
-    def __enter__(self) -> Service:
-        return self.open()
+    def _forget_versions(self) -> None:
+        if self.store is not None and self._published_versions is not None:
+            with contextlib.suppress(Exception):  # a stopped process's rows are ignored anyway
+                self.store.workflow_versions.forget(self.node)
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    # -- what plug-ins read ----------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """Every plug-in's ``snapshot`` merged (a failing one is logged and left out)."""
+        merged: dict[str, Any] = {}
+        for hook in hooked(self.plugins, "snapshot"):
+            try:
+                merged.update(hook())
+            except Exception:
+                log.exception("snapshot of plug-in %s failed", getattr(hook, "__self__", hook))
+        return merged
 
-    # -- the loop ------------------------------------------------------------------
+    # -- the loop ------------------------------------------------------------------------
     def request_stop(self) -> None:
         """Stop consuming; the current batch is finished, then ``run`` returns."""
         self._stopping.set()
@@ -382,7 +469,7 @@ class Service:
         """Wait until every batch handed on is committed, published and acked."""
         for stage in (self._commit, self._finish):
             if stage is not None:
-                stage.lane.drain()
+                stage.input.drain()
 
 
 class _WakeHeld(TopologyListener):
@@ -404,3 +491,4 @@ def _version() -> str:
         return importlib.metadata.version("chalk")
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
+

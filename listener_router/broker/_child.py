@@ -19,7 +19,8 @@ from concurrent.futures import Future
 from multiprocessing.connection import Connection
 from typing import Any
 
-from listener_router.broker._link import AmqpLink, OutMessage
+from listener_router.broker._link import AmqpLink
+from listener_router.broker._values import OutMessage
 
 
 class _Events:

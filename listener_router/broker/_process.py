@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from listener_router._errors import BrokerUnavailable
-from listener_router.broker._link import Deliveries, Delivery, OutMessage
+from listener_router.broker._values import Deliveries, Delivery, OutMessage
 
 __all__ = ["ProcessLink"]
 

@@ -3,7 +3,7 @@
 ``_membership``: every service process writes a heartbeat and advertises
 its properties; the leader holds a fencing epoch, fails over members whose
 heartbeat lapsed and establishes the view; :meth:`Membership.fenced` is the
-transaction all leader work runs in.  ``_topology``: the view and the
+transaction all leader work runs in.  ``_views``: the view and the
 topology events in-process listeners hear.  ``_failover``: what the leader
 does for a member that is gone.  ``_leader``: periodic tasks only the
 leader runs (today's maintenance; a scheduler is one more task).
@@ -20,14 +20,20 @@ from listener_router.cluster._leader import (
     OrphanedOutbox,
     Retention,
 )
-from listener_router.cluster._membership import LeaderTransaction, Membership, claim_node_name
-from listener_router.cluster._topology import (
+from listener_router.cluster._membership import (
+    LeaderTransaction,
+    Membership,
+    OnView,
+    claim_node_name,
+)
+from listener_router.cluster._views import (
     ClusterView,
     MemberDescription,
     TopologyEvent,
     TopologyEventType,
     TopologyListener,
     TopologyListeners,
+    ViewChange,
 )
 
 __all__ = [
@@ -43,11 +49,13 @@ __all__ = [
     "LeaderTransaction",
     "MemberDescription",
     "Membership",
+    "OnView",
     "OrphanedOutbox",
     "Retention",
     "TopologyEvent",
     "TopologyEventType",
     "TopologyListener",
     "TopologyListeners",
+    "ViewChange",
     "claim_node_name",
 ]

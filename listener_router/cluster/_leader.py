@@ -7,10 +7,11 @@ holds.  Each task does its work in :meth:`LeaderTask.fenced` transactions,
 so a process that lost leadership while frozen is refused
 (:class:`~listener_router.NotLeader`) instead of doing leader work.  Today's
 maintenance is four tasks: expired leases, orphaned outbox batches,
-retention, members long dead (failing over a member whose heartbeat lapsed
-is the membership's own, at the heartbeat).  A scheduler is one more task.
+retention of the inbox and outbox, members long dead (failing over a member whose heartbeat lapsed
+is the membership's own, at the heartbeat).
 A task that fails is logged and tried again at its next turn; it never stops
-the service or the other tasks.
+the service or the other tasks.  Plug-ins add tasks of their own
+(the scheduler, the job log's retention).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from contextlib import AbstractContextManager
 from listener_router._errors import InfrastructureError, NotLeader
 from listener_router.broker import OutMessage
 from listener_router.cluster._membership import LeaderTransaction, Membership
-from listener_router.store import ServiceStore, unavailable
+from listener_router.store import ServiceStore
 
 __all__ = ["LeaderTask", "LeaderTasks", "ExpiredLeases", "OrphanedOutbox", "Retention",
            "ForgetDeadMembers", "MAINTAIN_EVERY", "ORPHAN_AGE"]
@@ -95,8 +96,8 @@ class OrphanedOutbox(LeaderTask):
 
 
 class Retention(LeaderTask):
-    """Drop sent outbox batches, inbox rows and the job log's rows and statistics older
-    than ``retention_days``."""
+    """Drop sent outbox batches and inbox rows older than ``retention_days`` (a feature
+    with history of its own drops it with a task of its own)."""
 
     name = "retention"
 
@@ -106,9 +107,7 @@ class Retention(LeaderTask):
 
     def run(self) -> int:
         with self.fenced() as tx:
-            purged = self.store.outbox.purge(self.days * 86400.0, conn=tx.connection)
-        with self.store.writes, unavailable():
-            return purged + self.store.joblog.purge(self.days * 86400.0)
+            return self.store.outbox.purge(self.days * 86400.0, conn=tx.connection)
 
 
 class ForgetDeadMembers(LeaderTask):

@@ -23,7 +23,7 @@ heartbeat a member:
    the new view — one fenced transaction, with the ``topology.changed``
    event when that is on;
 3. compares the established view with the one it knew and tells its
-   listeners (``_topology``): TOPOLOGY_INIT, TOPOLOGY_CHANGING,
+   listeners (``_views``): TOPOLOGY_INIT, TOPOLOGY_CHANGING,
    TOPOLOGY_CHANGED, PROPERTIES_CHANGED.
 
 *Fencing.*  Leader work runs in :meth:`Membership.fenced`: a transaction
@@ -49,7 +49,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from sqlalchemy import Connection
@@ -57,15 +57,15 @@ from sqlalchemy import Connection
 from listener_router._errors import NotLeader, StoreUnavailable
 from listener_router.broker import OutMessage
 from listener_router.cluster._failover import FailedOver, Failover
-from listener_router.cluster._topology import (
+from listener_router.cluster._views import (
     ClusterView,
     MemberDescription,
     TopologyEvent,
     TopologyEventType,
     TopologyListener,
     TopologyListeners,
+    ViewChange,
 )
-from listener_router.events import EventKind, Events
 from listener_router.store import (
     ClusterRow,
     ClusterState,
@@ -75,34 +75,28 @@ from listener_router.store import (
     unavailable,
 )
 
-__all__ = ["LeaderTransaction", "Membership", "claim_node_name"]
+__all__ = ["LeaderTransaction", "Membership", "OnView", "claim_node_name"]
 
 log = logging.getLogger(__name__)
 
 Publish = Callable[[dict[str, list[OutMessage]]], None]
+OnView = Callable[["LeaderTransaction", ViewChange], None]
 
 
 class LeaderTransaction:
     """One fenced transaction of leader work (``with membership.fenced() as tx``).
 
-    Write rows with ``tx.connection``; ``tx.publish(message)`` and
-    ``tx.emit(kind, subject, body, key)`` add messages to an outbox batch
-    written in the transaction and published after it commits (nothing, if
-    it rolls back).
+    Write rows with ``tx.connection``; ``tx.publish(message)`` adds a message
+    to an outbox batch written in the transaction and published after it
+    commits (nothing, if it rolls back).
     """
 
-    def __init__(self, connection: Connection, events: Events | None):
+    def __init__(self, connection: Connection):
         self.connection = connection
         self.added: list[OutMessage] = []
-        self._events = events
 
     def publish(self, message: OutMessage) -> None:
         self.added.append(message)
-
-    def emit(self, kind: EventKind, subject: str | None, body: Mapping[str, Any],
-             key: Sequence[str]) -> bool:
-        """Add an event (``listener_router.events``); False when its kind is off."""
-        return self._events is not None and self._events.emit(self, kind, subject, body, key)
 
 
 class Membership:
@@ -111,14 +105,15 @@ class Membership:
     ``properties`` are advertised to the other members (the service gives
     version, queues and workflows); ``listeners`` hear the topology events;
     ``publish`` takes outbox batches to publish (the service's finish stage;
-    without it they wait for the orphan task); ``events`` makes the
-    ``topology.changed`` event and the leader's other events.
+    without it they wait for the orphan task); ``on_view`` are called in the
+    leader's fenced transaction that establishes a new view (the
+    ``topology.changed`` event is written there).
     """
 
     def __init__(self, store: ServiceStore, name: str, *, interval: float = 5.0,
                  ttl: float = 30.0, properties: Mapping[str, Any] | None = None,
                  listeners: Iterable[TopologyListener] = (), publish: Publish | None = None,
-                 events: Events | None = None):
+                 on_view: Iterable[OnView] = ()):
         self.store = store
         self.nodes = store.nodes
         self.cluster = store.cluster
@@ -129,7 +124,7 @@ class Membership:
         self.started_at = time.time()
         self.listeners = TopologyListeners(listeners)
         self.publish = publish
-        self.events = events
+        self.on_view = list(on_view)
         self.failover = Failover(store)
         self._properties: dict[str, Any] = dict(properties or {})
         self._epoch: int | None = None
@@ -252,11 +247,14 @@ class Membership:
             seq = ClusterState.establish(tx.connection, self.name, epoch or 0, pairs)
             if seq is None:
                 raise NotLeader(f"{self.name} could not establish the view: epoch {epoch} is over")
-            tx.emit(EventKind.TOPOLOGY_CHANGED, None, {
-                "cluster_id": state.cluster_id, "seq": seq, "leader": self.name, "epoch": epoch,
-                "members": [_advertised(m) for m in live], "left": gone,
-                "joined": [n for n, i in pairs if (n, i) not in set(state.view_members)],
-            }, key=(state.cluster_id, str(seq)))
+            if self.on_view:
+                before = set(state.view_members)
+                change = ViewChange(
+                    state.cluster_id, seq, self.name, epoch or 0,
+                    tuple(_advertised(m) for m in live), tuple(gone),
+                    tuple(n for n, i in pairs if (n, i) not in before))
+                for hook in self.on_view:
+                    hook(tx, change)
         if failed.members:
             lapsed = {m.name for m in rows}  # a clean leave deleted its row
             if failed.leases or failed.batches or lapsed & set(failed.members):
@@ -326,7 +324,7 @@ class Membership:
         Its first statement confirms the epoch (a conditional update of the
         cluster row); when another member took over meanwhile, nothing in it
         is written and :class:`NotLeader` is raised, and this process stops
-        leading.  Messages added with ``publish``/``emit`` go to an outbox
+        leading.  Messages added with ``publish`` go to an outbox
         batch in the transaction and are published after the commit.
         Raises :class:`StoreUnavailable` when the database fails.
         """
@@ -340,7 +338,7 @@ class Membership:
                     self._lost(epoch)
                     raise NotLeader(f"{self.name} no longer leads the cluster: epoch {epoch} "
                                     "is over (another member took over)")
-                tx = LeaderTransaction(conn, self.events)
+                tx = LeaderTransaction(conn)
                 yield tx
                 if tx.added:
                     batch = Outbox.write(conn, [], [(None, m) for m in tx.added],

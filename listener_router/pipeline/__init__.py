@@ -11,9 +11,10 @@ gather      deliveries → parse, match, inbox,       ``chalk-stage``        the
 execute     run each workflow's group (Spark)       ``chalk-run`` (the     ``Gathering``
                                                     service's loop hands   (a ``Batch``)
                                                     it the batch)
-commit      route, then records + inbox + outbox    ``chalk-commit``       ``Lane[Executed]``
-            (+ extensions) in one transaction
-finish      publish with confirms, mark sent, ack   ``chalk-finish``       ``Lane[Finishing]``
+commit      route, then records + inbox + outbox    ``chalk-commit``       ``StageInput``
+            (+ plug-ins' rows) in one transaction                          (``Executed``)
+finish      publish with confirms, mark sent, ack   ``chalk-finish``       ``StageInput``
+                                                                           (``Finishing``)
 ==========  ======================================  =====================  ==========
 
 The batch grows while the execute stage is busy, up to the batch size
@@ -24,24 +25,30 @@ batches in the service's process where the workflow allows).  ``_states`` is the
 table of what may happen to a message; ``_inflight`` keeps batches in flight
 from loading each other's records; ``_held`` keeps deferred messages until
 they are gathered again; ``_retries`` decides retry or dead letter;
-``_settle`` ends groups and batches; ``_report`` counts; ``_settled`` tells
-observers (the job log) about every settled message before its ack.
+``_settlement`` ends groups and batches; ``_report`` counts;
+``_stage_input`` is a stage's input and thread.
 """
 
 from listener_router.pipeline._batch import Batch, BatchSizing, Gathering, Group
-from listener_router.pipeline._commit import Commit, CommitExtension, CommitStage, Executed
+from listener_router.pipeline._commit import (
+    Commit,
+    CommitExtension,
+    CommitStage,
+    Executed,
+    InCommit,
+)
 from listener_router.pipeline._execute import HANG_EXIT, ExecuteStage, Runner, hang_watch
 from listener_router.pipeline._finish import (
     CONFIRM_TIMEOUT,
     Finishing,
     FinishStage,
     Orphans,
-    SettleExtension,
+    Settled,
+    SettleMessages,
 )
 from listener_router.pipeline._gather import GatherStage
 from listener_router.pipeline._held import Held
 from listener_router.pipeline._inflight import InFlight
-from listener_router.pipeline._lanes import BACKLOG, Lane
 from listener_router.pipeline._loading import Loader
 from listener_router.pipeline._report import (
     BatchObserver,
@@ -50,10 +57,11 @@ from listener_router.pipeline._report import (
     Observers,
     Stats,
     WorkflowRun,
+    hook_name,
 )
-from listener_router.pipeline._settle import Settlement
-from listener_router.pipeline._settled import SettledObserver, SettledObservers
+from listener_router.pipeline._settlement import Settlement
 from listener_router.pipeline._sizing import AdaptiveSizing, Placement, default_sizing, prefetch_for
+from listener_router.pipeline._stage_input import BACKLOG, StageInput
 from listener_router.pipeline._states import TRANSITIONS, State, check_transition
 from listener_router.pipeline._work import Work
 
@@ -79,22 +87,23 @@ __all__ = [
     "Group",
     "Held",
     "InFlight",
-    "Lane",
+    "InCommit",
     "Loader",
     "Meter",
     "Observers",
     "Orphans",
     "Placement",
     "Runner",
-    "SettleExtension",
-    "SettledObserver",
-    "SettledObservers",
+    "SettleMessages",
+    "Settled",
     "Settlement",
+    "StageInput",
     "State",
     "Stats",
     "Work",
     "WorkflowRun",
     "check_transition",
+    "hook_name",
     "default_sizing",
     "hang_watch",
     "prefetch_for",

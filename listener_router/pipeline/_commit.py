@@ -5,11 +5,11 @@ are invalidated and the message fails (retrying or dead, ``_retries``); a
 successful one is routed (its outgoing messages computed, deletions marked)
 and committed.  The commit is one transaction: the records, an inbox row per
 message, one outbox row with the group's outgoing messages, and whatever the
-registered :class:`CommitExtension` objects write.  Then the group goes to
-the finish stage (``_settle``).
+plug-ins' ``in_commit`` hooks write (:class:`Commit` is what they see).  Then the group goes to
+the finish stage (``_settlement``).
 
 A commit that fails for the infrastructure (the database, a lease another
-owner took, an extension) defers the messages: held and tried again.  One
+owner took, a plug-in's hook) defers the messages: held and tried again.  One
 refused for the data is narrowed down by committing halves (the results stay
 on the blackboard after a refused commit: nothing runs again) until the
 message that causes it stands alone; that one fails.
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy import Connection
@@ -30,23 +30,23 @@ from listener_router._errors import ChalkServiceError, ExtensionFailed, Infrastr
 from listener_router._rules import Router
 from listener_router.broker import OutMessage
 from listener_router.pipeline._batch import Group
-from listener_router.pipeline._lanes import Lane
 from listener_router.pipeline._loading import Loader
-from listener_router.pipeline._report import BatchReport, Meter
+from listener_router.pipeline._report import BatchReport, Meter, hook_name
 from listener_router.pipeline._retries import fail
-from listener_router.pipeline._settle import Settlement
+from listener_router.pipeline._settlement import Settlement
+from listener_router.pipeline._stage_input import StageInput
 from listener_router.pipeline._states import State
 from listener_router.pipeline._work import Work
 from listener_router.store import InboxLog, Outbox, ServiceStore, commit_failure
 
-__all__ = ["Commit", "CommitExtension", "CommitStage", "Executed"]
+__all__ = ["Commit", "CommitExtension", "CommitStage", "Executed", "InCommit"]
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
 class Executed:
-    """A group whose workflow ran, with one result per message (the commit lane's value)."""
+    """A group whose workflow ran, with one result per message (the commit stage's input)."""
 
     group: Group
     results: list[InstanceResult]
@@ -79,7 +79,7 @@ class Commit:
     added: list[OutMessage] = field(default_factory=list)
     results: list[InstanceResult] = field(default_factory=list)  # one per ``committed``
     # The job log's entries of ``committed``, one each in order: written on their inbox
-    # rows (the job log sets it; at most one extension may).
+    # rows (the job log sets it; at most one plug-in may).
     inbox_log: InboxLog | None = None
 
     def publish(self, message: OutMessage) -> None:
@@ -95,9 +95,12 @@ class Commit:
         self.added.append(message)
 
 
+InCommit = Callable[[Commit], None]   # a plug-in's ``in_commit`` hook
+
+
 class CommitExtension:
-    """Rows and messages of its own in a batch's commit transaction (a job log, events,
-    a distribution journal); the base does nothing.
+    """Rows and messages of its own in a batch's commit transaction; the base does nothing
+    (``Service(extensions=[...])``; a plug-in overrides ``Plugin.in_commit`` instead).
 
     :meth:`in_transaction` runs inside the transaction, before the inbox and
     outbox rows are written; what it writes with ``commit.connection`` and
@@ -111,18 +114,17 @@ class CommitExtension:
 
 
 class CommitStage:
-    """Route and commit (see module doc); ``lane`` is the stage's input."""
+    """Route and commit (see module doc); ``input`` is the stage's input."""
 
     def __init__(self, *, router: Router, store: ServiceStore, loader: Loader,
-                 settlement: Settlement, meter: Meter,
-                 extensions: Iterable[CommitExtension] = ()):
+                 settlement: Settlement, meter: Meter, in_commit: Iterable[InCommit] = ()):
         self.router = router
         self.store = store
         self.loader = loader
         self.settlement = settlement
         self.meter = meter
-        self.extensions: list[CommitExtension] = list(extensions)
-        self.lane: Lane[Executed] = Lane("chalk-commit", self._handle)
+        self.in_commit: list[InCommit] = list(in_commit)
+        self.input: StageInput[Executed] = StageInput("chalk-commit", self._handle)
 
     def _handle(self, executed: Executed) -> None:
         group = executed.group
@@ -172,7 +174,7 @@ class CommitStage:
 
     def _commit(self, group: Group, committing: list[tuple[Work, InstanceResult]],
                 failed: list[Work], invalidated: list[str]) -> None:
-        """Records, inbox, outbox and the extensions' writes in one transaction (module doc)."""
+        """Records, inbox, outbox and the plug-ins' writes in one transaction (module doc)."""
         name, bb = group.name, group.bb
         report = group.batch.report if group.batch is not None else None
         commit_ids = [rid for _w, result in committing for rid in result.record_ids]
@@ -184,7 +186,7 @@ class CommitStage:
         def in_transaction(conn: Connection) -> None:
             messages: list[tuple[str | None, OutMessage]] = list(outgoing)
             logged = None
-            if self.extensions:
+            if self.in_commit:
                 commit = Commit(name, conn, [w for w, _ in committing], failed, commit_ids,
                                 invalidated, outgoing, report, bb,
                                 results=[result for _, result in committing])
@@ -238,11 +240,10 @@ class CommitStage:
             report.count_records(name, "committed", len(commit_ids))
 
     def _extend(self, commit: Commit) -> None:
-        for extension in self.extensions:
+        for hook in self.in_commit:
             try:
-                extension.in_transaction(commit)
+                hook(commit)
             except Exception as e:
-                log.exception("commit extension %s failed; the batch is rolled back and held",
-                              type(extension).__name__)
-                raise ExtensionFailed(f"commit extension {type(extension).__name__} failed: "
-                                      f"{type(e).__name__}: {e}") from e
+                name = hook_name(hook)
+                log.exception("commit hook %s failed; the batch is rolled back and held", name)
+                raise ExtensionFailed(f"commit hook {name} failed: {type(e).__name__}: {e}") from e

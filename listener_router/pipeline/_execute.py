@@ -1,7 +1,7 @@
 """The execute stage: run each workflow's group of a batch (one Spark job per group).
 
 Runs on a runner thread (``Service.run`` hands it a batch taken from the
-gathering).  Each group's results go to the commit stage's lane as an
+gathering).  Each group's results go to the commit stage's input as an
 :class:`~listener_router.pipeline._commit.Executed`; the next group (and the
 next batch) runs meanwhile.
 
@@ -36,7 +36,7 @@ from listener_router.pipeline._commit import CommitStage, Executed
 from listener_router.pipeline._loading import Loader
 from listener_router.pipeline._report import BatchReport, Meter
 from listener_router.pipeline._retries import fail
-from listener_router.pipeline._settle import Settlement
+from listener_router.pipeline._settlement import Settlement
 from listener_router.pipeline._sizing import Placement
 from listener_router.pipeline._work import Work
 
@@ -114,7 +114,7 @@ class ExecuteStage:
                 if results is None:  # isolated and settled on this thread
                     self.settlement.group_done(group)
                 else:
-                    self.commit.lane.put(Executed(group, results))
+                    self.commit.input.put(Executed(group, results))
         finally:
             self.settlement.part_done(batch)
 

@@ -4,21 +4,25 @@ A settled message needs one of: its outgoing messages published (committed,
 or a duplicate whose outbox batch was never confirmed), a copy in a delay
 queue (retrying) or in the dead-letter queue (dead), or nothing yet
 (deferred: held unacked and gathered again later).  :meth:`FinishStage.finish`
-decides and hands a :class:`Finishing` to the stage's lane; there the
+decides and hands a :class:`Finishing` to the stage's input; there the
 messages are published with confirms, the outbox batches marked sent, and
 only then the inputs acked.  A failed publish holds them instead; committed
 ones then take the inbox path and publish their outbox batch again.
 
-Settle extensions (:class:`SettleExtension`) add messages of their own for
-the settled messages (events about failures and dead letters): written to
-the outbox in a transaction of their own before anything is published, then
+Plug-ins (``Plugin.settle_messages``) may add messages of their own for the
+settled messages (events about failures and dead letters): written to the
+outbox in a transaction of their own before anything is published, then
 published and marked sent with the rest.  Nothing is written or published
-for them when no extension is registered.
+for them when no plug-in does.
 
-Before the ack, the settled messages go to the settled observers
-(``_settled``: the job log writes down the ones no commit transaction did).
+Before the ack, the settled messages go to the plug-ins' ``settled`` hooks
+(the job log writes down the ones no commit transaction did): after their
+outgoing messages, retry copies and dead letters are confirmed, so one that
+writes them down never misses one (a crash before the ack redelivers the
+message; it is settled, and observed, again).  A hook's failure is its own:
+it is logged and the messages are acked all the same.
 The leader's orphaned outbox batches (:class:`Orphans`) are published on the
-same lane.  When the last job of a batch is done, its report goes to the
+same input.  When the last job of a batch is done, its report goes to the
 observers.
 """
 
@@ -27,23 +31,23 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from listener_router._config import Settings
 from listener_router._errors import BrokerUnavailable, InfrastructureError
+from listener_router._settings import Settings
 from listener_router.broker import Link, OutMessage, declare_new_outputs, publish_confirmed
 from listener_router.pipeline._batch import Batch
 from listener_router.pipeline._held import Held
-from listener_router.pipeline._lanes import Lane
-from listener_router.pipeline._report import Meter, Observers, Stats
+from listener_router.pipeline._report import BatchReport, Meter, Observers, Stats, hook_name
 from listener_router.pipeline._retries import side_messages
-from listener_router.pipeline._settled import SettledObserver
+from listener_router.pipeline._stage_input import StageInput
 from listener_router.pipeline._states import State
 from listener_router.pipeline._work import Work
 from listener_router.store import Outbox, ServiceStore, unavailable
 
-__all__ = ["CONFIRM_TIMEOUT", "FinishStage", "Finishing", "Orphans", "SettleExtension"]
+__all__ = ["CONFIRM_TIMEOUT", "FinishStage", "Finishing", "Orphans", "SettleMessages",
+           "Settled"]
 
 log = logging.getLogger(__name__)
 
@@ -69,30 +73,19 @@ class Orphans:
     batches: dict[str, list[OutMessage]]
 
 
-class SettleExtension:
-    """Messages of its own for settled messages (events about failures); the base adds none.
-
-    :meth:`messages` runs on the finish lane with a batch's settled messages
-    (committed, duplicate, retrying, dead) before anything of theirs is
-    published.  What it returns is written to the outbox in one transaction
-    (a failed write holds the messages, to be tried again), published with
-    confirms with the batch's messages and marked sent with them.  One that
-    raises is logged, and the batch goes on without its messages.
-    """
-
-    def messages(self, done: list[Work]) -> list[OutMessage]:
-        """Outgoing messages about ``done`` (give them deterministic IDs)."""
-        return []
+# Plug-ins' hooks (``Plugin.settle_messages``, ``Plugin.settled``).
+SettleMessages = Callable[[Sequence[Work]], list[OutMessage]]
+Settled = Callable[[Sequence[Work], "BatchReport | None"], None]
 
 
 class FinishStage:
-    """Publish, mark sent, ack (see module doc); ``lane`` is the stage's input."""
+    """Publish, mark sent, ack (see module doc); ``input`` is the stage's input."""
 
     def __init__(self, *, link: Link, settings: Settings, store: ServiceStore, held: Held,
                  meter: Meter, stats: Stats, observers: Observers,
-                 extensions: Iterable[SettleExtension] = (), writer: str | None = None,
-                 settled: SettledObserver | None = None):
-        self.extensions = list(extensions)
+                 settle_messages: Iterable[SettleMessages] = (), writer: str | None = None,
+                 settled: Iterable[Settled] = ()):
+        self.settle_messages = list(settle_messages)
         self.writer = writer
         self.link = link
         self.settings = settings
@@ -101,16 +94,16 @@ class FinishStage:
         self.meter = meter
         self.stats = stats
         self.observers = observers
-        self.settled = settled or SettledObserver()
+        self.settled = list(settled)
         # Queues known to exist: the inputs and the configured outputs.  Others (named
         # by a record's nextDestination) are declared before the first publish to them.
         self.declared: set[str] = {rule.queue for rule in settings.listeners}
         self.declared |= {r.queue for r in settings.routers if r.queue and not r.exchange}
-        self.lane: Lane[Finishing | Orphans] = Lane("chalk-finish", self._handle)
+        self.input: StageInput[Finishing | Orphans] = StageInput("chalk-finish", self._handle)
 
     # -- handing on (any pipeline thread) ------------------------------------------------
     def finish(self, works: list[Work], batch: Batch | None) -> None:
-        """Decide what each message needs, hold the deferred, hand the rest to the lane."""
+        """Decide what each message needs, hold the deferred, hand the rest to the stage's thread."""
         done = [w for w in works if w.state in _DONE]
         for w in works:
             if w.state is State.DEAD:
@@ -134,10 +127,10 @@ class FinishStage:
             if batch is not None:
                 with batch.lock:
                     batch.finishing += 1
-            self.lane.put(Finishing(batch, done, routed, side))
+            self.input.put(Finishing(batch, done, routed, side))
 
     def publish_orphans(self, orphans: dict[str, list[OutMessage]]) -> None:
-        self.lane.put(Orphans(orphans))
+        self.input.put(Orphans(orphans))
 
     def report_if_finished(self, batch: Batch) -> None:
         """Hand the batch's report to the observers once it is settled and finished."""
@@ -147,7 +140,7 @@ class FinishStage:
             batch.finishing = -1  # reported: never again
         self.observers.notify(batch.report)
 
-    # -- the lane's thread -----------------------------------------------------------------
+    # -- the stage's thread -----------------------------------------------------------------
     def _handle(self, job: Finishing | Orphans) -> None:
         if isinstance(job, Orphans):
             self._publish_orphans(job.batches)
@@ -173,7 +166,7 @@ class FinishStage:
                 routed = self._still_unsent(done)
             extra: list[OutMessage] = []
             extra_batch = None
-            if self.extensions:
+            if self.settle_messages:
                 try:
                     extra, extra_batch = self._extension_messages(done)
                 except InfrastructureError as e:
@@ -203,7 +196,11 @@ class FinishStage:
                     log.warning("could not mark %d outbox batch(es) sent: %s", len(batches), e)
             for state, n in Counter(w.state.value for w in done).items():
                 self.stats.add(state, n)
-            self.settled.settled(done, report)
+            for hook in self.settled:
+                try:
+                    hook(done, report)
+                except Exception:  # a plug-in's bug never holds an ack
+                    log.exception("settled hook %s failed", hook_name(hook))
             for w in done:
                 w.to(State.ACKED)
             self.link.ack(w.delivery for w in done)
@@ -220,14 +217,14 @@ class FinishStage:
         self.held.publish_failed()
 
     def _extension_messages(self, done: list[Work]) -> tuple[list[OutMessage], str | None]:
-        """The settle extensions' messages for ``done``, written to an outbox batch."""
+        """The plug-ins' messages for ``done``, written to an outbox batch."""
         extra: list[OutMessage] = []
-        for extension in self.extensions:
+        for hook in self.settle_messages:
             try:
-                extra += extension.messages(done)
-            except Exception:  # an extension's bug: logged, never the batch's end
-                log.exception("settle extension %s failed; going on without its messages",
-                              type(extension).__name__)
+                extra += hook(done)
+            except Exception:  # a plug-in's bug: logged, never the batch's end
+                log.exception("settle hook %s failed; going on without its messages",
+                              hook_name(hook))
         if not extra:
             return [], None
         with self.store.writes, unavailable(), self.store.engine.begin() as conn:
@@ -236,7 +233,7 @@ class FinishStage:
 
     def _still_unsent(self, done: list[Work]) -> list[OutMessage]:
         """The outgoing messages of ``done``, less those of duplicates whose outbox batch was
-        marked sent after their inbox check (the original's publish ran ahead on this lane).
+        marked sent after their inbox check (the original's publish ran ahead on this stage).
         Asked of the database: if it cannot say, they are published again (receivers dedupe)."""
         again = {w.batch for w in done if w.state is State.DUPLICATE and w.batch}
         try:
@@ -267,3 +264,4 @@ class FinishStage:
         declare_new_outputs(self.settings, sorted(new))
         self.declared |= new
         log.info("declared routing target(s) %s", ", ".join(sorted(new)))
+

@@ -21,10 +21,10 @@ import time
 from collections.abc import Hashable
 
 import engine
-from listener_router._config import ListenerRule
 from listener_router._errors import BadMessage, StoreUnavailable
 from listener_router._messages import parse_message
 from listener_router._rules import ListenerRules
+from listener_router._settings import ListenerRule
 from listener_router.broker import Delivery, Link
 from listener_router.pipeline._batch import Batch, Gathering, Group
 from listener_router.pipeline._finish import FinishStage
@@ -32,7 +32,7 @@ from listener_router.pipeline._held import Held
 from listener_router.pipeline._inflight import InFlight
 from listener_router.pipeline._loading import Loader
 from listener_router.pipeline._report import Meter
-from listener_router.pipeline._settle import Settlement
+from listener_router.pipeline._settlement import Settlement
 from listener_router.pipeline._states import State
 from listener_router.pipeline._work import Work, keys
 from listener_router.store import ServiceStore, unavailable

@@ -16,10 +16,11 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-__all__ = ["Stats", "BatchReport", "BatchObserver", "Observers", "Meter", "WorkflowRun"]
+__all__ = ["Stats", "BatchReport", "BatchObserver", "Observers", "Meter", "WorkflowRun",
+           "hook_name"]
 
 log = logging.getLogger(__name__)
 
@@ -115,22 +116,33 @@ class BatchObserver:
         """``report`` of a batch whose messages are all published and acked (or held)."""
 
 
+def hook_name(hook: Callable[..., object]) -> str:
+    """A hook's owner and name for the log (``JobLog.settled``)."""
+    owner = getattr(hook, "__self__", None)
+    return f"{type(owner).__name__}.{getattr(hook, '__name__', '?')}" if owner is not None \
+        else getattr(hook, "__qualname__", repr(hook))
+
+
 class Observers:
-    """The registered observers; :meth:`notify` shields the pipeline from their failures."""
+    """What is told about each finished batch: :class:`BatchObserver` objects and plug-ins'
+    ``batch_finished`` hooks; :meth:`notify` shields the pipeline from their failures."""
 
-    def __init__(self, observers: Iterable[BatchObserver] = ()):
-        self._observers: list[BatchObserver] = list(observers)
+    def __init__(self, observers: Iterable[BatchObserver | Callable[[BatchReport], None]] = ()):
+        self._hooks: list[Callable[[BatchReport], None]] = []
+        for observer in observers:
+            self.add(observer)
 
-    def add(self, observer: BatchObserver) -> None:
-        self._observers.append(observer)
+    def add(self, observer: BatchObserver | Callable[[BatchReport], None]) -> None:
+        self._hooks.append(observer.batch_finished if isinstance(observer, BatchObserver)
+                           else observer)
 
     def notify(self, report: BatchReport) -> None:
         report.finished = time.time()
-        for observer in self._observers:
+        for hook in self._hooks:
             try:
-                observer.batch_finished(report)
+                hook(report)
             except Exception:  # an observer's bug never stops the service
-                log.exception("batch observer %s failed", type(observer).__name__)
+                log.exception("batch observer %s failed", hook_name(hook))
 
 
 class Meter:

@@ -60,7 +60,7 @@ import threading
 from collections.abc import Sequence
 
 import engine
-from listener_router._config import ListenerRule
+from listener_router._settings import ListenerRule
 from listener_router.pipeline._batch import BatchSizing
 from listener_router.pipeline._report import BatchReport
 from listener_router.pipeline._work import Work

@@ -6,8 +6,8 @@ import time
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 
-from listener_router._config import ListenerRule
 from listener_router._messages import Incoming
+from listener_router._settings import ListenerRule
 from listener_router.broker import Delivery, OutMessage
 from listener_router.pipeline._states import State, check_transition
 

@@ -28,12 +28,12 @@ import orjson
 from sqlalchemy import Column, Connection, Float, Integer, String, Table, Text, select
 from sqlalchemy.engine import Engine
 
-from listener_router.store._schema import metadata, upgrade
+from listener_router.store._schema import CORE
 
 __all__ = ["ClusterRow", "ClusterState", "cluster"]
 
 cluster = Table(
-    "chalk_cluster", metadata,
+    "chalk_cluster", CORE.metadata,
     Column("id", Integer, primary_key=True),          # always 1
     Column("cluster_id", String(64), nullable=False),
     Column("leader", String(255), nullable=True),
@@ -112,7 +112,7 @@ class ClusterState:
                 .values(leader=None, leader_incarnation=None))
 
 
-@upgrade
+@CORE.upgrade
 def _first_row(conn: Connection) -> None:
     """The row exists from the start (made once, under the schema lock)."""
     if conn.execute(select(cluster.c.id).where(cluster.c.id == 1)).first() is None:

@@ -34,12 +34,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Engine
 
-from listener_router.store._schema import metadata, upgrade
+from listener_router.store._schema import CORE
 
 __all__ = ["Member", "Nodes", "nodes"]
 
 nodes = Table(
-    "chalk_nodes", metadata,
+    "chalk_nodes", CORE.metadata,
     Column("name", String(255), primary_key=True),
     Column("host", String(255), nullable=False),
     Column("pid", Integer, nullable=False),
@@ -139,7 +139,7 @@ def _member(row: Any) -> Member:
                   row.incarnation or "", orjson.loads(row.properties) if row.properties else {})
 
 
-@upgrade
+@CORE.upgrade
 def _upgrade(conn: Connection) -> None:
     """Rows written by an earlier Chalk have no join time, incarnation or properties."""
     have = {c["name"] for c in inspect(conn).get_columns("chalk_nodes")}

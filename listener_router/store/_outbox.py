@@ -47,12 +47,12 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 
 from listener_router.broker import OutMessage
-from listener_router.store._schema import metadata, upgrade
+from listener_router.store._schema import CORE
 
-__all__ = ["InboxLog", "InboxLogRow", "Outbox", "inbox", "outbox"]
+__all__ = ["INBOX", "InboxLog", "InboxLogRow", "Outbox", "inbox", "outbox"]
 
 inbox = Table(
-    "chalk_inbox", metadata,
+    "chalk_inbox", CORE.metadata,
     Column("queue", String(255), primary_key=True),
     Column("message_id", String(255), primary_key=True),
     Column("status", String(16), nullable=False),  # committed
@@ -75,8 +75,10 @@ inbox = Table(
     Index("ix_chalk_inbox_record", "record",
           sqlite_where=text("record IS NOT NULL"), postgresql_where=text("record IS NOT NULL")),
 )
+INBOX = inbox  # what a feature reading the inbox (the job log) names
+
 outbox = Table(
-    "chalk_outbox_batches", metadata,
+    "chalk_outbox_batches", CORE.metadata,
     Column("id", String(64), primary_key=True),
     Column("created_at", Float, nullable=False),
     Column("sent_at", Float, nullable=True),
@@ -283,7 +285,7 @@ class Outbox:
         return count
 
 
-@upgrade
+@CORE.upgrade
 def _upgrade(conn: Connection) -> None:
     """Bring a database written by an earlier Chalk to this layout (idempotent).
 

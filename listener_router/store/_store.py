@@ -4,11 +4,11 @@
 engine, taken from the blackboard's public :class:`~blackboard.SqlStore`):
 ``outbox`` (inbox and outbox, written in the commit transaction),
 ``nodes`` (cluster heartbeats and advertised properties), ``cluster``
-(leader, fencing epoch, established view), ``joblog`` (the job log and its
-statistics), ``schedules`` (scheduled jobs' last ticks), ``dead_letters``
-(those ``chalk dlq`` took off the dead-letter queues) and ``workflow_versions``
-(what each process runs) and ``journal`` (the journal outbox).  It also hands out the blackboards the
-pipeline loads records on, and renews and purges record leases through the
+(leader, fencing epoch, established view) and ``workflow_versions`` (what
+each process runs) are the core's; a feature's tables are reached with
+:meth:`ServiceStore.tables` (``store.tables(JobLogTables)``), made the first
+time they are asked for.  It also hands out the blackboards the pipeline
+loads records on, and renews and purges record leases through the
 blackboard's own calls.
 
 Database errors become members of the service's error family here, at the
@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
@@ -36,23 +37,21 @@ from listener_router._errors import (
     StoreUnavailable,
 )
 from listener_router.store._cluster import ClusterState
-from listener_router.store._dead_letters import DeadLetters
-from listener_router.store._joblog import JobLogTables
-from listener_router.store._journal import JournalOutbox
 from listener_router.store._nodes import Nodes
 from listener_router.store._outbox import Outbox
-from listener_router.store._schedules import Schedules
-from listener_router.store._schema import create_schema
+from listener_router.store._schema import CORE
 from listener_router.store._versions import WorkflowVersions
 
 __all__ = ["ServiceStore", "commit_failure", "unavailable"]
+
+T = TypeVar("T")
 
 _OUTAGES = (OperationalError, InterfaceError, SqlTimeoutError, OSError)
 
 
 class ServiceStore:
-    """Inbox, outbox, nodes, cluster, job log, schedules and dead letters in the
-    blackboard's database (see the module doc).
+    """Inbox, outbox, nodes, cluster and workflow versions in the blackboard's database,
+    and the features' tables on demand (see the module doc).
 
     Opening it creates (or upgrades) the tables.  ``writes`` is held around
     every write transaction of this process: SQLite has one writer, and
@@ -64,15 +63,13 @@ class ServiceStore:
 
     def __init__(self, sql: SqlStore):
         self.sql = sql
-        create_schema(sql.engine)
+        CORE.create(sql.engine)
         self.outbox = Outbox(sql.engine)
         self.nodes = Nodes(sql.engine)
-        self.journal = JournalOutbox(sql.engine)
-        self.joblog = JobLogTables(sql.engine)
-        self.schedules = Schedules(sql.engine)
         self.cluster = ClusterState(sql.engine)
-        self.dead_letters = DeadLetters(sql.engine)
         self.workflow_versions = WorkflowVersions(sql.engine)
+        self._tables: dict[Any, Any] = {}
+        self._tables_lock = threading.Lock()
         self.writes: contextlib.AbstractContextManager[object] = (
             threading.Lock() if sql.dialect == "sqlite" else contextlib.nullcontext())
 
@@ -86,6 +83,17 @@ class ServiceStore:
     def engine(self) -> Engine:
         """The database's engine (for the service's own tables; tests write rows with it)."""
         return self.sql.engine
+
+    def tables(self, kind: Callable[[Engine], T]) -> T:
+        """The feature's tables ``kind(engine)`` on this database (made, or upgraded, the
+        first time; one object per kind).  Ask outside a write transaction: on SQLite,
+        making the tables waits for the database's one writer."""
+        with self._tables_lock:
+            found = self._tables.get(kind)
+            if found is None:
+                with unavailable():
+                    found = self._tables[kind] = kind(self.sql.engine)
+            return found  # type: ignore[no-any-return]
 
     def blackboard(self, owner: str, lease_seconds: float) -> Blackboard:
         """A blackboard on this database whose leases are ``owner``'s."""

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from sqlalchemy import Column, Float, String, Table, delete, select
 from sqlalchemy.engine import Engine
 
-from listener_router.store._schema import metadata
+from listener_router.store._schema import CORE
 
 __all__ = ["RunningVersion", "WorkflowVersions", "workflow_versions"]
 
 workflow_versions = Table(
-    "chalk_workflow_versions", metadata,
+    "chalk_workflow_versions", CORE.metadata,
     Column("node", String(255), primary_key=True),
     Column("name", String(255), primary_key=True),
     Column("version", String(64), nullable=False),

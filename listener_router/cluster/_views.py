@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-__all__ = ["ClusterView", "MemberDescription", "TopologyEvent", "TopologyEventType",
+__all__ = ["ClusterView", "MemberDescription", "TopologyEvent", "TopologyEventType", "ViewChange",
            "TopologyListener", "TopologyListeners"]
 
 log = logging.getLogger(__name__)
@@ -102,6 +102,20 @@ class ClusterView:
         return tuple(m for m in self.members
                      if (queue is None or queue in m.queues)
                      and (workflow is None or workflow in m.workflows))
+
+
+@dataclass(frozen=True)
+class ViewChange:
+    """A view the leader establishes, as written in its fenced transaction: who leads at
+    which epoch, the live members (their advertised rows), who left and who joined."""
+
+    cluster_id: str
+    seq: int
+    leader: str
+    epoch: int
+    members: tuple[dict[str, Any], ...]
+    left: tuple[str, ...]
+    joined: tuple[str, ...]
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""docs/configuration.md, written from the settings' declarations (``_config``, ``_setting``).
+"""docs/configuration.md, written from the settings' declarations (``_settings``, ``_keys``,
+and each plug-in's sections).
 
 ``docs/config_doc.py`` writes the file; ``tests/test_docs.py`` fails when the
 file differs from :func:`configuration_reference`, so the reference cannot
@@ -10,16 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from listener_router._config import SECTIONS, Settings, settings_keys
-from listener_router._setting import (
-    Key,
-    env_names,
-    key_of,
-    kind_of,
-    rule_class,
-    toml_text,
-    type_name,
-)
+from listener_router._keys import Key, env_names, key_of, kind_of, toml_text, type_name
+from listener_router._loader import Part, parts
 
 __all__ = ["configuration_reference"]
 
@@ -27,13 +20,15 @@ _INTRO = """\
 # Configuration reference
 
 <!-- Written by `.venv/bin/python docs/config_doc.py` from the settings' declarations in
-listener_router/_config.py; tests/test_docs.py fails when it is stale. Do not edit. -->
+listener_router/_settings.py and each feature's settings module; tests/test_docs.py fails
+when it is stale. Do not edit. -->
 
 Every `chalk` command reads `chalk.toml` in the working directory (or the
 file `--config FILE` names) and then the environment. Every key is
 optional: with no file at all Chalk runs on one machine (SQLite
 `chalk.db`, Spark `local[*]`, RabbitMQ on localhost). Unknown sections and
-keys are errors that name the file and list the known ones.
+keys are errors that name the file, the line and the known keys; a file
+with several mistakes reports every one of them at once.
 
 **Environment.** Each key can be set as `CHALK_<SECTION>_<KEY>` (upper
 case), which wins over the file: strings as they are
@@ -42,7 +37,8 @@ syntax (`CHALK_ENGINE_LOCAL_BELOW=1000`, `CHALK_ENGINE_DATAFRAME_FORMS=false`,
 `CHALK_SPARK_CONF='{ "spark.executor.memory" = "4g" }'`). The lists of rules
 are one variable each, a TOML array of inline tables that replaces the
 file's rules (`CHALK_LISTENER='[{ queue = "in", workflow = "Add" }]'`). An
-empty variable counts as unset.
+empty variable counts as unset. A variable that starts like a section
+(`CHALK_ENGINE_…`) but names no key of it is ignored with a warning.
 
 Settings are read once, when a command starts; a running service picks up
 changed workflow files, but not a changed configuration or changed pipelet
@@ -102,47 +98,51 @@ def _example(section: str, items: list[tuple[str, Any]], array: bool) -> list[st
     return lines
 
 
+def _list(part: Part) -> tuple[list[str], list[str]]:
+    """The reference and the example of a ``[[section]]`` list."""
+    section, rules = part.name, part.rules
+    assert rules is not None
+    (env_key,) = part.env_keys()
+    out = [f"## [[{section}]]", "", part.doc, "",
+           f"Without any `[[{section}]]`: {part.empty}. Environment: "
+           f"`{env_names(env_key)[0]}` (every rule at once).", ""]
+    rows: list[tuple[str, ...]] = []
+    items = []
+    default_rules = part.default or ()
+    for rf in dataclasses.fields(rules):
+        rkey = key_of(rf)
+        if rkey is None:
+            continue
+        kind = kind_of(rules, rf.name)
+        rows.append((f"`{rf.name}`", _rule_of(kind, rkey), _shown(_default(rf), section),
+                     _cell(rkey.doc)))
+        items.append((rf.name, getattr(default_rules[0], rf.name) if default_rules
+                      else _default(rf)))
+    lines = _example(section, items, array=True)
+    if not default_rules:  # none by default: the example is commented out
+        lines = [line if line.startswith("#") else f"# {line}" for line in lines]
+    return out + _table(rows) + [""], lines
+
+
+def _table_section(part: Part) -> tuple[list[str], list[str]]:
+    """The reference and the example of a ``[section]`` table."""
+    section = part.name
+    out = [f"## [{section}]", "", part.doc, ""]
+    out += _table([(f"`{k.name}`", _rule_of(kind_of(part.owner, g.name), k),
+                    _shown(_default(g)), ", ".join(f"`{n}`" for n in env_names(k)),
+                    _cell(k.doc)) for g, k in part.keys]) + [""]
+    return out, _example(section, [(k.name or g.name, _default(g)) for g, k in part.keys],
+                         array=False)
+
+
 def configuration_reference() -> str:
     """The text of docs/configuration.md."""
     out = [_INTRO]
     example: list[str] = []
-    seen: set[str] = set()
-    keys = settings_keys()
-    for f, key in keys:
-        section = key.section
-        assert section is not None
-        rules = rule_class(kind_of(Settings, f.name))
-        if rules is not None:
-            out += [f"## [[{section}]]", "", SECTIONS.get(section, ""), "",
-                    f"Without any `[[{section}]]`: {key.doc}. Environment: "
-                    f"`{env_names(key)[0]}` (every rule at once).", ""]
-            rows: list[tuple[str, ...]] = []
-            default_rules = _default(f)
-            items = []
-            for rf in dataclasses.fields(rules):
-                rkey = key_of(rf)
-                if rkey is None:
-                    continue
-                kind = kind_of(rules, rf.name)
-                rows.append((f"`{rf.name}`", _rule_of(kind, rkey), _shown(_default(rf), section),
-                             _cell(rkey.doc)))
-                items.append((rf.name, getattr(default_rules[0], rf.name) if default_rules
-                              else _default(rf)))
-            out += _table(rows) + [""]
-            lines = _example(section, items, array=True)
-            if not default_rules:  # none by default: the example is commented out
-                lines = [line if line.startswith("#") else f"# {line}" for line in lines]
-            example += [""] + lines
-            continue
-        if section not in seen:
-            seen.add(section)
-            members = [(g, k) for g, k in keys if k.section == section]
-            out += [f"## [{section}]", "", SECTIONS.get(section, ""), ""]
-            out += _table([(f"`{k.name}`", _rule_of(kind_of(Settings, g.name), k),
-                            _shown(_default(g)), ", ".join(f"`{n}`" for n in env_names(k)),
-                            _cell(k.doc)) for g, k in members]) + [""]
-            example += [""] + _example(section, [(k.name or g.name, _default(g)) for g, k in members],
-                                       array=False)
+    for part in parts():
+        text, lines = _list(part) if part.rules is not None else _table_section(part)
+        out += text
+        example += [""] + lines
     out += ["## Every key with its default", "",
             "The file below is what Chalk uses when there is none (commented keys have no "
             "default).", "", "```toml", *example[1:], "```", ""]

@@ -8,10 +8,10 @@ For an input queue ``Q``:
 - ``Q.retry.N`` — classic delay queues, one per backoff step: messages wait
   their TTL there and dead-letter back into ``Q``.
 
-The events exchange (``[events] exchange``, a durable topic exchange) is
-declared when any kind of event is on.  Output queues are declared like inputs (a downstream Chalk service consumes
-them), so two services agree on a queue's arguments whichever declares it
-first.  A queue that already exists with other arguments (made by someone
+Exchanges the plug-ins publish to (the events' topic exchange when any kind
+of event is on: ``Plugin.exchanges``) are declared with them.  Output queues
+are declared like inputs (a downstream Chalk service consumes them), so two
+services agree on a queue's arguments whichever declares it first.  A queue that already exists with other arguments (made by someone
 else) is used as it is, with a warning.
 """
 
@@ -24,12 +24,13 @@ from typing import Any
 import pika
 import pika.exceptions
 
-from listener_router._config import ListenerRule, RouterRule, Settings
+from listener_router._entry_points import plugin_classes
 from listener_router._errors import BrokerUnavailable
-from listener_router.broker._reason import broker_reason, connect
+from listener_router._settings import ListenerRule, RouterRule, Settings
+from listener_router.broker._connection import broker_reason, connect
 
 __all__ = ["dlq_name", "retry_name", "declare_input", "declare_all", "declare_outputs",
-           "declare_new_outputs"]
+           "declare_new_outputs", "plugin_exchanges"]
 
 log = logging.getLogger(__name__)
 
@@ -98,9 +99,20 @@ def declare_input(declarer: _Declarer | Any, queue: str, settings: Settings,
                if settings.queue_type == "quorum" else {})})
 
 
+def plugin_exchanges(settings: Settings) -> list[tuple[str, str]]:
+    """``(name, type)`` of each exchange the plug-ins turned on in ``settings`` publish to."""
+    found: list[tuple[str, str]] = []
+    for cls in plugin_classes():
+        found += cls.exchanges(settings)  # type: ignore[attr-defined]
+    return found
+
+
 def declare_all(connection: pika.BlockingConnection, settings: Settings,
                 listeners: Iterable[ListenerRule] | None = None,
-                routers: Iterable[RouterRule] | None = None) -> None:
+                routers: Iterable[RouterRule] | None = None,
+                exchanges: Sequence[tuple[str, str]] | None = None) -> None:
+    """Declare the inputs (their dead-letter and retry queues too), the outputs and the
+    exchanges of the plug-ins (``exchanges``: :func:`plugin_exchanges` when None)."""
     declarer = _Declarer(connection)
     inputs = list(settings.listeners if listeners is None else listeners)
     for rule in inputs:
@@ -112,8 +124,8 @@ def declare_all(connection: pika.BlockingConnection, settings: Settings,
         if router.queue and router.queue not in names and not router.exchange:
             declare_input(declarer, router.queue, settings)
             names.add(router.queue)
-    if settings.events.any:
-        declarer.exchange(settings.events.exchange, "topic")
+    for name, kind in plugin_exchanges(settings) if exchanges is None else exchanges:
+        declarer.exchange(name, kind)
     declarer.close()
 
 

@@ -1,13 +1,20 @@
 """How a setting is declared: its key in ``chalk.toml``, its type, its check, its one line of doc.
 
-Every field of :class:`~listener_router._config.Settings` (and of the rule
-classes of ``[[listener]]`` and ``[[router]]``) is made with :func:`setting`.
-From those declarations alone ``load_settings`` reads the file and the
-environment (``CHALK_<SECTION>_<KEY>``), checks types and ranges, rejects
-unknown keys, and ``configuration_reference`` writes docs/configuration.md.
-A new key is one field::
+Every field of the core's :class:`~listener_router.Settings` (and of the
+rule classes of ``[[listener]]`` and ``[[router]]``) is made with
+:func:`setting`, and so is every field of a feature's own section, a
+dataclass marked with :func:`section` next to the feature (a *leaf* the
+loader composes: adding a section changes no core file).  From those
+declarations alone ``load_settings`` reads the file and the environment
+(``CHALK_<SECTION>_<KEY>``), checks types and ranges, rejects unknown keys,
+and ``configuration_reference`` writes docs/configuration.md.  A new key is
+one field; a new section one class::
 
-    port: int = setting(0, "port of the metrics page (0: off)", section="http", minimum=0)
+    @section("jobs", "The job log: every message's life and statistics.")
+    @dataclass(frozen=True)
+    class JobsSettings:
+        log: bool = setting(True, "keep the job log")
+        stats_interval: float = setting(60.0, "seconds per statistics row", minimum=1)
 
 The type comes from the field's annotation: ``str``, ``int``, ``float``,
 ``bool``, ``X | None``, ``Mapping[str, str]`` (a TOML table),
@@ -32,8 +39,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Key", "setting", "key_of", "kind_of", "rule_class", "check_value", "parse_env",
-           "env_names", "type_name", "toml_text"]
+__all__ = ["Key", "Section", "setting", "section", "section_of", "key_of", "kind_of",
+           "rule_class", "check_value", "parse_env", "env_names", "type_name", "toml_text"]
 
 
 @dataclass(frozen=True)
@@ -71,6 +78,57 @@ def setting(default: Any = MISSING, doc: str = "", *, section: str | None = None
     if default is MISSING:
         return dataclasses.field(metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class Section:
+    """A feature's section of ``chalk.toml``: ``[name]`` (one table, ``cls`` its fields) or
+    ``[[name]]`` (``array``: a list of tables, each a ``cls``).
+
+    ``empty`` says what no ``[[name]]`` at all means (the reference prints it).
+    ``attribute`` is the name the whole section is read by on
+    :class:`~listener_router.Settings` besides :meth:`Settings.section`
+    (``settings.schedules``), and ``flat`` maps older flat names of its keys
+    (``job_log``) to its fields (``log``): both keep code written against the
+    flat settings of earlier versions working.
+    """
+
+    name: str
+    doc: str
+    cls: type
+    array: bool = False
+    empty: str = "none"
+    attribute: str | None = None
+    flat: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def default(self) -> Any:
+        """The section's value when the file and the environment say nothing."""
+        return () if self.array else self.cls()
+
+    def keys(self) -> list[tuple[dataclasses.Field[Any], Key]]:
+        """The section's settings, in declaration order."""
+        return [(f, key) for f in dataclasses.fields(self.cls)
+                if (key := key_of(f)) is not None]
+
+
+def section(name: str, doc: str, *, array: bool = False, empty: str = "none",
+            attribute: str | None = None,
+            flat: Mapping[str, str] | None = None) -> Callable[[type], type]:
+    """Mark a dataclass of :func:`setting` fields as the section ``[name]`` (``[[name]]``
+    with ``array``); see :class:`Section`."""
+    def mark(cls: type) -> type:
+        cls.__chalk_section__ = Section(  # type: ignore[attr-defined]
+            name, doc, cls, array, empty, attribute, dict(flat or {}))
+        return cls
+    return mark
+
+
+def section_of(cls: type) -> Section:
+    """The :class:`Section` a class was marked as (TypeError when it was not)."""
+    found = getattr(cls, "__chalk_section__", None)
+    if not isinstance(found, Section) or found.cls is not cls:
+        raise TypeError(f"{cls.__qualname__} is not marked with @section(...)")
+    return found
 
 
 def key_of(f: dataclasses.Field[Any]) -> Key | None:

@@ -56,7 +56,7 @@ class Settlement:
             report = batch.report
             with report.lock:
                 report.outcome.update((w.delivery.queue, w.state.value) for w in group.works)
-        # On the finish lane before a duplicate of these messages can be gathered (that
+        # On the finish stage's input before a duplicate of these messages can be gathered (that
         # needs the keys released): the duplicate then finds their outbox batch sent.
         self.finish.finish(group.works, batch)
         self.inflight.release(keys(group.works))

@@ -18,7 +18,17 @@ from pika.adapters.utils.connection_workflow import AMQPConnectorException
 
 from listener_router._errors import BrokerUnavailable
 
-__all__ = ["broker_reason", "connect", "where"]
+__all__ = ["broker_reason", "connect", "connection_parameters", "where"]
+
+
+def connection_parameters(url: str, *, heartbeat: int = 30) -> pika.URLParameters:
+    """The parameters every connection of Chalk's uses: ``url``, a heartbeat, short timeouts."""
+    params = pika.URLParameters(url)
+    params.heartbeat = heartbeat
+    params.blocked_connection_timeout = 60
+    params.connection_attempts = 1
+    params.socket_timeout = 5
+    return params
 
 
 def where(url: str) -> str:
@@ -75,7 +85,6 @@ def broker_reason(e: BaseException, url: str | None = None) -> str:
 
 def connect(url: str, params: pika.ConnectionParameters | None = None) -> pika.BlockingConnection:
     """A blocking connection to ``url``; :class:`BrokerUnavailable` saying why when none."""
-    from listener_router.broker._link import connection_parameters
     try:
         return pika.BlockingConnection(params or connection_parameters(url))
     except (pika.exceptions.AMQPError, AMQPConnectorException, OSError) as e:

@@ -7,15 +7,15 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Generic, TypeVar
 
-__all__ = ["BACKLOG", "Lane"]
+__all__ = ["BACKLOG", "StageInput"]
 
 BACKLOG = 3               # values that may wait for a stage before the one handing on waits
 
 T = TypeVar("T")
 
 
-class Lane(Generic[T]):
-    """Values of one type, handled by ``handle`` in order on a thread of the lane's own.
+class StageInput(Generic[T]):
+    """Values of one type, handled by ``handle`` in order on a thread of the stage's own.
 
     Past ``backlog`` values waiting, :meth:`put` waits for the oldest to be
     done: a slow stage slows the one before it instead of piling up work.

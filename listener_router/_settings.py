@@ -1,0 +1,303 @@
+"""Settings: the frozen object every part of the service is given.
+
+Every key is optional; the defaults run on one machine with no file at all
+(SQLite file, Spark ``local[*]``, RabbitMQ on localhost).  The core's keys
+are the fields of :class:`Settings`, each declared with
+:func:`~listener_router._keys.setting`; each feature's keys are a section of
+its own, declared next to the feature (:func:`~listener_router._keys.section`)
+and found through its plug-in (``_entry_points``), kept in
+:attr:`Settings.features`.  Everything else follows from those declarations:
+reading the file and the ``CHALK_<SECTION>_<KEY>`` environment overrides
+(``_loader``), and docs/configuration.md (``_reference``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from listener_router._entry_points import plugin_classes
+from listener_router._errors import ConfigError
+from listener_router._keys import Key, Section, key_of, kind_of, rule_class, section_of, setting
+
+__all__ = ["CORE_SECTIONS", "DEFAULT_BROKER", "ListenerRule", "RouterRule", "Settings",
+           "configured", "default_features", "feature_sections", "rules_of", "settings_keys"]
+
+DEFAULT_BROKER = "amqp://guest:guest@localhost:5672/%2F"
+
+# One line on each of the core's sections, for docs/configuration.md (keys document
+# themselves; a feature's section says its own).
+CORE_SECTIONS = {
+    "blackboard": "Where records, and the service's own tables, are stored.",
+    "broker": "The RabbitMQ server and the queues Chalk declares on it.",
+    "spark": "The Spark cluster workflows run on.",
+    "workflows": "Where workflow files are, and what their class and service names mean.",
+    "engine": "How batches of workflow instances run.",
+    "node": "This service process as a member of a cluster: its name, its heartbeat, how "
+            "long a silent member counts as alive.",
+    "listener": "Which messages go to which workflow, batched and retried how "
+                "(a list: the first rule whose queue and condition match takes a message).",
+    "router": "Where each result record of a successful workflow goes "
+              "(a list: the first matching rule per record; no match, no message).",
+}
+
+
+def _prefetch_check(value: int, where: str) -> None:
+    if value > 65535:
+        raise ConfigError(f"{where} must be at most 65535 (AMQP's limit), got {value}")
+
+
+@dataclass(frozen=True)
+class ListenerRule:
+    """Which messages go to which workflow, and how they are batched and retried."""
+
+    name: str = setting(doc="the rule's name in logs and errors")
+    queue: str = setting("chalk.in", "the input queue")
+    workflow: str = setting("Demo", "the workflow (`<process name=…>`) its messages run")
+    condition: str | None = setting(
+        None, "XPath over the message (headers are variables: `$operation = 'ADD'`); "
+        "absent: every message of the queue")
+    batch_size: int | None = setting(
+        None, "at most this many messages per batch (one Spark job); unset: adaptive, as large "
+        "as the backlog and the measured cost of a Spark job call for (docs/performance.md, "
+        "\"Sizing batches\")", minimum=1)
+    max_wait_ms: int | None = setting(
+        None, "how long a batch waits to fill while more messages wait; unset: 1000",
+        minimum=0)
+    prefetch: int | None = setting(
+        None, "unacked messages the broker hands over; unset: room for four batches of the "
+        "largest size (one gathering, one running, two committing), at most 65535",
+        minimum=1, check=_prefetch_check)
+    consumers: int = setting(1, "consumers on the queue (one channel, shared prefetch)",
+                             minimum=1)
+    max_retries: int = setting(3, "retries of a failed message before it is dead-lettered",
+                               minimum=0)
+    backoff_ms: tuple[int, ...] = setting((1000, 5000, 30000),
+                                          "delay before retry 1, 2, 3… (the last one repeats)",
+                                          minimum=0)
+    max_records: int = setting(1000, "record IDs per message", minimum=1)
+    max_body_bytes: int = setting(1 << 20, "largest message body accepted", minimum=1)
+    create_missing: bool = setting(
+        False, "a message naming a record with no attributes when no such record is stored "
+        "creates it (false: the message is dead-lettered, 'record … does not exist')")
+
+
+@dataclass(frozen=True)
+class RouterRule:
+    """Where a result record goes after a successful workflow (first match wins)."""
+
+    queue: str | None = setting(None, "the output queue (declared like an input queue)")
+    exchange: str = setting("", "publish to this exchange instead, with routing_key")
+    routing_key: str | None = setting(None, "routing key on the exchange")
+    condition: str | None = setting(None, "XPath over the result record "
+                                    "(`$record/Val[@key='lang'] = 'de'`); absent: always")
+    use_next_destination: bool = setting(
+        False, "route by the record's `nextDestination` annotation (no annotation: the next "
+        "rule is tried)")
+    attributes: tuple[str, ...] = setting((), "attributes copied into the outgoing message")
+    workflow: str | None = setting(None, "only for results of this workflow")
+
+    def problem(self) -> str | None:
+        if not self.use_next_destination and self.queue is None and self.routing_key is None:
+            return "give 'queue', 'exchange'+'routing_key' or 'use_next_destination = true'"
+        return None
+
+
+def feature_sections() -> list[Section]:
+    """The sections of every plug-in, in plug-in order."""
+    found: list[Section] = []
+    for cls in plugin_classes():
+        found += [section_of(s) for s in cls.sections]  # type: ignore[attr-defined]
+    return found
+
+
+def default_features() -> dict[str, Any]:
+    return {s.name: s.default() for s in feature_sections()}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting, read once (:func:`load_settings`); see docs/configuration.md.
+
+    The core's keys are fields; a feature's section is :meth:`section`
+    (``settings.section("jobs").log``).
+    """
+
+    blackboard_url: str = setting(
+        "sqlite:///chalk.db", "any SQLAlchemy URL; PostgreSQL (several processes): "
+        "`postgresql+psycopg://user@host/db`", section="blackboard", key="url")
+    lease_seconds: float = setting(
+        60.0, "record locks lapse this long after their holder stopped renewing them (a crash)",
+        section="blackboard", minimum=0, positive=True)
+    broker_url: str = setting(DEFAULT_BROKER, "the RabbitMQ server, an AMQP URL",
+                              section="broker", key="url")
+    queue_type: str = setting("quorum", "type of the queues Chalk declares",
+                              section="broker", choices=("quorum", "classic"))
+    delivery_limit: int = setting(
+        20, "quorum queues: deliveries after which the broker dead-letters a message "
+        "(a service process that dies on it every time)", section="broker", minimum=1)
+    broker_process: bool = setting(
+        True, "the broker connection runs in a child process of its own (false: a thread)",
+        section="broker", key="process")
+    spark_master: str = setting("local[*]", "`local[*]`, `spark://host:7077`, `yarn`, "
+                                "`k8s://…`", section="spark", key="master")
+    spark_conf: Mapping[str, str] = setting(
+        default_factory=dict, doc="any `spark.*` option, passed to the SparkSession",
+        section="spark", key="conf")
+    workflows_dir: str = setting("workflows", "the workflow files; re-read when they change "
+                                 "(pipelet code is not: restart for that)",
+                                 section="workflows", key="dir")
+    aliases: Mapping[str, str] = setting(
+        default_factory=dict, doc="pipelet class name (e.g. a Java SMILA class) → dotted "
+        "Python path", section="workflows")
+    services: Mapping[str, str] = setting(
+        default_factory=dict, doc="service name (SMILA 0.9 `invokeService`, a BPEL invoke's "
+        "partner link) → dotted Python path", section="workflows")
+    runner: str = setting("spark", "`local`: in the service's process, same semantics "
+                          "(debugging)", section="engine", choices=("spark", "local"))
+    batch_timeout: float = setting(300.0, "seconds; a partition past it is treated as hung",
+                                   section="engine", minimum=0, positive=True)
+    isolation_budget: float = setting(
+        900.0, "seconds a batch may spend isolating failing instances (the rest then retry; "
+        "stay below RabbitMQ's consumer_timeout)", section="engine", minimum=0)
+    concurrent_batches: int = setting(
+        1, "batches whose workflows run at once; 2 may help Spark on more than 2 cores",
+        section="engine", minimum=1)
+    dataframe_forms: bool = setting(
+        True, "run pipelets' DataFrame forms in the JVM where a workflow allows",
+        section="engine")
+    warm_workers: bool | None = setting(
+        None, "interpreter batches run on Spark tasks that stay up between batches (no "
+        "job's fixed cost per batch; pipelets still run in Spark's Python workers); unset: "
+        "on for a local master (on a cluster the executors must reach the driver on a port "
+        "of its own)", section="engine")
+    local_below: int | None = setting(
+        None, "batches of fewer records run in the service's process, not as a Spark job, "
+        "whatever the pipelets declare (0: never); unset: small batches do where every "
+        "pipelet of the workflow declares `runs_in_service`", section="engine", minimum=0)
+    listeners: tuple[ListenerRule, ...] = setting(
+        (ListenerRule(name="default"),), "one rule, `default`: every message of `chalk.in` "
+        "runs the workflow `Demo`", section="listener")
+    routers: tuple[RouterRule, ...] = setting(
+        (RouterRule(queue="chalk.out"),), "one rule: every result record goes to `chalk.out`",
+        section="router")
+    node: str | None = setting(
+        None, "this process's name as lease owner and cluster member (default: host/slot, "
+        "stable across restarts)", section="node", key="name", env=("CHALK_NODE",))
+    retention_days: float = setting(7.0, "days of processed-message, sent-outbox and job-log "
+                                    "history kept", section="node", minimum=0, positive=True)
+    heartbeat_seconds: float = setting(5.0, "seconds between this member's heartbeats",
+                                       section="node", minimum=0, positive=True)
+    ttl_seconds: float = setting(
+        30.0, "a member silent this long is gone: its record leases are released and its "
+        "unsent outbox published at once, a new leader takes over; more than "
+        "`heartbeat_seconds` (3x or more)", section="node", minimum=0, positive=True)
+    features: Mapping[str, Any] = field(
+        default_factory=default_features, compare=True,
+        metadata={"internal": "each feature's section, by name (section())"})
+    source: str | None = field(default=None, metadata={"internal": "the file read"})
+
+    # -- a feature's section -----------------------------------------------------------------
+    def section(self, name: str) -> Any:
+        """The value of feature section ``name``: its dataclass, or a tuple of rules for a
+        ``[[name]]`` list.
+
+        Raises:
+            KeyError: no installed plug-in declares that section.
+        """
+        try:
+            return self.features[name]
+        except KeyError:
+            raise KeyError(f"no plug-in declares the settings section [{name}] (known: "
+                           f"{', '.join(sorted(self.features)) or 'none'})") from None
+
+    def with_section(self, name: str, value: Any) -> Settings:
+        """These settings with feature section ``name`` replaced by ``value``."""
+        self.section(name)
+        return replace(self, features={**self.features, name: value})
+
+    def __getattr__(self, name: str) -> Any:
+        # Names of earlier, flat settings: ``settings.schedules``, ``settings.job_log``.
+        if name.startswith("__") or name in ("features", "source"):
+            raise AttributeError(name)
+        found = _flat_name(name)
+        if found is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        sec, key = found
+        value = self.features.get(sec.name, sec.default())
+        return value if key is None else getattr(value, key)
+
+    def with_overrides(self, **changes: Any) -> Settings:
+        """These settings with ``changes`` (None values are ignored): core fields by name,
+        a feature's keys by their flat names (``job_log=False``, ``schedules=(…)``)."""
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def problem(self) -> str | None:
+        """What is wrong with core keys that are right one by one, or None."""
+        if self.ttl_seconds <= self.heartbeat_seconds:
+            return (f"[node] ttl_seconds ({self.ttl_seconds:g}) must be more than "
+                    f"heartbeat_seconds ({self.heartbeat_seconds:g}); three heartbeats or more "
+                    "is safe")
+        return None
+
+
+_FIELDS = frozenset(f.name for f in dataclasses.fields(Settings))
+_dataclass_init = Settings.__init__
+
+
+def _init(self: Settings, **values: Any) -> None:
+    """The dataclass's ``__init__``, also taking a feature's keys by their flat names
+    (``Settings(journals=(…), job_log=False)``; ``dataclasses.replace`` too)."""
+    flat = {name: values.pop(name) for name in [n for n in values if n not in _FIELDS]}
+    _dataclass_init(self, **values)
+    if not flat:
+        return
+    features = dict(self.features)
+    for name, value in flat.items():
+        found = _flat_name(name)
+        if found is None:
+            raise TypeError(f"Settings() got an unexpected keyword argument {name!r}")
+        sec, key = found
+        features[sec.name] = value if key is None else replace(
+            features.get(sec.name, sec.default()), **{key: value})
+    object.__setattr__(self, "features", features)
+
+
+Settings.__init__ = _init  # type: ignore[method-assign]
+
+
+def _flat_name(name: str) -> tuple[Section, str | None] | None:
+    """The section (and field; None: the whole section) an older flat name stands for."""
+    for sec in feature_sections():
+        if name == sec.attribute:
+            return sec, None
+        if name in sec.flat:
+            return sec, sec.flat[name]
+    return None
+
+
+def settings_keys() -> list[tuple[dataclasses.Field[Any], Key]]:
+    """Every core field of :class:`Settings` that is a setting, with its key, in order."""
+    out = []
+    for f in dataclasses.fields(Settings):
+        key = key_of(f)
+        if key is not None:
+            out.append((f, replace(key, name=key.name or (None if rules_of(f) else f.name))))
+        elif "internal" not in f.metadata:
+            raise TypeError(f"Settings.{f.name} is neither a setting (setting(...)) nor "
+                            "internal (field(metadata={'internal': why}))")
+    return out
+
+
+def rules_of(f: dataclasses.Field[Any]) -> type | None:
+    return rule_class(kind_of(Settings, f.name))
+
+
+def configured(settings: Settings) -> Settings:
+    """``settings`` with what each plug-in derives from its sections (``Plugin.configure``:
+    a schedule's queue gets a listener rule); idempotent."""
+    for cls in plugin_classes():
+        settings = cls.configure(settings)  # type: ignore[attr-defined]
+    return settings
