@@ -19,11 +19,11 @@ import pika
 from rich.console import Console
 from rich.table import Table
 
-from listener_router._config import Settings
 from listener_router._errors import BrokerUnavailable
+from listener_router._settings import Settings
 from listener_router.broker import connect, dlq_name
-from listener_router.cli._dead_letters import dead_letters, logged, purge, replay
 from listener_router.cli._jobs import print_statistics
+from listener_router.dead_letters import dead_letters, logged, purge, replay
 from listener_router.store import ServiceStore
 
 __all__ = ["status", "dlq_list", "dlq_show", "dlq_replay", "dlq_purge", "channel", "depth"]
@@ -54,7 +54,7 @@ def depth(settings: Settings, queue: str) -> int | None:
 def status(settings: Settings, since: float | None = None) -> None:
     """Queues (depth, committed/s over 5 minutes), the store, the cluster's members, and the
     job log's statistics since ``since`` (default: the last hour)."""
-    from listener_router.jobs._read import statistics
+    from listener_router.jobs import statistics
 
     store = ServiceStore.connect(settings.blackboard_url)
     now = time.time()

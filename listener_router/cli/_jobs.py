@@ -10,10 +10,10 @@ from collections.abc import Callable, Sequence
 from rich.console import Console
 from rich.table import Table
 
-from listener_router._config import Settings
 from listener_router._errors import ConfigError
-from listener_router.jobs import Selection, Ticks, tick_label
-from listener_router.jobs._read import Step, statistics, steps
+from listener_router._settings import Settings
+from listener_router.jobs import JobLogTables, Step, statistics, steps
+from listener_router.schedules import Schedules, Selection, Ticks, tick_label
 from listener_router.store import ServiceStore
 
 __all__ = ["jobs", "schedules", "print_statistics",
@@ -91,7 +91,7 @@ def jobs(settings: Settings, *, states: Sequence[str] = (), queues: Sequence[str
     filters = dict(states=states, queues=queues, workflows=workflows, record=record,
                    message_id=message, until=until)
     try:
-        entries = store.joblog.entries(since=since, limit=limit, **filters)  # type: ignore[arg-type]
+        entries = store.tables(JobLogTables).entries(since=since, limit=limit, **filters)  # type: ignore[arg-type]
         if not entries and not follow:
             out("no job-log entries match")
         for step in steps(store, entries):
@@ -104,11 +104,11 @@ def jobs(settings: Settings, *, states: Sequence[str] = (), queues: Sequence[str
         # follow).
         newest = time.time()
         seen = {e.id: e.at for e in entries}
-        seen.update((e.id, e.at) for e in store.joblog.entries(
+        seen.update((e.id, e.at) for e in store.tables(JobLogTables).entries(
             since=newest - 30, limit=10_000, **filters))  # type: ignore[arg-type]
         while stop is None or not stop():
             time.sleep(poll)
-            fresh = [e for e in store.joblog.entries(since=newest - 30, limit=10_000, **filters)  # type: ignore[arg-type]
+            fresh = [e for e in store.tables(JobLogTables).entries(since=newest - 30, limit=10_000, **filters)  # type: ignore[arg-type]
                      if e.id not in seen]
             for step in steps(store, fresh):
                 out(_line(step))
@@ -124,17 +124,17 @@ def jobs(settings: Settings, *, states: Sequence[str] = (), queues: Sequence[str
 
 # -- chalk schedules ----------------------------------------------------------------------
 def schedules(settings: Settings) -> None:
-    if not settings.schedules:
+    if not settings.section("schedule"):
         console.print("no [[schedule]] entries in the configuration")
         return
     store = ServiceStore.connect(settings.blackboard_url)
     try:
-        states = store.schedules.all()
+        states = store.tables(Schedules).all()
         table = Table(title="schedules")
         for column in ("schedule", "when", "publishes", "to", "last run", "next run", "catch up"):
             table.add_column(column, overflow="fold")
         now = time.time()
-        for rule in settings.schedules:
+        for rule in settings.section("schedule"):
             ticks = Ticks(rule)
             state = states.get(rule.name)
             if state is None or state.started_at is None:

@@ -14,10 +14,11 @@ import pika.exceptions
 from rich.console import Console
 from rich.table import Table
 
-from listener_router._config import Settings
 from listener_router._errors import BrokerUnavailable
 from listener_router._messages import ERROR_HEADER
+from listener_router._settings import Settings
 from listener_router.broker import connect
+from listener_router.cli._common import cmd_with_settings
 from listener_router.journal import (
     SubscriberRule,
     journal_rule,
@@ -147,7 +148,7 @@ def _to_error_queue(settings: Settings, rule: SubscriberRule, state: Any) -> Non
 
 
 def _status(settings: Settings, args: argparse.Namespace) -> int:
-    names = [args.journal] if args.journal else [j.name for j in settings.journals]
+    names = [args.journal] if args.journal else [j.name for j in settings.section("journal")]
     if not names:
         print("no [[journal]] in the configuration")
         return 0
@@ -177,7 +178,6 @@ def _status(settings: Settings, args: argparse.Namespace) -> int:
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     """The ``subscribe`` and ``journal`` subcommands."""
-    from listener_router.cli._main import cmd_with_settings
 
     who = argparse.ArgumentParser(add_help=False)
     who.add_argument("--journal", help="journal name (a [[journal]] of the configuration)")

@@ -8,12 +8,13 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from listener_router._config import Settings, load_settings, make_runner
 from listener_router._errors import ConfigError
 from listener_router._messages import OPERATIONS
+from listener_router._runners import make_runner
+from listener_router.cli._common import settings_for
 from listener_router.cli._help import describe
 
 __all__ = ["main"]
@@ -21,31 +22,11 @@ __all__ = ["main"]
 log = logging.getLogger("chalk")
 
 
-def _settings(args: argparse.Namespace) -> Settings:
-    settings = load_settings(args.config)
-    overrides: dict[str, Any] = {}
-    if getattr(args, "workflows", None):
-        overrides["workflows_dir"] = args.workflows
-    if getattr(args, "local", False):
-        overrides["runner"] = "local"
-    if getattr(args, "blackboard", None):
-        overrides["blackboard_url"] = args.blackboard
-    if getattr(args, "http", None):
-        overrides["http_listen"] = args.http
-    return settings.with_overrides(**overrides)
-
-
-def cmd_with_settings(command: Callable[[Settings, argparse.Namespace], int]
-                      ) -> Callable[[argparse.Namespace], int]:
-    """A subcommand of another module, called with the settings read for its options."""
-    return lambda args: command(_settings(args), args)
-
-
 # -- chalk run ------------------------------------------------------------------------
 def cmd_run(args: argparse.Namespace) -> int:
     from listener_router._service import Service
     from listener_router.broker import ensure_local_broker
-    settings = _settings(args)
+    settings = settings_for(args)
     ensure_local_broker(settings.broker_url)
     with Service(settings) as service:
         service.install_signal_handlers()
@@ -66,7 +47,7 @@ def cmd_push(args: argparse.Namespace) -> int:
 
     from listener_router._records import push_records, read_records
     from listener_router.broker import ensure_local_broker
-    settings = _settings(args)
+    settings = settings_for(args)
     if args.ids:
         records = [{"id": i, "attributes": {}} for i in args.ids]
     elif args.file:
@@ -91,7 +72,7 @@ def cmd_process(args: argparse.Namespace) -> int:
     from blackboard import Blackboard
     from listener_router._records import chunked, read_records
     from listener_router.cli._output import result_record
-    settings = _settings(args)
+    settings = settings_for(args)
     registry = engine.WorkflowRegistry(settings.workflows_dir, aliases=settings.aliases,
                                        services=settings.services)
     for problem in registry.errors:
@@ -104,9 +85,10 @@ def cmd_process(args: argparse.Namespace) -> int:
     out = open(args.output, "w", encoding="utf-8") if args.output else None  # noqa: SIM115
     started = time.monotonic()
     journal = None
-    if settings.job_log:
+    jobs = settings.section("jobs")
+    if jobs.log:
         from listener_router.jobs import ProcessLog
-        journal = ProcessLog(settings.blackboard_url, workflow.name, settings.stats_interval)
+        journal = ProcessLog(settings.blackboard_url, workflow.name, jobs.stats_interval)
     try:
         with Blackboard.connect(settings.blackboard_url) as bb, \
                 Progress(disable=not sys.stderr.isatty()) as progress:
@@ -157,7 +139,7 @@ def cmd_process(args: argparse.Namespace) -> int:
 # -- chalk validate / graph -----------------------------------------------------------
 def cmd_validate(args: argparse.Namespace) -> int:
     import engine
-    settings = _settings(args)
+    settings = settings_for(args)
     report = engine.validate_tree(args.path, aliases=settings.aliases, services=settings.services, notes=True)
     for line in report.lines(summary=args.summary, label=args.path):
         print(line)
@@ -166,7 +148,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def cmd_graph(args: argparse.Namespace) -> int:
     import engine
-    settings = _settings(args)
+    settings = settings_for(args)
     graph, errors = engine.draft_graph(args.file, aliases=settings.aliases,
                                        services=settings.services)
     for error in errors:  # drawn anyway, the faulty activities in red
@@ -183,7 +165,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from listener_router.cli._admin import status
     from listener_router.cli._jobs import parse_time
-    status(_settings(args), since=parse_time(args.since))
+    status(settings_for(args), since=parse_time(args.since))
     return 0
 
 
@@ -194,7 +176,7 @@ def _listed(values: list[str] | None) -> list[str]:
 
 def cmd_jobs(args: argparse.Namespace) -> int:
     from listener_router.cli._jobs import jobs, parse_time
-    jobs(_settings(args), states=_listed(args.state), queues=_listed(args.queue),
+    jobs(settings_for(args), states=_listed(args.state), queues=_listed(args.queue),
          workflows=_listed(args.workflow), record=args.record, message=args.message,
          since=parse_time(args.since), until=parse_time(args.until), limit=args.limit,
          follow=args.follow)
@@ -203,13 +185,13 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 def cmd_schedules(args: argparse.Namespace) -> int:
     from listener_router.cli._jobs import schedules
-    schedules(_settings(args))
+    schedules(settings_for(args))
     return 0
 
 
 def cmd_dlq(args: argparse.Namespace) -> int:
     from listener_router.cli import _admin
-    settings = _settings(args)
+    settings = settings_for(args)
     queues = [args.queue] if args.queue else [r.queue for r in settings.listeners]
     where = ", ".join(f"{q}.dlq" for q in queues)
     if args.action == "list":
@@ -231,12 +213,12 @@ def cmd_dlq(args: argparse.Namespace) -> int:
 # -- chalk events ---------------------------------------------------------------------
 def cmd_events(args: argparse.Namespace) -> int:
     from listener_router.events import ReceivedEvent, follow
-    settings = _settings(args)
+    settings = settings_for(args)
     if not args.follow:
         raise ConfigError("give --follow: events are not stored, only those published while "
                           "following are shown")
     patterns = args.pattern or ["#"]
-    exchange = settings.events.exchange
+    exchange = settings.section("events").exchange
 
     def show(event: ReceivedEvent) -> None:
         print(event.json() if args.json else event.line(), flush=True)

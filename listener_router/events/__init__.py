@@ -1,44 +1,52 @@
-"""Distributed events: the ``chalk.events`` topic exchange (see ``_events`` for the model).
+"""Distributed events: the ``chalk.events`` topic exchange (see ``_kinds`` for the model).
 
-- ``_events``: :class:`EventKind`, :class:`Events` (makes and emits a member's
+A plug-in (``_plugin``: :class:`EventsPlugin`) built when ``[events]``
+(``_settings``) turns any kind on:
+
+- ``_kinds``: :class:`EventKind`, :class:`Events` (makes and emits a member's
   events into a transaction's outbox), :func:`event_id` (deterministic IDs);
-- ``_pipeline``: where the pipeline writes them (:class:`CommittedEvents` in
-  the commit transaction, :class:`FailureEvents` for failures and dead letters);
+- ``_plugin``: where the service writes them (commit transactions, settled
+  failures, the leader's view, and :meth:`EventsPlugin.emit` for the scheduler);
 - ``_follow``: a live subscriber (``chalk events --follow``).
 
-The leader writes ``topology.changed`` (``cluster/``); the scheduler writes
-``job.finished`` with :meth:`Events.emit` in its fenced transaction.  The
-pipeline's extensions are imported on first use, so that the cluster and
-``chalk events`` do not import the pipeline.
+Names are imported on first use, so that reading the settings (which loads
+``_settings``) does not import the pipeline.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from listener_router._config import EventSettings
-from listener_router.events._events import (
-    APPLICATION_HEADER,
-    TOPIC_HEADER,
-    EventKind,
-    Events,
-    Publisher,
-    event_id,
-)
-from listener_router.events._follow import ReceivedEvent, declare_exchange, follow
+from listener_router._lazy import lazy_names
 
 if TYPE_CHECKING:
-    from listener_router.events._pipeline import CommittedEvents, FailureEvents
+    from listener_router.events._follow import ReceivedEvent, declare_exchange, follow
+    from listener_router.events._kinds import (
+        APPLICATION_HEADER,
+        TOPIC_HEADER,
+        EventKind,
+        Events,
+        Publisher,
+        event_id,
+    )
+    from listener_router.events._plugin import EventsPlugin
+    from listener_router.events._settings import EVENTS_EXCHANGE, EventSettings
+
+_HOMES = {
+    "APPLICATION_HEADER": "_kinds", "TOPIC_HEADER": "_kinds", "EventKind": "_kinds",
+    "Events": "_kinds", "Publisher": "_kinds", "event_id": "_kinds",
+    "EventsPlugin": "_plugin", "EVENTS_EXCHANGE": "_settings", "EventSettings": "_settings",
+    "ReceivedEvent": "_follow", "declare_exchange": "_follow", "follow": "_follow",
+}
 
 __all__ = [
     "APPLICATION_HEADER",
+    "EVENTS_EXCHANGE",
     "TOPIC_HEADER",
-    "CommittedEvents",
     "EventKind",
     "EventSettings",
     "Events",
-    "FailureEvents",
+    "EventsPlugin",
     "Publisher",
     "ReceivedEvent",
     "declare_exchange",
@@ -46,10 +54,4 @@ __all__ = [
     "follow",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    if name in ("CommittedEvents", "FailureEvents"):
-        value = getattr(importlib.import_module("listener_router.events._pipeline"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'listener_router.events' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_names(__name__, _HOMES, __all__, globals())

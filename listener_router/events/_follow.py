@@ -19,7 +19,7 @@ import pika.exceptions
 
 from listener_router._errors import BrokerUnavailable
 from listener_router.broker import connection_parameters
-from listener_router.events._events import APPLICATION_HEADER
+from listener_router.events._kinds import APPLICATION_HEADER
 
 __all__ = ["ReceivedEvent", "declare_exchange", "follow"]
 

@@ -1,39 +1,63 @@
-"""Scheduled jobs and the job log (the Sling jobs model).
+"""The job log and statistics (the Sling jobs model).
 
-- ``_ticks``, ``_selection``, ``_scheduler``: ``[[schedule]]`` entries run by
-  the leader, each tick exactly once (a compare-and-set on the schedule's
-  row in the transaction that writes its messages to the outbox);
-- ``_events``: :func:`job_finished_events`, the hook for
-  ``job.finished.<schedule>`` events;
-- ``_log``: :class:`JobLog`, every message's life and the statistics,
-  written per batch (in the commit transaction where there is one);
+- ``_settings``: ``[jobs]``;
+- ``_log``: :class:`JobLog`, a plug-in: every message's life and the
+  statistics, written per batch (in the commit transaction where there is
+  one); :class:`ProcessLog` for ``chalk process``;
+- ``_tables``: its tables (and the inbox rows it reads);
 - ``_sketch``: :class:`Sketch`, the mergeable duration histogram behind p50/p99;
-- ``_read``: what ``chalk jobs``, ``chalk status``, ``chalk schedules`` and
-  ``chalk dlq`` read back.
+- ``_read``: what ``chalk jobs``, ``chalk status`` and ``chalk dlq`` read back.
+
+Names are imported on first use (reading the settings loads ``_settings`` alone).
 """
 
-from listener_router.jobs._events import job_finished_events, job_finished_payload
-from listener_router.jobs._log import PROCESS_QUEUE, REPLAYS_HEADER, JobLog, ProcessLog
-from listener_router.jobs._scheduler import SCHEDULE_PREFIX, Scheduler, scheduled_messages
-from listener_router.jobs._selection import PAGE, Selection
-from listener_router.jobs._sketch import ACCURACY, Sketch, merged
-from listener_router.jobs._ticks import Ticks, tick_label
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from listener_router._lazy import lazy_names
+
+if TYPE_CHECKING:
+    from listener_router.jobs._log import (
+        PROCESS_QUEUE,
+        REPLAYS_HEADER,
+        JobLog,
+        JobLogRetention,
+        ProcessLog,
+    )
+    from listener_router.jobs._read import Step, Summary, statistics, steps
+    from listener_router.jobs._settings import JobsSettings
+    from listener_router.jobs._sketch import ACCURACY, Sketch, merged
+    from listener_router.jobs._tables import COUNTED_STATES, JobLogTables, LogEntry, LogRow, StatRow
+
+_HOMES = {
+    "PROCESS_QUEUE": "_log", "REPLAYS_HEADER": "_log", "JobLog": "_log",
+    "JobLogRetention": "_log", "ProcessLog": "_log", "JobsSettings": "_settings",
+    "Step": "_read", "Summary": "_read", "statistics": "_read", "steps": "_read",
+    "ACCURACY": "_sketch", "Sketch": "_sketch", "merged": "_sketch",
+    "COUNTED_STATES": "_tables", "JobLogTables": "_tables", "LogEntry": "_tables",
+    "LogRow": "_tables", "StatRow": "_tables",
+}
 
 __all__ = [
     "ACCURACY",
-    "PAGE",
+    "COUNTED_STATES",
     "PROCESS_QUEUE",
     "REPLAYS_HEADER",
-    "SCHEDULE_PREFIX",
     "JobLog",
+    "JobLogRetention",
+    "JobLogTables",
+    "JobsSettings",
+    "LogEntry",
+    "LogRow",
     "ProcessLog",
-    "Scheduler",
-    "Selection",
     "Sketch",
-    "Ticks",
-    "job_finished_events",
-    "job_finished_payload",
+    "StatRow",
+    "Step",
+    "Summary",
     "merged",
-    "scheduled_messages",
-    "tick_label",
+    "statistics",
+    "steps",
 ]
+
+__getattr__, __dir__ = lazy_names(__name__, _HOMES, __all__, globals())

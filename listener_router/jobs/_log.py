@@ -1,25 +1,26 @@
 """The job log's writer: every message's life and the statistics, per batch.
 
-:class:`JobLog` plugs into three seams of the pipeline:
+:class:`JobLog` is a plug-in (built while ``[jobs] log`` is on) with three hooks:
+
+- in the commit transaction (``in_commit``) it logs each committed:class:`JobLog` plugs into three seams of the pipeline:
 
 - as a :class:`~listener_router.CommitExtension` it logs each committed
   message on the inbox row its commit writes (``Commit.inbox_log``), and
   adds to the outcome counts, inside the commit transaction: no row of its
   own per message, never a write of its own on the hot path, and a
   committed message is logged exactly when its records are;
-- as a :class:`~listener_router.pipeline.SettledObserver` it sees every settled
-  message before its ack: it writes rows for the retried, dead-lettered and
+- settled (``settled``) it sees every settled message before its ack: it writes rows for the retried, dead-lettered and
   duplicate ones (one small transaction, only when there are any; a step
   written again after a crash is skipped by the log's unique index) and
   counts each committed message's latency (taken up → settled);
-- as a :class:`~listener_router.BatchObserver` it keeps each finished
-  batch's row (member, seconds by stage) and adds its stage times to the
+- once a batch is finished (``batch_finished``) it keeps the batch's row (member, seconds by stage) and adds its stage times to the
   duration histograms.
 
 Batch rows and histograms are merged into this member's statistics rows
 every ``flush_every`` seconds and at close, in one transaction (a crash
 loses at most that much of the durations; the counts and the log rows are
 never lost).  A failed write is kept and tried again with the next one.
+The leader drops rows older than ``[node] retention_days`` (:class:`JobLogRetention`).
 ``chalk process`` logs its records through :class:`ProcessLog`.
 """
 
@@ -35,31 +36,24 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import orjson
 from sqlalchemy import Connection
 
 from listener_router._messages import ATTEMPTS_HEADER, derive_message_id
+from listener_router._plugin import Host, Plugin
+from listener_router.cluster import LeaderTask
+from listener_router.jobs._settings import JobsSettings
 from listener_router.jobs._sketch import Sketch
-from listener_router.pipeline import (
-    BatchObserver,
-    BatchReport,
-    Commit,
-    CommitExtension,
-    SettledObserver,
-    State,
-    Work,
-)
-from listener_router.store import (
-    InboxLog,
-    JobLogTables,
-    LogRow,
-    ServiceStore,
-    StatRow,
-    unavailable,
-)
+from listener_router.jobs._tables import SCHEMA, JobLogTables, LogRow, StatRow
+from listener_router.pipeline import BatchReport, Commit, State, Work
+from listener_router.store import InboxLog, Schema, ServiceStore, unavailable
 
-__all__ = ["JobLog", "ProcessLog", "PROCESS_QUEUE", "REPLAYS_HEADER"]
+if TYPE_CHECKING:
+    from listener_router._settings import Settings
+
+__all__ = ["JobLog", "JobLogRetention", "ProcessLog", "PROCESS_QUEUE", "REPLAYS_HEADER"]
 
 log = logging.getLogger(__name__)
 
@@ -90,15 +84,34 @@ def _int(value: object) -> int:
         return 0
 
 
-class JobLog(CommitExtension, BatchObserver, SettledObserver):
-    """Writes the job log and its statistics for one member (see the module doc)."""
+class JobLog(Plugin):
+    """Writes the job log and its statistics for one member (see the module doc).
 
-    def __init__(self, store: ServiceStore, member: str, *, interval: float = 60.0,
+    As a plug-in it is built by :meth:`build` and given its store and member
+    at install; ``JobLog(store, member)`` makes one ready to write (``chalk
+    process``, tests).
+    """
+
+    name = "jobs"
+    sections = (JobsSettings,)
+
+    @classmethod
+    def build(cls, settings: Settings) -> JobLog | None:
+        jobs: JobsSettings = settings.section("jobs")
+        if not jobs.log:
+            return None
+        log_ = cls(None, "", interval=jobs.stats_interval)
+        log_.retention_days = settings.retention_days
+        return log_
+
+    def __init__(self, store: ServiceStore | None, member: str, *, interval: float = 60.0,
                  flush_every: float = FLUSH_EVERY):
-        self.store = store
+        self.store = store  # type: ignore[assignment]
         self.member = member
         self.interval = interval
         self.flush_every = flush_every
+        self.retention_days = 7.0
+        self.log_tables: JobLogTables | None = store.tables(JobLogTables) if store else None
         self._lock = threading.Lock()
         self._batches: weakref.WeakKeyDictionary[BatchReport, _Seen] = weakref.WeakKeyDictionary()
         self._sketches: dict[Key, Sketch] = {}
@@ -106,6 +119,26 @@ class JobLog(CommitExtension, BatchObserver, SettledObserver):
         self._unwritten: list[tuple[list[LogRow], list[Other]]] = []
         self._flushed = time.monotonic()
 
+    # -- as a plug-in ------------------------------------------------------------------------
+    def tables(self) -> list[Schema]:
+        return [SCHEMA]
+
+    def install(self, host: Host) -> None:
+        self.store = host.store
+        self.member = host.node
+        self.log_tables = host.store.tables(JobLogTables)
+
+    def stop(self) -> None:
+        self.flush()
+
+    def leader_tasks(self) -> list[LeaderTask]:
+        assert self.log_tables is not None
+        return [JobLogRetention(self.store, self.log_tables, self.retention_days)]
+
+    def in_commit(self, commit: Commit) -> None:
+        self.in_transaction(commit)
+
+    # -- writing ---------------------------------------------------------------------------
     def period(self, at: float) -> float:
         """The start of the statistics interval ``at`` falls in."""
         return math.floor(at / self.interval) * self.interval
@@ -310,6 +343,21 @@ def _merged(stored: StatRow | None, delta: Sketch) -> tuple[int, float, str]:
     total = Sketch.loads(stored.sketch, stored.count, stored.total) if stored else Sketch()
     total.merge(delta)
     return total.count, total.total, total.dumps()
+
+
+class JobLogRetention(LeaderTask):
+    """Drop the job log's rows and statistics older than ``retention_days``."""
+
+    name = "job_log_retention"
+
+    def __init__(self, store: ServiceStore, tables: JobLogTables, days: float):
+        self.store = store
+        self.tables = tables
+        self.days = days
+
+    def run(self) -> int:
+        with self.store.writes, unavailable():
+            return self.tables.purge(self.days * 86400.0)
 
 
 class ProcessLog:

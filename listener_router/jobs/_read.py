@@ -11,7 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from listener_router.jobs._sketch import Sketch
-from listener_router.store import LogEntry, ServiceStore, StatRow
+from listener_router.jobs._tables import JobLogTables, LogEntry, StatRow
+from listener_router.store import ServiceStore
 
 __all__ = ["Summary", "Step", "statistics", "steps"]
 
@@ -61,7 +62,7 @@ def statistics(store: ServiceStore, since: float | None = None, until: float | N
                ) -> dict[tuple[str, str], Summary]:
     """Statistics of intervals starting in ``[since, until)``, per ``(queue, workflow)``,
     all members and restarts summed."""
-    return summarize(store.joblog.statistics(since, until))
+    return summarize(store.tables(JobLogTables).statistics(since, until))
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ class Step:
 
 def steps(store: ServiceStore, entries: list[LogEntry]) -> list[Step]:
     """The entries as steps in time order: each attempt's ``received`` and its outcome."""
-    timings = store.joblog.batches(e.batch for e in entries if e.batch)
+    timings = store.tables(JobLogTables).batches(e.batch for e in entries if e.batch)
     out: list[Step] = []
     for e in entries:
         seconds = timings[e.batch][1] if e.batch in timings else None

@@ -1,9 +1,10 @@
 """The distribution journal: committed records on a replayable log, read by many subscribers.
 
-Publishing (the service's side): a ``[[journal]]`` names a RabbitMQ stream
-and which commits go to it.  :class:`JournalWriter`, a commit extension,
-writes one entry per committed record into the journal outbox in the
-commit's transaction; :class:`JournalRelay` numbers the entries (``seq``,
+Publishing (the service's side, the plug-in :class:`JournalPublisher`,
+built when there is a ``[[journal]]``): a ``[[journal]]`` names a RabbitMQ
+stream and which commits go to it.  :class:`JournalWriter`, in each commit
+transaction, writes one entry per committed record into the journal outbox
+(``_outbox``); :class:`JournalRelay` numbers the entries (``seq``,
 dense per journal) and publishes them with confirms, in commit order per
 record, one relay per journal in a cluster.
 
@@ -19,9 +20,10 @@ status stream; :func:`journal_status` turns that into lag, blocked, last
 seen.  See ``docs/journal.md`` and the README's "Journal" section.
 
 Modules: ``_settings`` (the configuration), ``_entries`` (the entry format,
-attachment references), ``_publish`` (writer, relay, stream declarations),
+attachment references), ``_outbox`` (the journal outbox in the service's
+database), ``_publish`` (the plug-in: writer, relay, stream declarations),
 ``_offsets`` (a subscriber's tables in its own database), ``_subscriber``
-(the agent), ``_status`` (status messages and the view), ``_events``
+(the agent), ``_status`` (status messages and the view), ``_blocked``
 (``journal.subscriber.blocked``).
 """
 
@@ -32,16 +34,17 @@ from typing import TYPE_CHECKING
 from listener_router._lazy import lazy_names
 
 if TYPE_CHECKING:
+    from listener_router.journal._apply import ApplyFn, SubscriberStats, load_callable
+    from listener_router.journal._blocked import (
+        EVENTS_EXCHANGE,
+        blocked_event,
+    )
     from listener_router.journal._entries import (
         AttachmentRef,
         AttachmentSource,
         AttachmentUnavailable,
         Entry,
         EntryEncoder,
-    )
-    from listener_router.journal._events import (
-        EVENTS_EXCHANGE,
-        blocked_event,
     )
     from listener_router.journal._offsets import (
         NotBlocked,
@@ -54,12 +57,12 @@ if TYPE_CHECKING:
         request_skip,
         subscriber_state,
     )
+    from listener_router.journal._outbox import JournalOutbox
     from listener_router.journal._publish import (
         JournalPublisher,
         JournalRelay,
         JournalWriter,
         declare_journal,
-        publisher_for,
     )
     from listener_router.journal._settings import (
         JournalRule,
@@ -75,21 +78,16 @@ if TYPE_CHECKING:
         journal_status,
         read_head,
         read_stream,
-    )
-    from listener_router.journal._subscriber import (
-        ApplyFn,
-        Subscriber,
-        SubscriberStats,
-        load_callable,
         subscriber_rule,
     )
+    from listener_router.journal._subscriber import Subscriber
 
 _HOMES = {
-    "ApplyFn": "_subscriber",
+    "ApplyFn": "_apply",
     "AttachmentRef": "_entries",
     "AttachmentSource": "_entries",
     "AttachmentUnavailable": "_entries",
-    "EVENTS_EXCHANGE": "_events",
+    "EVENTS_EXCHANGE": "_blocked",
     "Entry": "_entries",
     "EntryEncoder": "_entries",
     "Head": "_status",
@@ -103,16 +101,16 @@ _HOMES = {
     "Subscriber": "_subscriber",
     "SubscriberRule": "_settings",
     "SubscriberState": "_offsets",
-    "SubscriberStats": "_subscriber",
+    "SubscriberStats": "_apply",
     "SubscriberView": "_status",
-    "blocked_event": "_events",
+    "blocked_event": "_blocked",
     "declare_journal": "_publish",
     "journal_rule": "_status",
     "journal_status": "_status",
-    "load_callable": "_subscriber",
+    "load_callable": "_apply",
     "check_journals": "_settings",
     "parse_start": "_settings",
-    "publisher_for": "_publish",
+    "JournalOutbox": "_outbox",
     "read_head": "_status",
     "read_stream": "_status",
     "recent_errors": "_offsets",
@@ -120,7 +118,7 @@ _HOMES = {
     "request_rewind": "_offsets",
     "request_skip": "_offsets",
     "stream_name": "_settings",
-    "subscriber_rule": "_subscriber",
+    "subscriber_rule": "_status",
     "subscriber_state": "_offsets",
 }
 
@@ -133,6 +131,7 @@ __all__ = [
     "Entry",
     "EntryEncoder",
     "Head",
+    "JournalOutbox",
     "JournalPublisher",
     "JournalRelay",
     "JournalRule",
@@ -152,7 +151,6 @@ __all__ = [
     "journal_status",
     "load_callable",
     "parse_start",
-    "publisher_for",
     "read_head",
     "read_stream",
     "recent_errors",

@@ -24,6 +24,7 @@ a running agent notices the new epoch within a second.
 
 from __future__ import annotations
 
+import datetime
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -316,3 +317,23 @@ def recent_errors(engine: Engine, journal: str, subscriber: str, limit: int = 50
         return list(conn.execute(
             select(errors).where(errors.c.journal == journal, errors.c.subscriber == subscriber)
             .order_by(errors.c.id.desc()).limit(limit)).all())
+
+
+def start_offset(start: str) -> int | None:
+    """The offset a stored start point names (``offset:N``), else None."""
+    kind, _, value = start.partition(":")
+    return int(value) if kind == "offset" else None
+
+
+def consume_from(position: int | None, start: str) -> dict[str, Any]:
+    """The consumer argument that (re)starts reading the stream: after ``position`` (the last
+    offset taken in), else at the stored start point."""
+    if position is not None:
+        return {"x-stream-offset": position + 1}
+    kind, _, value = start.partition(":")
+    if kind == "offset":
+        return {"x-stream-offset": int(value)}
+    if kind == "time":  # the broker's resolution is a second: the rest is filtered here
+        moment = datetime.datetime.fromtimestamp(int(float(value)), tz=datetime.timezone.utc)
+        return {"x-stream-offset": moment}
+    return {"x-stream-offset": "first"}

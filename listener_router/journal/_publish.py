@@ -1,4 +1,4 @@
-"""The publishing side: the commit extension that writes entries, and the relay that sends them.
+"""The publishing side: the plug-in whose commit hook writes entries, and the relay that sends them.
 
 :class:`JournalWriter` is a :class:`~listener_router.CommitExtension`: in
 each commit transaction it writes one entry per committed record that
@@ -6,7 +6,7 @@ changed and matches a ``[[journal]]`` (``_entries``) into the journal
 outbox (``store/_journal.py``).  :class:`JournalRelay` is a thread of the
 service: for each journal whose relay lease it holds it numbers the
 waiting entries, publishes them to the stream with confirms through the
-service's broker link, and deletes them once confirmed.  The store
+service's broker link, and deletes them once confirmed.  The outbox
 module's doc says why the order per record holds and why a copy published
 again carries its original's number.
 """
@@ -22,16 +22,18 @@ from typing import Any
 import pika
 import pika.exceptions
 
-from listener_router._config import Settings
 from listener_router._errors import BrokerUnavailable, InfrastructureError
+from listener_router._plugin import Host, Plugin
+from listener_router._settings import Settings
 from listener_router.broker import Link, OutMessage, connection_parameters, publish_confirmed
 from listener_router.journal._entries import EntryEncoder, with_number
-from listener_router.journal._settings import JournalRule
-from listener_router.pipeline import Commit, CommitExtension
-from listener_router.store import JournalOutbox, ServiceStore, unavailable
+from listener_router.journal._outbox import SCHEMA, JournalOutbox
+from listener_router.journal._settings import JournalRule, SubscriberRule, check_journals
+from listener_router.pipeline import Commit
+from listener_router.store import Schema, ServiceStore, unavailable
 
 __all__ = ["JournalPublisher", "JournalRelay", "JournalWriter", "declare_journal",
-           "publisher_for", "STATUS_ARGUMENTS"]
+           "STATUS_ARGUMENTS"]
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +70,7 @@ def declare_journal(channel: Any, rule: JournalRule) -> Any:
     return channel
 
 
-class JournalWriter(CommitExtension):
+class JournalWriter:
     """Writes the journals' entries in each commit transaction (see module doc)."""
 
     def __init__(self, rules: Sequence[JournalRule], origin: str,
@@ -102,6 +104,7 @@ class JournalRelay:
                  broker_url: str, owner: str, *, idle: float = 0.2, batch: int = RELAY_BATCH):
         self.rules = list(rules)
         self.store = store
+        self.outbox = store.tables(JournalOutbox)
         self.link = link
         self.broker_url = broker_url
         self.owner = owner
@@ -128,7 +131,7 @@ class JournalRelay:
         for rule in self.rules:
             try:
                 with self.store.writes, unavailable():
-                    self.store.journal.release(rule.name, self.owner)
+                    self.outbox.release(rule.name, self.owner)
             except InfrastructureError as e:
                 log.debug("journal %s: releasing the relay lease failed: %s", rule.name, e)
 
@@ -177,10 +180,10 @@ class JournalRelay:
         if not self._declared:
             self._declare()
         with unavailable():
-            if not self.store.journal.waiting(rule.name):
+            if not self.outbox.waiting(rule.name):
                 return 0
         with self.store.writes, unavailable():
-            rows = self.store.journal.take(rule.name, self.owner, RELAY_LEASE, self.batch)
+            rows = self.outbox.take(rule.name, self.owner, RELAY_LEASE, self.batch)
         if not rows:
             return 0
         now = time.time()
@@ -188,37 +191,58 @@ class JournalRelay:
                                message_id=f"{rule.name}:{seq}") for seq, body in rows]
         publish_confirmed(self.link, messages, CONFIRM_TIMEOUT)
         with self.store.writes, unavailable():
-            self.store.journal.sent(rule.name, rows[-1][0])
+            self.outbox.sent(rule.name, rows[-1][0])
         self.published += len(rows)
         log.debug("journal %s: published entries %d..%d", rule.name, rows[0][0], rows[-1][0])
         return len(rows)
 
 
-class JournalPublisher:
-    """The writer and the relay of a service's journals, made and started together."""
+class JournalPublisher(Plugin):
+    """The journal plug-in: the writer and the relay of a service's journals (built when there
+    is any ``[[journal]]``; ``[[subscriber]]`` is read by ``chalk subscribe``)."""
 
-    def __init__(self, settings: Settings, store: ServiceStore, origin: str):
-        self.settings = settings
-        self.store = store
-        self.origin = origin
+    name = "journal"
+    sections = (JournalRule, SubscriberRule)
+
+    @classmethod
+    def configure(cls, settings: Settings) -> Settings:
+        check_journals(settings.section("journal"), settings.section("subscriber"),
+                       settings.source or "settings")
+        return settings
+
+    @classmethod
+    def build(cls, settings: Settings) -> JournalPublisher | None:
+        rules: tuple[JournalRule, ...] = settings.section("journal")
+        return cls(rules, settings.broker_url) if rules else None
+
+    def __init__(self, rules: Sequence[JournalRule], broker_url: str):
+        self.rules = tuple(rules)
+        self.broker_url = broker_url
         self.wake = threading.Event()
-        self.writer = JournalWriter(settings.journals, origin, self.wake)
+        self.writer: JournalWriter | None = None
         self.relay: JournalRelay | None = None
+        self._host: Host | None = None
 
-    def start(self, link: Link) -> JournalPublisher:
-        relay = self.relay = JournalRelay(self.settings.journals, self.store, link,
-                                          self.settings.broker_url, self.origin)
+    def tables(self) -> list[Schema]:
+        return [SCHEMA]
+
+    def install(self, host: Host) -> None:
+        self._host = host
+        self.writer = JournalWriter(self.rules, host.node, self.wake)
+
+    def in_commit(self, commit: Commit) -> None:
+        assert self.writer is not None
+        self.writer.in_transaction(commit)
+
+    def start(self) -> None:
+        host = self._host
+        assert host is not None, "install() first"
+        relay = self.relay = JournalRelay(self.rules, host.store, host.link, self.broker_url,
+                                          host.node)
         relay.wake = self.wake
         relay.start()
-        return self
 
     def stop(self) -> None:
+        """What was committed goes out first (the pipeline is drained by now)."""
         if self.relay is not None:
             self.relay.stop()
-
-
-def publisher_for(settings: Settings, store: ServiceStore, origin: str) -> JournalPublisher | None:
-    """The journals' publisher for a service (None when it has no ``[[journal]]``)."""
-    if not settings.journals:
-        return None
-    return JournalPublisher(settings, store, origin)

@@ -1,11 +1,10 @@
 """``[[journal]]`` and ``[[subscriber]]`` tables of ``chalk.toml``: read once, then frozen.
 
-Each field is declared with :func:`~listener_router._setting.setting`, so
+Each field is declared with :func:`~listener_router._keys.setting`, so
 ``load_settings`` reads, checks and documents these tables as it does
 ``[[listener]]`` (docs/configuration.md); :func:`check_journals` adds what
 one table cannot say alone (names unique, a subscriber's journal exists).
-Light on purpose: ``_config`` imports this module, and the broker I/O
-process imports ``_config``.
+Light on purpose: the settings loader imports this module.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from listener_router._errors import ConfigError
-from listener_router._setting import setting
+from listener_router._keys import section, setting
 
 __all__ = ["JournalRule", "SubscriberRule", "check_journals", "parse_start", "stream_name"]
 
@@ -56,6 +55,9 @@ def _check_start(value: str, where: str) -> None:
     parse_start(value, where)
 
 
+@section("journal", "Committed records on a RabbitMQ stream, for subscribers (a list; "
+         "docs/journal.md).", array=True, empty="none: no journal is written",
+         attribute="journals")
 @dataclass(frozen=True)
 class JournalRule:
     """Which commits go to which stream, and what an entry holds (``[[journal]]``)."""
@@ -104,6 +106,9 @@ class JournalRule:
                 "x-stream-max-segment-size-bytes": self.segment_bytes}
 
 
+@section("subscriber", "Agents that read a journal and apply its entries exactly once (a "
+         "list; `chalk subscribe --subscriber ID` runs one).", array=True, empty="none",
+         attribute="subscribers")
 @dataclass(frozen=True)
 class SubscriberRule:
     """One subscriber agent (``[[subscriber]]``): where it reads, applies and keeps its offset."""

@@ -18,19 +18,20 @@ import datetime
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
 import pika
 import pika.exceptions
 
-from listener_router._config import Settings
 from listener_router._errors import BrokerUnavailable, ConfigError
+from listener_router._settings import Settings
 from listener_router.broker import connect
-from listener_router.journal._settings import JournalRule
+from listener_router.journal._settings import JournalRule, SubscriberRule
 
 __all__ = ["Head", "SubscriberView", "journal_rule", "journal_status", "read_head",
+           "subscriber_rule",
            "read_stream", "status_body"]
 
 log = logging.getLogger(__name__)
@@ -62,10 +63,10 @@ class SubscriberView:
 
 def journal_rule(settings: Settings, name: str) -> JournalRule:
     """The ``[[journal]]`` called ``name``; a clear error when there is none."""
-    for rule in settings.journals:
+    for rule in settings.section("journal"):
         if rule.name == name:
             return rule
-    known = ", ".join(r.name for r in settings.journals) or "none"
+    known = ", ".join(r.name for r in settings.section("journal")) or "none"
     where = settings.source or "the configuration"
     raise ConfigError(f"{where}: no [[journal]] named {name!r} (known: {known})")
 
@@ -190,3 +191,17 @@ def journal_status(settings: Settings, journal: str, *,
             errors=int(status.get("errors", 0)), last_seen=seen,
             blocked_reason=status.get("blocked_reason"), host=str(status.get("host", ""))))
     return head, views
+
+
+def subscriber_rule(settings: Settings, subscriber: str, journal: str | None = None,
+                    **overrides: Any) -> SubscriberRule:
+    """The ``[[subscriber]]`` with this id (for ``journal``), with ``overrides`` applied;
+    made from the overrides alone when the configuration has none."""
+    for rule in settings.section("subscriber"):
+        if rule.id == subscriber and (journal is None or rule.journal == journal):
+            return replace(rule, **{k: v for k, v in overrides.items() if v is not None})
+    if journal is None:
+        raise ConfigError(f"no [[subscriber]] with id {subscriber!r}: give --journal too")
+    journal_rule(settings, journal)
+    return SubscriberRule(id=subscriber, journal=journal,
+                          **{k: v for k, v in overrides.items() if v is not None})

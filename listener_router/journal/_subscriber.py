@@ -38,107 +38,51 @@ an events exchange is set) and waits for ``chalk journal skip`` or
 
 from __future__ import annotations
 
-import datetime
-import importlib
 import logging
 import os
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 import engine as engine_pkg
-from blackboard import Blackboard, BlackboardError, SqlStore, StorageError
-from listener_router._config import Settings, make_runner
-from listener_router._errors import BrokerUnavailable, ConfigError, InfrastructureError
-from listener_router._messages import ATTEMPTS_HEADER, ERROR_HEADER
-from listener_router.broker import AmqpLink, Delivery, OutMessage, publish_confirmed
+from blackboard import BlackboardError, SqlStore, StorageError
+from listener_router._errors import ConfigError, InfrastructureError
+from listener_router._runners import make_runner
+from listener_router._settings import Settings
+from listener_router.broker import AmqpLink, Delivery, OutMessage
 from listener_router.journal import _offsets as offsets
-from listener_router.journal._entries import AttachmentSource, AttachmentUnavailable, Entry
-from listener_router.journal._events import blocked_event, declare_events
+from listener_router.journal._apply import (
+    ApplyFn,
+    SubscriberStats,
+    _Item,
+    commit_callable,
+    commit_workflow,
+    count,
+    load_callable,
+    to_apply,
+)
+from listener_router.journal._blocked import declare_events
+from listener_router.journal._entries import AttachmentSource, Entry
+from listener_router.journal._failures import Failures
 from listener_router.journal._publish import declare_journal
 from listener_router.journal._settings import SubscriberRule
-from listener_router.journal._status import journal_rule, read_head, status_body
+from listener_router.journal._status import journal_rule, read_head, status_body, subscriber_rule
 
 __all__ = ["ApplyFn", "Subscriber", "SubscriberStats", "load_callable", "subscriber_rule"]
 
-log = logging.getLogger(__name__)
+_ = (load_callable, subscriber_rule)  # re-exported: ``chalk subscribe`` and tests name them here
 
-ApplyFn = Callable[[list[Entry], Connection], None]
+log = logging.getLogger(__name__)
 
 POLL_EVERY = 1.0          # seconds between looks at the row for operators' commands
 STALL_AFTER = 30.0        # idle this long while the stream has more: consume again
 CONFIRM_TIMEOUT = 30.0
 OUTAGE_BACKOFF = (0.5, 1.0, 2.0, 5.0, 10.0)
-
-
-@dataclass
-class SubscriberStats:
-    """What an agent did since it started."""
-
-    applied: int = 0          # entries applied (their effects committed)
-    copies: int = 0           # copies of entries already applied, passed over
-    passed: int = 0           # entries before a time start, passed over
-    failures: int = 0         # failed attempts
-    errors: int = 0           # entries sent to the error queue
-    gaps: int = 0             # gaps found
-    batches: int = 0
-    resyncs: int = 0          # starts over from the row (commands, another agent)
-    blocked: bool = False
-    last_activity: float = field(default_factory=time.monotonic)
-
-
-@dataclass(slots=True)
-class _Item:
-    delivery: Delivery | None
-    offset: int
-    entry: Entry | None = None
-    problem: str | None = None        # not an entry (cannot be parsed)
-    gap: tuple[int, int] | None = None  # offsets missing before this item (on_gap continue)
-    body: bytes = b""
-
-
-def load_callable(spec: str) -> ApplyFn:
-    """``module:function`` → the function (the working directory is importable)."""
-    module_name, _, name = spec.partition(":")
-    if not module_name or not name:
-        raise ConfigError(f"apply {spec!r}: give it as module:function")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ConfigError(f"apply {spec!r}: cannot import {module_name!r}: {e}") from e
-    fn = getattr(module, name, None)
-    if not callable(fn):
-        raise ConfigError(f"apply {spec!r}: {module_name} has no function {name!r}")
-    return fn
-
-
-def subscriber_rule(settings: Settings, subscriber: str, journal: str | None = None,
-                    **overrides: Any) -> SubscriberRule:
-    """The ``[[subscriber]]`` with this id (for ``journal``), with ``overrides`` applied;
-    made from the overrides alone when the configuration has none."""
-    from dataclasses import replace
-
-    for rule in settings.subscribers:
-        if rule.id == subscriber and (journal is None or rule.journal == journal):
-            return replace(rule, **{k: v for k, v in overrides.items() if v is not None})
-    if journal is None:
-        raise ConfigError(f"no [[subscriber]] with id {subscriber!r}: give --journal too")
-    journal_rule(settings, journal)
-    return SubscriberRule(id=subscriber, journal=journal,
-                          **{k: v for k, v in overrides.items() if v is not None})
-
-
-def _describe(error: BaseException) -> str:
-    return f"{type(error).__name__}: {error}"
 
 
 class Subscriber:
@@ -175,11 +119,12 @@ class Subscriber:
         self._stopping = threading.Event()
         self.pending: list[_Item] = []
         self.attempts: dict[int, int] = {}
-        self._retry_at = 0.0
+        self.retry_at = 0.0
         self._outage = 0
-        self._gap: tuple[int, int] | None = None
+        self.gap: tuple[int, int] | None = None
         self._last_delivery = time.monotonic()
         self.host = f"{socket.gethostname()}/{os.getpid()}"
+        self.failures = Failures(self)
 
     # -- opening and closing ---------------------------------------------------------
     def open(self) -> Subscriber:
@@ -191,12 +136,7 @@ class Subscriber:
         engine = self.sql.engine
         state = offsets.subscriber_state(engine, rule.journal, rule.id)
         if state is None:
-            start = rule.start
-            if start in ("last", "next"):
-                head = read_head(self.settings.broker_url, self.journal.stream)
-                start = "first" if head is None else \
-                    f"offset:{head.offset + (1 if start == 'next' else 0)}"
-            state = offsets.register(engine, rule.journal, rule.id, start)
+            state = offsets.register(engine, rule.journal, rule.id, self._start_point())
             log.info("subscriber %s of journal %s: new, starting at %s", rule.id, rule.journal,
                      state.start)
         elif state.blocked:
@@ -214,12 +154,21 @@ class Subscriber:
             self.workflow = registry.get(rule.workflow)
             self.runner = self._runner or make_runner(self.settings)
         self.link = self._new_link()
-        self._publish_status()
+        self.publish_status()
         return self
+
+    def _start_point(self) -> str:
+        """A new subscriber's start: ``last`` and ``next`` resolved against the stream now."""
+        start = self.rule.start
+        if start in ("last", "next"):
+            head = read_head(self.settings.broker_url, self.journal.stream)
+            start = "first" if head is None else \
+                f"offset:{head.offset + (1 if start == 'next' else 0)}"
+        return start
 
     def close(self) -> None:
         if self.link is not None:
-            self._publish_status(wait=True)
+            self.publish_status(wait=True)
             self.link.stop()
         if self.source is not None:
             self.source.close()
@@ -251,20 +200,7 @@ class Subscriber:
 
     def _where(self, _queue: str) -> dict[str, Any]:
         """Where to (re)start consuming: after the last offset taken in, else the start."""
-        position = self.position
-        if position is not None:
-            return {"x-stream-offset": position + 1}
-        kind, _, value = self.start.partition(":")
-        if kind == "offset":
-            return {"x-stream-offset": int(value)}
-        if kind == "time":  # the broker's resolution is a second: the rest is filtered here
-            moment = datetime.datetime.fromtimestamp(int(float(value)), tz=datetime.timezone.utc)
-            return {"x-stream-offset": moment}
-        return {"x-stream-offset": "first"}
-
-    def _start_offset(self) -> int | None:
-        kind, _, value = self.start.partition(":")
-        return int(value) if kind == "offset" else None
+        return offsets.consume_from(self.position, self.start)
 
     # -- state -----------------------------------------------------------------------------
     def _sync(self, state: offsets.SubscriberState) -> None:
@@ -281,9 +217,9 @@ class Subscriber:
         self.stats.blocked = state.blocked
         self.pending = []
         self.attempts = {}
-        self._gap = None
+        self.gap = None
 
-    def _resync(self, why: str) -> None:
+    def resync(self, why: str) -> None:
         """Start over from the row: drop what was taken in, consume again from there."""
         assert self.sql is not None
         log.info("subscriber %s: starting over from its stored position: %s", self.rule.id, why)
@@ -296,7 +232,7 @@ class Subscriber:
             self.link.stop()
         self._sync(state)
         self.link = self._new_link()
-        self._publish_status()
+        self.publish_status()
 
     def _poll(self) -> None:
         """An operator's command (a new epoch) makes the agent start over."""
@@ -307,7 +243,7 @@ class Subscriber:
             log.warning("subscriber %s: reading its row failed: %s", self.rule.id, e)
             return
         if state is not None and state.epoch != self.believed.epoch:
-            self._resync(f"epoch {self.believed.epoch} -> {state.epoch} (a command)")
+            self.resync(f"epoch {self.believed.epoch} -> {state.epoch} (a command)")
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self, *, until: Callable[[SubscriberStats], bool] | None = None,
@@ -318,7 +254,7 @@ class Subscriber:
         while not self._stopping.is_set():
             now = time.monotonic()
             if now >= next_status:
-                self._publish_status()
+                self.publish_status()
                 next_status = now + self.rule.status_every
             if now >= next_poll:
                 self._poll()
@@ -328,15 +264,15 @@ class Subscriber:
             if self.blocked:
                 self._stopping.wait(0.2)
                 continue
-            if self.pending and time.monotonic() >= self._retry_at:
+            if self.pending and time.monotonic() >= self.retry_at:
                 self._step()
                 continue
             deliveries = self.link.deliveries.get_batch(self.rule.batch_size, 0.2)
             if deliveries:
                 self._take_in(deliveries)
                 self.stats.last_activity = self._last_delivery = time.monotonic()
-            elif self._gap is not None and not self.pending:
-                self._block_at_gap()
+            elif self.gap is not None and not self.pending:
+                self.failures.block_at_gap()
             elif not self.pending and time.monotonic() - self._last_delivery > STALL_AFTER:
                 self._check_stall()
             elif idle_exit is not None and not self.pending and \
@@ -355,7 +291,7 @@ class Subscriber:
             return
         position = -1 if self.position is None else self.position
         if head is not None and head.offset > position:
-            self._resync(f"the stream has entries up to offset {head.offset} but none after "
+            self.resync(f"the stream has entries up to offset {head.offset} but none after "
                          f"{position} arrived for {STALL_AFTER:.0f} s")
 
     # -- taking deliveries in --------------------------------------------------------------
@@ -364,10 +300,10 @@ class Subscriber:
         for d in deliveries:
             offset = int(d.headers.get("x-stream-offset", -1))
             position = self.position
-            if self._gap is not None or offset < 0 or (position is not None and offset <= position):
+            if self.gap is not None or offset < 0 or (position is not None and offset <= position):
                 drop.append(d)  # before the position (a replay), or behind a gap we stop at
                 continue
-            expected = position + 1 if position is not None else self._start_offset()
+            expected = position + 1 if position is not None else offsets.start_offset(self.start)
             if expected is not None and offset < expected:
                 drop.append(d)
                 continue
@@ -378,7 +314,7 @@ class Subscriber:
                           "(retention removed them before this subscriber read them)",
                           self.rule.id, expected, offset - 1, self.journal.stream)
                 if self.rule.on_gap == "block":
-                    self._gap = (expected, offset)
+                    self.gap = (expected, offset)
                     drop.append(d)
                     continue
                 item.gap = (expected, offset - 1)
@@ -396,25 +332,25 @@ class Subscriber:
         """Apply the next batch of pending items (one transaction), then handle a failure."""
         first = self.pending[0]
         if first.gap is not None:
-            self._pass_gap(first)
+            self.failures.pass_gap(first)
             return
         batch = self._next_batch()
         try:
             done, failure = self._commit(batch)
         except offsets.PositionMoved as e:
-            self._resync(str(e))
+            self.resync(str(e))
             return
         except (SQLAlchemyError, StorageError, InfrastructureError, BlackboardError) as e:
             delay = OUTAGE_BACKOFF[min(self._outage, len(OUTAGE_BACKOFF) - 1)]
             self._outage += 1
             log.warning("subscriber %s: applying %d entries failed, trying again in %.1f s: %s",
                         self.rule.id, len(batch), delay, e)
-            self._retry_at = time.monotonic() + delay
+            self.retry_at = time.monotonic() + delay
             return
         self._outage = 0
         self._finished(batch[:done])
         if failure is not None:
-            self._failed(batch[done], failure)
+            self.failures.failed(batch[done], failure)
 
     def _next_batch(self) -> list[_Item]:
         batch: list[_Item] = []
@@ -429,32 +365,22 @@ class Subscriber:
             batch.append(item)
         return batch
 
-    def _to_apply(self, batch: list[_Item]) -> tuple[list[tuple[int, _Item]], dict[int, str]]:
-        """Which items to apply (index, item), and which are passed over (index: why)."""
-        seq = self.seq
-        not_before = self.not_before
-        apply: list[tuple[int, _Item]] = []
-        passed: dict[int, str] = {}
-        for i, item in enumerate(batch):
-            entry = item.entry
-            if entry is not None and entry.seq <= seq:
-                passed[i] = "copy"
-            elif entry is not None and not_before is not None and entry.published_at < not_before:
-                passed[i] = "before"
-            else:
-                apply.append((i, item))
-                if entry is not None:
-                    seq = entry.seq
-                    not_before = None
-        return apply, passed
-
     def _commit(self, batch: list[_Item]) -> tuple[int, str | None]:
         """One transaction: the effects of the batch's entries up to the first failing one,
         and the row.  Returns how many items are done and the failure of the next."""
-        apply, passed = self._to_apply(batch)
+        apply, passed = to_apply(batch, self.seq, self.not_before)
+        assert self.sql is not None
+
+        def advance(conn: Connection, done: int) -> None:
+            self._advance(conn, batch, done, passed)
+
         if self.apply is not None:
-            return self._commit_callable(batch, apply, passed)
-        return self._commit_workflow(batch, apply, passed)
+            done, failure = commit_callable(self.sql, self.apply, batch, apply, advance)
+        else:
+            done, failure = commit_workflow(self.sql, self.owner, self.runner, self.workflow,
+                                            batch, apply, advance, self.rule.id)
+        count(self.stats, batch, done, passed)
+        return done, failure
 
     def _advance(self, conn: Connection, batch: list[_Item], done: int,
                  passed: dict[int, str]) -> None:
@@ -467,107 +393,6 @@ class Subscriber:
             conn, self.rule.journal, self.rule.id, self.believed, offset=batch[done - 1].offset,
             seq=max(seqs, default=self.seq), entry_at=entry_at, applied=len(applied),
             passed_start=bool(applied))
-
-    def _commit_callable(self, batch: list[_Item], apply: list[tuple[int, _Item]],
-                         passed: dict[int, str]) -> tuple[int, str | None]:
-        assert self.sql is not None and self.apply is not None
-        failure: tuple[int, str] | None = None
-        with self.sql.engine.begin() as conn:
-            entries = [item for _, item in apply]
-            failing = self._isolate(conn, entries)
-            if failing is not None:
-                at, error = failing
-                failure = (apply[at][0], error)
-            done = failure[0] if failure is not None else len(batch)
-            self._advance(conn, batch, done, passed)
-        self._count(batch, done, passed)
-        return done, failure[1] if failure is not None else None
-
-    def _isolate(self, conn: Connection, items: list[_Item]) -> tuple[int, str] | None:
-        """Apply in one savepoint; on failure one by one: the first failing (index, why)."""
-        assert self.apply is not None
-        bad = next((i for i, item in enumerate(items) if item.problem is not None), None)
-        good = items if bad is None else items[:bad]
-        if good:
-            try:
-                with conn.begin_nested():
-                    self.apply([item.entry for item in good], conn)  # type: ignore[misc]
-            except Exception as e:
-                if len(good) == 1:
-                    return 0, _describe(e)
-                for i, item in enumerate(good):
-                    try:
-                        with conn.begin_nested():
-                            self.apply([item.entry], conn)  # type: ignore[list-item]
-                    except Exception as e_one:
-                        return i, _describe(e_one)
-        return None if bad is None else (bad, items[bad].problem or "not an entry")
-
-    def _commit_workflow(self, batch: list[_Item], apply: list[tuple[int, _Item]],
-                         passed: dict[int, str]) -> tuple[int, str | None]:
-        assert self.sql is not None
-        bb = Blackboard(self.sql, owner=self.owner, lease_seconds=600.0)
-        failure: tuple[int, str] | None = None
-        try:
-            entries = [(i, item.entry) for i, item in apply if item.entry is not None]
-            bb.load_many([e.id for _, e in entries])
-            ready: list[tuple[int, Entry]] = []
-            for i, item in apply:
-                if item.entry is None:
-                    failure = (i, item.problem or "not an entry")
-                    break
-                try:
-                    self._put(bb, item.entry)
-                except (BlackboardError, AttachmentUnavailable, KeyError, ValueError) as e:
-                    failure = (i, _describe(e))
-                    break
-                ready.append((i, item.entry))
-            runs = [(i, e) for i, e in ready if e.op != "DELETE"]
-            ids_of: dict[int, list[str]] = {i: [e.id] for i, e in ready}
-            if runs:
-                results = self.runner.run(self.workflow, bb, [[e.id] for _, e in runs])
-                for result in results:
-                    i = runs[result.index][0]
-                    if result.ok:
-                        ids_of[i] = list(dict.fromkeys([runs[result.index][1].id,
-                                                        *result.record_ids]))
-                    elif failure is None or i < failure[0]:
-                        failure = (i, result.error or "the workflow failed")
-            done = failure[0] if failure is not None else len(batch)
-            commit = [rid for i, ids in ids_of.items() if i < done for rid in ids]
-            bb.invalidate_many([rid for rid in bb.ids() if rid not in set(commit)])
-            bb.commit_many(commit, hook=lambda conn: self._advance(conn, batch, done, passed))
-        except BaseException:
-            bb.invalidate_many(bb.ids())
-            raise
-        self._count(batch, done, passed)
-        return done, failure[1] if failure is not None else None
-
-    def _put(self, bb: Blackboard, entry: Entry) -> None:
-        """Write an entry onto the subscriber's blackboard (before its workflow runs)."""
-        if entry.op == "DELETE":
-            bb.delete(entry.id)
-            return
-        if entry.attributes:
-            bb.set_attributes(entry.id, entry.attributes)
-        for name in entry.attachments:
-            try:
-                with entry.open_attachment(name) as stream:
-                    bb.set_attachment_from_stream(entry.id, name, stream)
-            except AttachmentUnavailable as e:
-                if not e.superseded:
-                    raise
-                log.info("subscriber %s: %s; a later entry carries it", self.rule.id, e)
-
-    def _count(self, batch: list[_Item], done: int, passed: dict[int, str]) -> None:
-        for i in range(done):
-            why = passed.get(i)
-            if why == "copy":
-                self.stats.copies += 1
-            elif why == "before":
-                self.stats.passed += 1
-            else:
-                self.stats.applied += 1
 
     def _finished(self, items: list[_Item]) -> None:
         """The items are committed: move on, ack their deliveries."""
@@ -588,127 +413,8 @@ class Subscriber:
         assert self.link is not None
         self.link.ack([i.delivery for i in items if i.delivery is not None])
 
-    # -- failures ----------------------------------------------------------------------------
-    def _failed(self, item: _Item, error: str) -> None:
-        attempts = self.attempts.get(item.offset, 0) + 1
-        self.attempts[item.offset] = attempts
-        self.stats.failures += 1
-        what = item.entry.describe() if item.entry is not None else f"offset {item.offset}"
-        retries = 0 if item.problem is not None else self.rule.max_retries
-        if attempts <= retries:
-            delays = self.rule.backoff_ms or (1000,)
-            delay = delays[min(attempts - 1, len(delays) - 1)] / 1000.0
-            log.warning("subscriber %s: %s failed (attempt %d of %d), again in %.1f s: %s",
-                        self.rule.id, what, attempts, retries + 1, delay, error)
-            self._retry_at = time.monotonic() + delay
-            return
-        reason = f"{error} (after {attempts} attempt{'s' if attempts > 1 else ''})"
-        if self.rule.on_error == "block":
-            self._block(item, reason)
-        else:
-            self._to_error_queue(item, reason, attempts)
-
-    def _to_error_queue(self, item: _Item, reason: str, attempts: int) -> None:
-        """Publish the entry to the error queue (confirmed), then move past it."""
-        assert self.sql is not None and self.link is not None
-        entry = item.entry
-        key = entry.key if entry is not None else f"{self.rule.journal}:offset:{item.offset}"
-        message = OutMessage(
-            routing_key=self.journal.error_queue(self.rule.id), body=item.body,
-            message_id=f"{key}:{self.rule.id}",
-            headers={ERROR_HEADER: reason[:2000], ATTEMPTS_HEADER: attempts,
-                     "x-chalk-offset": item.offset, "x-chalk-journal": self.rule.journal,
-                     "x-chalk-subscriber": self.rule.id})
-        try:
-            publish_confirmed(self.link, [message], CONFIRM_TIMEOUT)
-            with self.sql.engine.begin() as conn:
-                position = offsets.record_error(
-                    conn, self.rule.journal, self.rule.id, self.believed, offset=item.offset,
-                    seq=entry.seq if entry is not None else None,
-                    record_id=entry.id if entry is not None else None, reason=reason,
-                    attempts=attempts, entry=item.body.decode("utf-8", "replace"))
-        except offsets.PositionMoved as e:
-            self._resync(str(e))
-            return
-        except (BrokerUnavailable, SQLAlchemyError, StorageError) as e:
-            log.warning("subscriber %s: sending offset %d to the error queue failed, trying "
-                        "again: %s", self.rule.id, item.offset, e)
-            self._retry_at = time.monotonic() + 1.0
-            self.attempts[item.offset] -= 1
-            return
-        log.error("subscriber %s: %s went to the error queue %s: %s", self.rule.id,
-                  entry.describe() if entry is not None else f"offset {item.offset}",
-                  self.journal.error_queue(self.rule.id), reason)
-        self.believed = position
-        if entry is not None:
-            self.seq = max(self.seq, entry.seq)
-        self.errors += 1
-        self.stats.errors += 1
-        del self.pending[0]
-        self.attempts.pop(item.offset, None)
-        self.link.ack([item.delivery] if item.delivery is not None else [])
-
-    def _block(self, item: _Item, reason: str) -> None:
-        entry = item.entry
-        self._set_blocked("entry", item.offset, entry.seq if entry is not None else None, reason,
-                          item.body.decode("utf-8", "replace"))
-
-    def _block_at_gap(self) -> None:
-        assert self._gap is not None
-        expected, found = self._gap
-        reason = (f"gap: offsets {expected}..{found - 1} of {self.journal.stream} are no longer "
-                  "in the stream (retention removed them before this subscriber read them); "
-                  "'chalk journal skip' accepts the gap, 'chalk journal rewind' starts over")
-        self._set_blocked("gap", found, None, reason, None)
-
-    def _set_blocked(self, kind: str, offset: int, seq: int | None, reason: str,
-                     entry: str | None) -> None:
-        assert self.sql is not None
-        try:
-            with self.sql.engine.begin() as conn:
-                offsets.block(conn, self.rule.journal, self.rule.id, self.believed, kind=kind,
-                              offset=offset, seq=seq, reason=reason, entry=entry)
-        except offsets.PositionMoved as e:
-            self._resync(str(e))
-            return
-        except (SQLAlchemyError, StorageError) as e:
-            log.warning("subscriber %s: recording the block failed, trying again: %s",
-                        self.rule.id, e)
-            self._retry_at = time.monotonic() + 1.0
-            return
-        log.error("subscriber %s of journal %s is blocked at offset %d: %s ('chalk journal skip' "
-                  "or 'retry' unblocks it)", self.rule.id, self.rule.journal, offset, reason)
-        self.blocked = self.stats.blocked = True
-        self.blocked_at = (offset, reason)
-        self._publish_status()
-        if self.rule.events_exchange and self.link is not None:
-            event = blocked_event(self.rule.journal, self.rule.id, offset=offset, seq=seq,
-                                  reason=reason, exchange=self.rule.events_exchange)
-            self.link.publish([event])
-
-    def _pass_gap(self, item: _Item) -> None:
-        """``on_gap = "continue"``: record the gap as an error, then go on."""
-        assert self.sql is not None and item.gap is not None
-        low, high = item.gap
-        reason = (f"gap: offsets {low}..{high} of {self.journal.stream} were removed by "
-                  "retention before this subscriber read them")
-        try:
-            with self.sql.engine.begin() as conn:
-                self.believed = offsets.record_error(
-                    conn, self.rule.journal, self.rule.id, self.believed, offset=high,
-                    seq=None, record_id=None, reason=reason, attempts=0, entry=None)
-        except offsets.PositionMoved as e:
-            self._resync(str(e))
-            return
-        except (SQLAlchemyError, StorageError) as e:
-            log.warning("subscriber %s: recording a gap failed, trying again: %s", self.rule.id, e)
-            self._retry_at = time.monotonic() + 1.0
-            return
-        self.errors += 1
-        item.gap = None
-
     # -- status ------------------------------------------------------------------------------
-    def _publish_status(self, wait: bool = False) -> None:
+    def publish_status(self, wait: bool = False) -> None:
         link = self.link
         if link is None or not link.ready.is_set():
             return

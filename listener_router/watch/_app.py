@@ -15,7 +15,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qs, urlencode
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -28,7 +28,12 @@ from listener_router.watch import _panels
 from listener_router.watch._pages import PANELS, render
 
 if TYPE_CHECKING:
-    from listener_router.watch._server import Watch
+    import engine
+    from listener_router._live import LiveView
+    from listener_router.cluster import Membership
+    from listener_router.store import ServiceStore
+    from listener_router.watch._history import History, Sampler
+    from listener_router.watch._metrics import Metrics
 
 __all__ = ["make_app", "MAX_FORM_BYTES"]
 
@@ -37,24 +42,40 @@ log = logging.getLogger(__name__)
 MAX_FORM_BYTES = 16 * 1024
 
 
+class Watch(Protocol):
+    """What the application reads of the watch plug-in (``_server.Watch``)."""
+
+    live: LiveView
+    history: History
+    sampler: Sampler
+    metrics: Metrics
+    membership: Membership
+    registry: engine.WorkflowRegistry
+    store: ServiceStore
+    node: str
+    token: str | None
+
+    def uptime(self) -> float: ...
+
+
 def _record(request: Request) -> str:
     return request.query_params.get("record", "").strip()[:512]
 
 
 def panel_html(watch: Watch, name: str, record: str = "") -> str:
     """One panel's HTML, from that panel's data function."""
-    service = watch.service
+    live = watch.live
     if name == "topology":
         topo = _panels.topology(watch.membership)
         columns = list(dict.fromkeys(k for m in topo.members for k in m))
-        counts = [(k, service.stats[k]) for k in ("batches", "received", "committed",
+        counts = [(k, live.stats[k]) for k in ("batches", "received", "committed",
                                                   "duplicate", "retrying", "dead")]
         return render("topology.html", t=topo, columns=columns, counts=counts,
                       uptime=watch.uptime())
     if name == "queues":
         latest = watch.sampler.latest()
         return render("queues.html",
-                      rows=_panels.queues(service.settings, watch.history, watch.sampler),
+                      rows=_panels.queues(live.settings, watch.history, watch.sampler),
                       every=watch.sampler.every, broker_up=latest is None or latest.broker_up)
     if name == "batches":
         return render("batches.html", batches=_panels.recent_batches(watch.history))
@@ -64,7 +85,7 @@ def panel_html(watch: Watch, name: str, record: str = "") -> str:
         error = ""
         letters: list[_panels.DeadLetter] = []
         try:
-            letters = _panels.dead_letters(service.settings)
+            letters = _panels.dead_letters(live.settings)
         except Exception as e:  # the broker is down: say so on the page
             error = f"dead letters unavailable: {type(e).__name__}: {e}"
         return render("dead_letters.html", letters=letters, error=error,
@@ -124,7 +145,7 @@ def make_app(watch: Watch) -> Starlette:
             return refused("say which dead letter to replay", 400)
         from starlette.concurrency import run_in_threadpool
         try:
-            n = await run_in_threadpool(_panels.replay, watch.service.settings, queue, message_id)
+            n = await run_in_threadpool(_panels.replay, watch.live.settings, queue, message_id)
         except ValueError as e:
             return refused(str(e), 400)
         log.info("dashboard: replayed %d dead letter(s) of %s%s", n, queue,

@@ -2,9 +2,9 @@
 
 Each reads what the service already keeps (membership, the registry, the
 store, the watch's history and samples) or what the ``chalk`` command
-reads (dead letters), so a panel changes source by changing one function:
-the job log reads the service's job log (``store.joblog``), the topology
-shows every field the cluster's member rows have.
+reads (dead letters, through the dead-letters feature), so a panel changes
+source by changing one function: the job log reads the job log's tables,
+the topology shows every field the cluster's member rows have.
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from listener_router._config import Settings
+from listener_router._settings import Settings
 from listener_router.broker import dlq_name, retry_name
-from listener_router.cli import dead_letters as stored_dead_letters
-from listener_router.cli import dlq_replay
-from listener_router.store import LogEntry, ServiceStore
+from listener_router.dead_letters import dead_letters as stored_dead_letters
+from listener_router.dead_letters import replay as replay_letters
+from listener_router.jobs import JobLogTables, LogEntry
+from listener_router.store import ServiceStore
 from listener_router.watch._history import HOUR, BatchSummary, History, Sample, Sampler
 from listener_router.watch._svg import line_chart, workflow_svg
 
@@ -143,8 +144,9 @@ class Job:
 def job_log(store: ServiceStore, record_id: str | None = None, limit: int = 50) -> list[Job]:
     """The job log's newest entries, newest first; with ``record_id``, those of the messages
     that named it (what ``chalk jobs --record`` prints)."""
-    entries = store.joblog.entries(record=record_id or None, limit=limit)
-    return [Job(e, tuple(store.joblog.record_ids(e))) for e in reversed(entries)]
+    tables = store.tables(JobLogTables)
+    entries = tables.entries(record=record_id or None, limit=limit)
+    return [Job(e, tuple(tables.record_ids(e))) for e in reversed(entries)]
 
 
 # -- dead letters --------------------------------------------------------------------
@@ -183,7 +185,7 @@ def replay(settings: Settings, queue: str, message_id: str | None) -> int:
     """Put one dead letter (or all of ``queue``'s) back on its queue: ``chalk dlq replay``."""
     if queue not in {rule.queue for rule in settings.listeners}:
         raise ValueError(f"{queue!r} is not an input queue of this service")
-    return dlq_replay(settings, [queue], message_id=message_id or None)
+    return replay_letters(settings, [queue], message_id=message_id or None, by="the dashboard")
 
 
 # -- workflows -----------------------------------------------------------------------

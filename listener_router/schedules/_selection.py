@@ -18,8 +18,8 @@ import orjson
 
 import engine
 from blackboard import SqlStore
-from listener_router._config import ScheduleRule
 from listener_router._errors import ConfigError
+from listener_router.schedules._settings import ScheduleRule
 
 __all__ = ["PAGE", "Selection"]
 

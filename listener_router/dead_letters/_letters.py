@@ -6,14 +6,14 @@ or a channel closed with it unacked) as a delivery, raising its
 policy) the broker drops it.  Browsing ``Q.dlq`` by taking and giving back
 would therefore lose dead letters.  Instead :func:`collect` *moves* them:
 it takes a chunk from ``Q.dlq``, writes it to the database
-(``store/_dead_letters.py``) in one transaction, and acks it only then.
+(``_tables``) in one transaction, and acks it only then.
 Nothing is lost (a message leaves the queue only once it is committed), and
 nothing is doubled (a chunk taken again after a crash between commit and
 ack writes the same rows, keyed by queue and message ID).  Everything
 else — list, show, replay, purge — reads and changes the table.
 
-:func:`dead_letters` is what readers call.  The job log (``store.joblog``)
-records each dead letter as it dies, with the message's whole history:
+:func:`dead_letters` is what readers call (``chalk dlq`` and the dashboard).
+The job log records each dead letter as it dies, with the message's whole history:
 :func:`logged` reads it for a letter, :func:`replay` and :func:`purge` mark
 the log's entries (a replayed message carries ``x-chalk-replays``, so its
 new attempts are told apart from those before the replay).
@@ -28,7 +28,6 @@ from typing import Any
 import pika
 import pika.exceptions
 
-from listener_router._config import Settings
 from listener_router._messages import (
     ATTEMPTS_HEADER,
     ERROR_HEADER,
@@ -36,9 +35,11 @@ from listener_router._messages import (
     WORKFLOW_HEADER,
     derive_message_id,
 )
+from listener_router._settings import Settings
 from listener_router.broker import connect, dlq_name
-from listener_router.jobs import REPLAYS_HEADER
-from listener_router.store import DeadLetter, LogEntry, ServiceStore
+from listener_router.dead_letters._tables import DeadLetter, DeadLetters
+from listener_router.jobs import REPLAYS_HEADER, JobLogTables, LogEntry
+from listener_router.store import ServiceStore
 
 __all__ = ["DeadLetter", "collect", "dead_letters", "logged", "purge", "replay"]
 
@@ -108,7 +109,7 @@ def collect(settings: Settings, store: ServiceStore, queues: Sequence[str]) -> i
                     taken.append((method.delivery_tag, _letter(queue, props, body)))
                 if not taken:
                     break
-                store.dead_letters.keep([letter for _tag, letter in taken])
+                store.tables(DeadLetters).keep([letter for _tag, letter in taken])
                 ch.basic_ack(taken[-1][0], multiple=True)
                 moved += len(taken)
                 waiting -= len(taken)
@@ -125,7 +126,7 @@ def dead_letters(settings: Settings, queues: Sequence[str], *, limit: int | None
     store = ServiceStore.connect(settings.blackboard_url)
     try:
         collect(settings, store, queues)
-        return store.dead_letters.list(queues, limit=limit, message_id=message_id)
+        return store.tables(DeadLetters).list(queues, limit=limit, message_id=message_id)
     finally:
         store.close()
 
@@ -143,10 +144,10 @@ def _record_ids(body: bytes) -> list[str]:
 def logged(store: ServiceStore, letter: DeadLetter) -> tuple[list[str], list[LogEntry]]:
     """A dead letter's record IDs and its message's history in the job log, oldest first
     (no history: it died before the log was kept, or the broker dead-lettered it)."""
-    history = store.joblog.entries(queues=(letter.queue,), message_id=letter.message_id,
-                                   limit=1000)
+    log = store.tables(JobLogTables)
+    history = log.entries(queues=(letter.queue,), message_id=letter.message_id, limit=1000)
     dead = [e for e in history if e.state == "dead"]
-    return (store.joblog.record_ids(dead[-1]) if dead else _record_ids(letter.body)), history
+    return (log.record_ids(dead[-1]) if dead else _record_ids(letter.body)), history
 
 
 def _replays(letter: DeadLetter) -> int:
@@ -159,14 +160,17 @@ def _replays(letter: DeadLetter) -> int:
 _DROPPED = ("x-chalk-", "x-death", "x-first-death", "x-last-death", "x-delivery-count")
 
 
-def replay(settings: Settings, queues: Sequence[str], message_id: str | None = None) -> int:
+def replay(settings: Settings, queues: Sequence[str], message_id: str | None = None, *,
+           by: str = "chalk dlq replay") -> int:
     """Publish dead letters back to their queue (attempts reset, reason dropped), with
-    confirms, then forget them.  A crash in between publishes one again on the next replay:
-    it carries its message ID, so the service takes it once."""
+    confirms, then forget them; the job log says they were replayed ``by`` whom.  A crash in
+    between publishes one again on the next replay: it carries its message ID, so the service
+    takes it once."""
     store = ServiceStore.connect(settings.blackboard_url)
     try:
+        table, log = store.tables(DeadLetters), store.tables(JobLogTables)
         collect(settings, store, queues)
-        letters = store.dead_letters.list(queues, message_id=message_id)
+        letters = table.list(queues, message_id=message_id)
         if not letters:
             return 0
         conn = connect(settings.broker_url)
@@ -182,11 +186,11 @@ def replay(settings: Settings, queues: Sequence[str], message_id: str | None = N
         finally:
             if conn.is_open:
                 conn.close()
-        store.dead_letters.remove(letters)
+        table.remove(letters)
         with store.writes, store.engine.begin() as conn:
             for letter in letters:
-                store.joblog.replayed(conn, letter.queue, letter.message_id,
-                                      _replays(letter) + 1, "replayed by chalk dlq replay")
+                log.replayed(conn, letter.queue, letter.message_id, _replays(letter) + 1,
+                             f"replayed by {by}")
         return len(letters)
     finally:
         store.close()
@@ -196,12 +200,13 @@ def purge(settings: Settings, queues: Sequence[str]) -> int:
     """Drop every dead letter of ``queues`` (those still in ``Q.dlq`` too)."""
     store = ServiceStore.connect(settings.blackboard_url)
     try:
+        table, log = store.tables(DeadLetters), store.tables(JobLogTables)
         collect(settings, store, queues)
-        letters = store.dead_letters.list(queues)
-        removed = store.dead_letters.remove(letters)
+        letters = table.list(queues)
+        removed = table.remove(letters)
         with store.writes, store.engine.begin() as conn:
             for letter in letters:
-                store.joblog.resolve(conn, letter.queue, letter.message_id, "purged")
+                log.resolve(conn, letter.queue, letter.message_id, "purged")
         return removed
     finally:
         store.close()

@@ -3,7 +3,7 @@
 Theory of operation.  The leader flag alone cannot promise "exactly once":
 a leader that stalls past its heartbeat, or two processes that both
 believe they lead, would both run a tick.  So every step of a tick is a
-compare-and-set on the schedule's row (``store/_schedules.py``), made in
+compare-and-set on the schedule's row (``_tables``), made in
 the transaction that writes the step's messages to the outbox:
 
 1. *claim*: the row's tick moves from the last one to the next one (its
@@ -43,13 +43,14 @@ from typing import TYPE_CHECKING
 import orjson
 from sqlalchemy import Connection
 
-from listener_router._config import ScheduleRule
 from listener_router.broker import OutMessage
 from listener_router.cluster import LeaderTask, Membership
-from listener_router.jobs._events import job_finished_events
-from listener_router.jobs._selection import Selection
-from listener_router.jobs._ticks import Ticks, tick_label
-from listener_router.store import Outbox, ScheduleState, ServiceStore, unavailable
+from listener_router.schedules._finished import job_finished_events
+from listener_router.schedules._selection import Selection
+from listener_router.schedules._settings import ScheduleRule
+from listener_router.schedules._tables import Schedules, ScheduleState
+from listener_router.schedules._ticks import Ticks, tick_label
+from listener_router.store import Outbox, ServiceStore, unavailable
 
 if TYPE_CHECKING:
     from listener_router.events import Events
@@ -93,6 +94,7 @@ class Scheduler(LeaderTask):
                  selections: dict[str, Selection] | None = None, events: Events | None = None):
         self.events = events
         self.store = store
+        self.tables = store.tables(Schedules)
         self.rules = list(rules)
         self.membership = membership
         self.publish = publish
@@ -138,10 +140,10 @@ class Scheduler(LeaderTask):
         nothing is due."""
         now = time.time() if now is None else now
         with unavailable():
-            state = self.store.schedules.read(rule.name)
+            state = self.tables.read(rule.name)
         ticks = self.ticks[rule.name]
         if state is None:
-            self._write(lambda conn: self.store.schedules.create(
+            self._write(lambda conn: self.tables.create(
                 conn, rule.name, ticks.at_or_before(now), self.member))
             return 0
         if not state.done:
@@ -160,7 +162,7 @@ class Scheduler(LeaderTask):
             log.info("schedule %s: skipping %d tick(s) missed while no member lived "
                      "(catch_up = none)", rule.name, missed)
             self._write(lambda conn: self._checked(
-                self.store.schedules.skip(conn, state, last, missed, self.member)))
+                self.tables.skip(conn, state, last, missed, self.member)))
             return 0
         return self._claim(rule, state, due)
 
@@ -176,7 +178,7 @@ class Scheduler(LeaderTask):
 
     def _claim(self, rule: ScheduleRule, state: ScheduleState, tick: float,
                skipped: int = 0) -> int:
-        if self._write(lambda conn: self._checked(self.store.schedules.claim(
+        if self._write(lambda conn: self._checked(self.tables.claim(
                 conn, state, tick, self.member, skipped=skipped))):
             log.debug("schedule %s: claimed tick %s", rule.name, tick_label(tick))
         return 0
@@ -190,7 +192,7 @@ class Scheduler(LeaderTask):
         batches: list[str | None] = []
 
         def page(conn: Connection) -> None:
-            self._checked(self.store.schedules.advance(
+            self._checked(self.tables.advance(
                 conn, state, cursor, len(messages), len(ids), over, self.member))
             batches.append(Outbox.write(conn, (), [(None, m) for m in messages]))
         if not self._write(page):

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from listener_router._config import ScheduleRule
 from listener_router.broker import OutMessage
 from listener_router.events import EventKind
-from listener_router.jobs._ticks import tick_label
+from listener_router.schedules._settings import ScheduleRule
+from listener_router.schedules._ticks import tick_label
 
 if TYPE_CHECKING:
     from listener_router.events import Events

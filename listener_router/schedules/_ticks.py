@@ -14,7 +14,7 @@ import zoneinfo
 
 from croniter import croniter
 
-from listener_router._config import ScheduleRule
+from listener_router.schedules._settings import ScheduleRule
 
 __all__ = ["Ticks", "tick_label"]
 

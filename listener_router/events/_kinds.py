@@ -33,8 +33,8 @@ from typing import Any, Protocol
 
 import orjson
 
-from listener_router._config import EventSettings
 from listener_router.broker import EVENT_TOPIC_HEADER, OutMessage
+from listener_router.events._settings import EventSettings
 
 __all__ = ["APPLICATION_HEADER", "EventKind", "Events", "Publisher", "TOPIC_HEADER", "event_id"]
 
@@ -79,13 +79,13 @@ class Events:
     """Makes this member's events, for the kinds ``[events]`` turns on.
 
     ``application`` is the member's name (``event.application``).  The
-    scheduler, a leader task or a commit extension emits with::
+    scheduler, a leader task or a plug-in's commit hook emits with::
 
         events.emit(target, EventKind.JOB_FINISHED, "nightly", {"outcome": "ok"},
                     key=("nightly", "2026-01-01T00:00"))
 
-    where ``target`` is the transaction's publisher (``commit`` in a commit
-    extension, the ``LeaderTransaction`` of ``with task.fenced() as tx``).
+    where ``target`` is the transaction's publisher (``commit`` in
+    ``Plugin.in_commit``, the ``LeaderTransaction`` of ``with task.fenced() as tx``).
     ``key`` are the parts of the event ID: what makes this event this event.
     """
 
