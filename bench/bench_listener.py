@@ -310,8 +310,8 @@ class Bench:
 
             before = cpu()
             stop = threading.Event()
-            if service.watch is not None:
-                threading.Thread(target=scrape, args=(service.watch.url + "metrics", 5.0, stop),
+            if service.plugin("watch") is not None:
+                threading.Thread(target=scrape, args=(service.plugin("watch").url + "metrics", 5.0, stop),
                                  daemon=True).start()
             started = time.perf_counter()
             stats = service.run(until=lambda s: s["committed"] >= n, idle_exit=60)

@@ -12,7 +12,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from listener_router._config_doc import configuration_reference  # noqa: E402
+from listener_router import configuration_reference  # noqa: E402
 
 if __name__ == "__main__":
     (HERE / "configuration.md").write_text(configuration_reference(), encoding="utf-8")

@@ -245,15 +245,15 @@ def test_the_readme_subscriber_binds_to_chalk_events_and_drops_copies(broker_url
 
 # -- docs/configuration.md -------------------------------------------------------------------
 def test_the_configuration_reference_is_what_the_settings_declare() -> None:
-    from listener_router._config_doc import configuration_reference
+    from listener_router import configuration_reference
 
     assert (DOCS / "configuration.md").read_text(encoding="utf-8") == configuration_reference(), \
         "docs/configuration.md is stale: run .venv/bin/python docs/config_doc.py"
 
 
 def test_the_reference_lists_every_key_and_environment_name() -> None:
-    from listener_router._config import settings_keys
-    from listener_router._setting import env_names
+    from listener_router._keys import env_names
+    from listener_router._settings import settings_keys
 
     text = (DOCS / "configuration.md").read_text(encoding="utf-8")
     for _f, key in settings_keys():

@@ -30,7 +30,7 @@ from sqlalchemy import create_engine, text
 
 from listener_router import ListenerRule, RouterRule, Service, Settings
 from listener_router.broker import AmqpLink, OutMessage, connection_parameters, declare_input
-from listener_router.journal import JournalRule, Subscriber, SubscriberRule
+from listener_router.journal import JournalOutbox, JournalRule, Subscriber, SubscriberRule
 
 APPLIED_DDL = ("CREATE TABLE IF NOT EXISTS applied (seq INTEGER, id TEXT, stream_offset INTEGER, "
                "version INTEGER, op TEXT)")
@@ -121,9 +121,9 @@ class Journal:
         with Service(self.settings) as svc:
             svc.run(until=lambda stats: stats.counts.get("committed", 0) >= want, idle_exit=60)
             deadline = time.monotonic() + 60
-            while svc.store.journal.pending(self.rule.name) and time.monotonic() < deadline:
+            while svc.store.tables(JournalOutbox).pending(self.rule.name) and time.monotonic() < deadline:
                 time.sleep(0.05)
-            assert not svc.store.journal.pending(self.rule.name), "entries left unpublished"
+            assert not svc.store.tables(JournalOutbox).pending(self.rule.name), "entries left unpublished"
 
     def subscriber(self, name: str, **values: Any) -> SubscriberRule:
         self.subscribers.append(name)

@@ -62,7 +62,7 @@ def test_push_refuses_an_operation_the_service_would_dead_letter(capsys):
     assert "REPLACE" in err and "ADD" in err and "DELETE" in err
     args = build_parser().parse_args(["push", "--id", "a", "--operation", "delete"])
     assert args.operation == "DELETE"
-    from listener_router._config import load_settings
+    from listener_router import load_settings
     from listener_router._errors import ConfigError
     from listener_router._records import push_records
     with pytest.raises(ConfigError, match="unknown operation 'REPLACE'; the service accepts ADD"):

@@ -70,9 +70,9 @@ def test_a_closing_service_leaves_the_cluster_before_its_lanes_close(make_settin
     # view's event (an outbox batch) to the finish lane: a closed lane would leave it unsent.
     with Service(make_settings(), spark=spark) as service:
         beating_at_close = []
-        for lane in (service._commit.lane, service._finish.lane):
-            def close(lane=lane, close=lane.close):
+        for stage in (service._commit.input, service._finish.input):
+            def close(stage=stage, close=stage.close):
                 beating_at_close.append(service.membership._thread.is_alive())
                 close()
-            lane.close = close
+            stage.close = close
     assert beating_at_close == [False, False]

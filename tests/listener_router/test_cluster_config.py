@@ -41,7 +41,7 @@ dead_lettered = true
     assert overridden.ttl_seconds == 10.0
     assert overridden.events == EventSettings(exchange="site.events", committed=True,
                                               topology=True)
-    assert overridden.with_events(EventSettings()).events == EventSettings()
+    assert overridden.with_section("events", EventSettings()).events == EventSettings()
     assert settings.events.any is True
     events = Events(settings.events, settings.node)
     assert {kind for kind in EventKind if events.enabled(kind)} == {

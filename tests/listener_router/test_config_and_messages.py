@@ -149,7 +149,7 @@ def _other_value(kind, key, default):
     """A valid value of the setting's type that is not its default, as TOML text and as read."""
     import typing
 
-    from listener_router._setting import _strip_none
+    from listener_router._keys import _strip_none
     kind = _strip_none(kind)
     if key.name == "listen":
         return "127.0.0.1:9999", "127.0.0.1:9999"
@@ -172,8 +172,8 @@ def _other_value(kind, key, default):
 
 def test_every_setting_can_be_set_from_the_environment():
     from listener_router import Settings
-    from listener_router._config import settings_keys
-    from listener_router._setting import env_names, kind_of, rule_class
+    from listener_router._keys import env_names, kind_of, rule_class
+    from listener_router._settings import settings_keys
 
     defaults = Settings()
     for f, key in settings_keys():
@@ -217,7 +217,7 @@ def test_every_field_of_the_settings_is_declared_as_a_setting():
     import dataclasses
 
     from listener_router import Settings
-    from listener_router._config import settings_keys
+    from listener_router._settings import settings_keys
 
     declared = {f.name for f, _key in settings_keys()}
     internal = {f.name for f in dataclasses.fields(Settings) if "internal" in f.metadata}

@@ -26,7 +26,7 @@ from listener_router_helpers import (
 )
 
 from listener_router import load_settings, push_records
-from listener_router.cli import dead_letters
+from listener_router.dead_letters import dead_letters
 
 CHROMIUM = "/usr/bin/chromium"
 # What works on this machine as root: without the background-networking flags the

@@ -57,7 +57,7 @@ def test_each_committed_record_has_one_event_and_each_failure_its_own(
         make_settings, tmp_path, run_service, broker, subscriber):
     workflows = write_test_workflows(tmp_path / "workflows")
     settings = make_settings("Fragile", workflows_dir=workflows, batch_size=20,
-                             max_wait_ms=50, max_retries=0).with_events(ALL)
+                             max_wait_ms=50, max_retries=0).with_section("events", ALL)
     queue = settings.listeners[0].queue
     data = [{"id": f"e{i:03d}", "attributes": {"fail": i % 10 == 0}} for i in range(40)]
     push_records(settings, queue, data)
@@ -101,7 +101,7 @@ def test_no_events_are_written_when_they_are_off(make_settings, tmp_path, run_se
 
 def test_chalk_events_follow_prints_the_events_live(make_settings, tmp_path, run_service, broker_url):
     workflows = write_test_workflows(tmp_path / "workflows")
-    settings = make_settings("Counting", workflows_dir=workflows).with_events(
+    settings = make_settings("Counting", workflows_dir=workflows).with_section("events",
         EventSettings(committed=True))
     config = write_config(tmp_path / "chalk.toml", db=settings.blackboard_url, broker=broker_url,
                           workflows=workflows, listeners=[], routers=[])

@@ -21,10 +21,10 @@ from listener_router import BatchObserver, Service, push_records
 from listener_router.cli import main
 from listener_router.cli._jobs import jobs
 from listener_router.cluster import LeaderTasks, Membership, Retention
-from listener_router.jobs import Sketch
+from listener_router.jobs import JobLogRetention, JobLogTables, Sketch
 from listener_router.jobs._read import statistics
-from listener_router.store import InboxLog, JobLogTables, Outbox, ServiceStore
-from listener_router.store._joblog import job_log
+from listener_router.jobs._tables import job_log
+from listener_router.store import InboxLog, Outbox, ServiceStore
 
 pytestmark = [pytest.mark.broker]
 
@@ -85,6 +85,7 @@ def test_retried_dead_replayed_and_committed_show_in_order_after_a_restart(
     assert broker.depth(f"{queue}.dlq") == 0     # moved into the store, not browsed
 
     store = ServiceStore.connect(url)
+    log = store.tables(JobLogTables)
     before = statistics(store)[(queue, "Fragile")]
     assert {k: before.counts.get(k) for k in ("committed", "retrying", "dead", "records")} == {
         "committed": 5, "retrying": 2, "dead": 1, "records": 5}
@@ -176,6 +177,7 @@ def test_chalk_process_runs_are_in_the_log(tmp_path, capsys, monkeypatch):
     assert " processed " in out and "record p1" in out
     assert " failed " in out and "p2 asked to fail" in out
     store = ServiceStore.connect(f"sqlite:///{tmp_path / 'chalk.db'}")
+    log = store.tables(JobLogTables)
     summary = statistics(store)[("(process)", "Fragile")]
     assert (summary.counts["processed"], summary.counts["failed"]) == (1, 1)
     assert summary.durations["stage:run"].count == 1
@@ -190,6 +192,7 @@ def _empty(tmp_path: Path) -> Path:
 
 def test_retention_drops_old_log_rows_and_statistics(sqlite_url):
     store = ServiceStore.connect(sqlite_url)
+    log = store.tables(JobLogTables)
     old, new = time.time() - 10 * 86400, time.time()
     with store.engine.begin() as conn:
         JobLogTables.write(conn, [(t, "committed", "q", f"m{t}", 0, 0, "W", "n", None, t, "r", 1,
@@ -198,9 +201,10 @@ def test_retention_drops_old_log_rows_and_statistics(sqlite_url):
                                             (new, "q", "W", "committed"): 1})
     leader = Membership(store, "n")
     leader.beat()                                   # the only member: it leads
-    assert LeaderTasks(leader, [Retention(store, 7)]).run_all()["retention"] >= 1
-    assert [e.at for e in store.joblog.entries()] == [new]
-    assert [r.period for r in store.joblog.statistics()] == [new]
+    done = LeaderTasks(leader, [Retention(store, 7), JobLogRetention(store, log, 7)]).run_all()
+    assert done["job_log_retention"] >= 1 and "retention" in done
+    assert [e.at for e in log.entries()] == [new]
+    assert [r.period for r in log.statistics()] == [new]
     store.close()
 
 
@@ -232,6 +236,7 @@ def test_two_members_on_postgres_share_the_log_and_the_statistics(tmp_path, pg_u
             service.close()
     assert sum(totals.values()) == 300 and all(totals.values())   # both took work
     store = ServiceStore.connect(pg_url)
+    log = store.tables(JobLogTables)
     summary = statistics(store)[(queue, "Demo")]
     assert summary.counts["committed"] == 300
     assert summary.members == {"pg-a", "pg-b"}
@@ -247,6 +252,7 @@ def test_two_members_on_postgres_share_the_log_and_the_statistics(tmp_path, pg_u
 def test_log_tables_skip_a_step_logged_twice_and_add_counts_on_both_databases(request, backend):
     url = request.getfixturevalue("sqlite_url" if backend == "sqlite" else "pg_url")
     store = ServiceStore.connect(url)
+    log = store.tables(JobLogTables)
     now = time.time()
     dead = (now, "dead", "q", "m1", 0, 2, "W", "n", "b1", now - 1, "r1", 2, 0, "broke")
     with store.engine.begin() as conn:
@@ -258,13 +264,13 @@ def test_log_tables_skip_a_step_logged_twice_and_add_counts_on_both_databases(re
         JobLogTables.add_counts(conn, "n", {(60.0, "q", "W", "dead"): 2})
         JobLogTables.put_sketches(conn, "n", {(60.0, "q", "W", "latency"): (
             3, 0.6, Sketch.of([0.1, 0.2, 0.3]).dumps())})
-    entries = store.joblog.entries(record="r2")
+    entries = log.entries(record="r2")
     assert [e.state for e in entries] == ["dead", "committed", "committed"]
-    assert store.joblog.record_ids(entries[0]) == ["r1", "r2"]
+    assert log.record_ids(entries[0]) == ["r1", "r2"]
     with store.engine.begin() as conn:
-        assert store.joblog.replayed(conn, "q", "m1", 1, "replayed by test") == 1
-    assert [e.resolved for e in store.joblog.entries(states=("dead",))] == ["replayed"]
-    assert [e.round for e in store.joblog.entries(states=("replayed",), record="r2")] == [1]
+        assert log.replayed(conn, "q", "m1", 1, "replayed by test") == 1
+    assert [e.resolved for e in log.entries(states=("dead",))] == ["replayed"]
+    assert [e.round for e in log.entries(states=("replayed",), record="r2")] == [1]
     summary = statistics(store)[("q", "W")]
     assert summary.counts == {"dead": 3}
     assert summary.durations["latency"] == Sketch.of([0.1, 0.2, 0.3])
@@ -275,6 +281,7 @@ def test_log_tables_skip_a_step_logged_twice_and_add_counts_on_both_databases(re
 def test_a_commit_is_logged_on_its_inbox_row_and_read_back_with_the_steps(request, backend):
     url = request.getfixturevalue("sqlite_url" if backend == "sqlite" else "pg_url")
     store = ServiceStore.connect(url)
+    log = store.tables(JobLogTables)
     now = time.time()
     retried = (now - 5, "retrying", "q", "m1", 0, 0, "W", "n", "b0", now - 6, "r1", 2, 0, "flaky")
     logged = InboxLog("W", "n", "b1", [(0, 1, now - 2, "r1", 2, 1), (0, 0, now - 2, "r3", 1, 0)])
@@ -285,20 +292,20 @@ def test_a_commit_is_logged_on_its_inbox_row_and_read_back_with_the_steps(reques
         Outbox.write(conn, [("m4", "other")], [], writer="n")          # the log was off
     with store.engine.connect() as conn:   # a commit writes no log row of its own
         assert conn.execute(select(func.count()).select_from(job_log)).scalar_one() == 1
-    by_record = store.joblog.entries(record="r2")
+    by_record = log.entries(record="r2")
     assert [(e.state, e.attempt, e.batch, e.outgoing) for e in by_record] == [
         ("retrying", 0, "b0", 0), ("committed", 1, "b1", 1)]
     committed = by_record[1]
     assert committed.id < 0 and committed.member == "n" and committed.workflow == "W"
     assert committed.received_at == pytest.approx(now - 2) and committed.at >= now
-    assert store.joblog.record_ids(committed) == ["r1", "r2"]
-    assert committed.id == store.joblog.entries(message_id="m1", states=("committed",))[0].id
-    assert {e.message_id for e in store.joblog.entries(states=("committed",))} == {"m1", "m3"}
-    assert [e.message_id for e in store.joblog.entries(since=now - 1)] in (["m1", "m3"],
+    assert log.record_ids(committed) == ["r1", "r2"]
+    assert committed.id == log.entries(message_id="m1", states=("committed",))[0].id
+    assert {e.message_id for e in log.entries(states=("committed",))} == {"m1", "m3"}
+    assert [e.message_id for e in log.entries(since=now - 1)] in (["m1", "m3"],
                                                                            ["m3", "m1"])
-    assert store.joblog.entries(workflows=("X",)) == []
-    assert store.joblog.entries(states=("retrying",), record="r3") == []
-    assert len(store.joblog.entries(limit=2)) == 2 and store.joblog.count() == 3
+    assert log.entries(workflows=("X",)) == []
+    assert log.entries(states=("retrying",), record="r3") == []
+    assert len(log.entries(limit=2)) == 2 and log.count() == 3
     assert store.outbox.purge(0.0) == 3                  # the inbox's retention is the log's
-    assert [e.state for e in store.joblog.entries()] == ["retrying"]
+    assert [e.state for e in log.entries()] == ["retrying"]
     store.close()

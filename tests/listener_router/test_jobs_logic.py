@@ -5,14 +5,22 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+import re
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from listener_router import ConfigError, ListenerRule, load_settings
-from listener_router._config import ScheduleRule, parse_every, with_schedule_listeners
-from listener_router.jobs import ACCURACY, Sketch, Ticks, merged, scheduled_messages, tick_label
+from listener_router.jobs import ACCURACY, Sketch, merged
+from listener_router.schedules import (
+    ScheduleRule,
+    Ticks,
+    parse_every,
+    scheduled_messages,
+    tick_label,
+    with_schedule_listeners,
+)
 
 
 def _utc(*args: int) -> float:
@@ -123,7 +131,7 @@ def test_bad_schedules_name_the_file_and_the_entry(tmp_path, body, says):
     with pytest.raises(ConfigError) as caught:
         _settings(tmp_path, f"[[schedule]]\n{body}\n")
     message = str(caught.value)
-    assert says in message and "chalk.toml [[schedule]] #1" in message
+    assert says in message and re.search(r"chalk\.toml:\d+: \[\[schedule\]\] #1", message)
 
 
 # -- the histogram -------------------------------------------------------------------------

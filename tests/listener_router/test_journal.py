@@ -31,6 +31,7 @@ from listener_router_helpers import Broker
 
 from listener_router import ConfigError, load_settings
 from listener_router.journal import (
+    JournalOutbox,
     Subscriber,
     journal_status,
     parse_start,
@@ -87,7 +88,7 @@ def test_entries_the_relay_published_but_never_marked_sent_go_out_again_with_the
         journal: Journal, monkeypatch: pytest.MonkeyPatch) -> None:
     """A relay killed between the broker's confirm and deleting the rows: the next relay
     publishes the same entries again, with the same numbers; a subscriber applies each once."""
-    from listener_router.store import JournalOutbox
+    from listener_router.journal import JournalOutbox
 
     real_sent = JournalOutbox.sent
     calls = Counter[str]()
@@ -473,8 +474,8 @@ def test_start_points_are_parsed_into_their_stored_form() -> None:
 def test_the_journal_outbox_lives_with_the_service_tables(sqlite_url: str) -> None:
     store = ServiceStore.connect(sqlite_url)
     try:
-        assert store.journal.pending() == {}
-        assert store.journal.take("j", "me", 30.0, 10) == []
-        assert store.journal.take("j", "other", 30.0, 10) is None   # the lease is mine
+        assert store.tables(JournalOutbox).pending() == {}
+        assert store.tables(JournalOutbox).take("j", "me", 30.0, 10) == []
+        assert store.tables(JournalOutbox).take("j", "other", 30.0, 10) is None   # the lease is mine
     finally:
         store.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 from types import SimpleNamespace
 
-from listener_router.broker._link import COALESCE_BYTES, coalesce_output
+from listener_router.broker._values import COALESCE_BYTES, coalesce_output
 
 
 def _conn(frames: list[bytes]) -> SimpleNamespace:

@@ -17,6 +17,7 @@ from listener_router_helpers import (
 from listener_router import ListenerRule, Service, push_records
 from listener_router.broker import dlq_name
 from listener_router.cli import main
+from listener_router.jobs import JobLogTables
 from listener_router.store import ServiceStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -81,7 +82,7 @@ def test_an_id_only_message_for_a_missing_record_is_dead_lettered(make_settings,
                                             "ghost": None, "made": {"count": 1}}
     assert sorted(r["id"] for r in records_of(broker.drain(out))) == ["made", "there"]
     store = ServiceStore.connect(settings.blackboard_url)   # the job log has them, with why
-    logged = {e.message_id: e.reason for e in store.joblog.entries(states=("dead",))}
+    logged = {e.message_id: e.reason for e in store.tables(JobLogTables).entries(states=("dead",))}
     store.close()
     assert "record 'ghost' does not exist" in logged["ghost"] and "both" in logged
 

@@ -10,14 +10,14 @@ from sqlalchemy import create_engine, inspect, select, text
 
 from listener_router.broker import OutMessage
 from listener_router.cli import main
-from listener_router.store import InboxLog, Outbox, ServiceStore
+from listener_router.jobs import JobLogTables
+from listener_router.store import CORE, InboxLog, Outbox, ServiceStore
 from listener_router.store._outbox import inbox, outbox
-from listener_router.store._schema import create_schema
 
 
 def open_outbox(engine):
     """The outbox over ``engine``, its tables made as the service makes them."""
-    create_schema(engine)
+    CORE.create(engine)
     return Outbox(engine)
 
 
@@ -83,7 +83,7 @@ def test_an_outbox_written_by_an_earlier_chalk_is_upgraded_without_losing_unsent
         Outbox.write(conn, [("in-3", "q")], [], logged=InboxLog("W", "n", "b", [(0, 1, 3.0, "c",
                                                                                    1, 0)]))
     store = ServiceStore.connect(db_url)
-    assert [(e.message_id, e.attempt, e.record) for e in store.joblog.entries()] == [
+    assert [(e.message_id, e.attempt, e.record) for e in store.tables(JobLogTables).entries()] == [
         ("in-3", 1, "c")]
     store.close()
     engine.dispose()

@@ -28,9 +28,9 @@ from sqlalchemy import select
 
 from blackboard import Blackboard
 from listener_router import Service, load_settings
-from listener_router._config import ScheduleRule
 from listener_router.cli import main
-from listener_router.jobs import Ticks, tick_label
+from listener_router.jobs import JobLogTables
+from listener_router.schedules import ScheduleRule, Schedules, Ticks, tick_label
 from listener_router.store import ServiceStore
 from listener_router.store._outbox import outbox
 
@@ -72,7 +72,7 @@ def seconds(first: str, last: str) -> list[str]:
 def _state(url: str, name: str):
     store = ServiceStore.connect(url)
     try:
-        return store.schedules.read(name)
+        return store.tables(Schedules).read(name)
     finally:
         store.close()
 
@@ -181,7 +181,7 @@ batch_size = 2
         service.run(until=lambda s: done_ticks(url, "count-them") >= started + 3
                     and s["committed"] >= 8, idle_exit=60)
     store = ServiceStore.connect(url)
-    committed = [e.message_id for e in store.joblog.entries(states=("committed",),
+    committed = [e.message_id for e in store.tables(JobLogTables).entries(states=("committed",),
                                                             queues=(target,), limit=10_000)]
     store.close()
     ticks = ticks_of(committed)

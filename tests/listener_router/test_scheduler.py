@@ -17,10 +17,9 @@ import pytest
 from sqlalchemy import select
 
 from blackboard import Blackboard
-from listener_router._config import EventSettings, ScheduleRule
 from listener_router.cluster import Membership
-from listener_router.events import Events
-from listener_router.jobs import Scheduler, Selection
+from listener_router.events import Events, EventSettings
+from listener_router.schedules import Scheduler, ScheduleRule, Schedules, Selection
 from listener_router.store import ServiceStore
 from listener_router.store._outbox import outbox
 
@@ -76,7 +75,7 @@ def test_a_new_schedule_starts_from_now_and_runs_each_tick_once(sqlite_url):
     ids = sent.ids()
     assert ids == [f"schedule:s:{t}:{n}" for t in ("2023-11-14T22:13:30Z", "2023-11-14T22:13:40Z")
                    for n in (0, 1)]
-    state = store.schedules.read("s")
+    state = store.tables(Schedules).read("s")
     assert (state.tick, state.done, state.messages, state.records) == (T0 + 20, True, 2, 3)
 
 
@@ -113,7 +112,7 @@ def test_two_processes_that_both_lead_write_each_page_once(sqlite_url):
     for k in range(1, 6):
         now = T0 + 10 * k
         for _ in range(12):
-            seen = store.schedules.read("s")
+            seen = store.tables(Schedules).read("s")
             # both read the same row, then both try to write: one of them is stale
             results = [a.step(rule, now=now), b.step(rule, now=now)]
             if results == [None, None] and seen.done:
@@ -132,10 +131,10 @@ def test_a_stale_leader_changes_nothing_and_its_successor_finishes_the_tick(sqli
     old.step(rule, now=T0)
     assert old.step(rule, now=T0 + 10) == 0           # claimed the tick
     assert old.step(rule, now=T0 + 10) == 3           # page 1 written
-    old_state = store.schedules.read("s")
+    old_state = store.tables(Schedules).read("s")
     # the old leader stalls here; the new one takes over mid-tick from the cursor
     run_until_idle(new, rule, T0 + 11)
-    assert store.schedules.read("s").done
+    assert store.tables(Schedules).read("s").done
     # the old one wakes up with the row it read before: its page is refused
     assert old._page(rule, old_state) == 0
     assert [i.rsplit(":", 1)[1] for i in sent_old.ids()] == ["0", "1", "2"]
@@ -155,7 +154,7 @@ def test_catch_up_one_runs_the_latest_missed_tick_and_none_skips_them(sqlite_url
         s.membership.started_at = T0 + 75
         run_until_idle(s, rule, T0 + 75)
         assert [m.headers["tick"] for b in sent.batches.values() for m in b] == expected
-        state = store.schedules.read(rule.name)
+        state = store.tables(Schedules).read(rule.name)
         assert state.tick == T0 + 70
         assert state.skipped == (5 if catch_up == "one" else 6)
         sent.batches.clear()
@@ -252,7 +251,7 @@ def test_on_postgres_two_racing_schedulers_claim_each_tick_once(pg_url):
             for k in range(1, 31):
                 deadline = time.monotonic() + 30
                 while time.monotonic() < deadline:
-                    state = s.store.schedules.read("race")
+                    state = s.store.tables(Schedules).read("race")
                     if state.tick >= T0 + 10 * k and state.done:
                         break
                     s.step(rule, now=T0 + 10 * k)

@@ -15,7 +15,7 @@ from lxml import etree
 
 import engine
 from listener_router import BatchReport, ConfigError, Service, load_settings, push_records
-from listener_router.cli import dead_letters
+from listener_router.dead_letters import dead_letters
 from listener_router.watch import METRICS, Live, Metrics, layered_svg
 from listener_router.watch._panels import job_log
 
@@ -131,7 +131,7 @@ def test_a_running_service_serves_metrics_the_page_and_refuses_a_replay_without_
     push_records(settings, queue, [{"id": "w-bad", "attributes": {"fail": True}}])
     with Service(settings, spark=spark) as service:
         service.run(until=lambda s: s["committed"] + s["dead"] >= 6, idle_exit=60)
-        base = service.watch.url
+        base = service.plugin("watch").url
         status, text = _get(base + "metrics")
         assert status == 200
         assert _value(text, "chalk_messages_in_total", queue=queue) == 6
@@ -142,7 +142,7 @@ def test_a_running_service_serves_metrics_the_page_and_refuses_a_replay_without_
         assert _value(text, "chalk_leader") == 1
         version = service.registry.get("Fragile").version
         assert _value(text, "chalk_workflow_info", workflow="Fragile", version=version) == 1
-        sample = service.watch.sampler.sample()  # what the sampler thread does every 5 s
+        sample = service.plugin("watch").sampler.sample()  # what the sampler thread does every 5 s
         assert sample.depth[f"{queue}.dlq"] == 1 and sample.consumers[queue] >= 1
         status, text = _get(base + "metrics")
         assert _value(text, "chalk_queue_depth", queue=f"{queue}.dlq") == 1
@@ -164,7 +164,7 @@ def test_a_running_service_serves_metrics_the_page_and_refuses_a_replay_without_
                 assert e.code == 403
         # still there: the page moved it off Q.dlq into the store (looking redelivers nothing)
         assert [b"w-bad" in d.body for d in dead_letters(settings, [queue])] == [True]
-        assert service.watch.sampler.sample().depth[f"{queue}.dlq"] == 0
+        assert service.plugin("watch").sampler.sample().depth[f"{queue}.dlq"] == 0
         # the queue is empty, the dead letter still waits: the gauge says so
         assert _value(_get(base + "metrics")[1], "chalk_dead_letters", queue=queue) == 1
         assert _get(base + "panel/nothing")[0] == 404
@@ -177,5 +177,5 @@ def test_a_running_service_serves_metrics_the_page_and_refuses_a_replay_without_
                                         data=f"token=right&target=%5B%22{queue}%22%2C%22%22%5D"
                                         .encode())
         assert urllib.request.urlopen(replay, timeout=30).status == 200
-        service.watch.sampler.sample()
+        service.plugin("watch").sampler.sample()
         assert _value(_get(base + "metrics")[1], "chalk_dead_letters", queue=queue) == 0
