@@ -11,9 +11,10 @@ from rich.console import Console
 from rich.table import Table
 
 from blackboard import Blackboard
+from listener_router._loader import load_settings
 from listener_router._records import push_records
 from listener_router._service import Service
-from listener_router._settings import ListenerRule, RouterRule, load_settings
+from listener_router._settings import ListenerRule, RouterRule
 from listener_router.broker import declare_all, ensure_local_broker
 from listener_router.cli._admin import channel, depth
 
