@@ -22,7 +22,8 @@ is off; a plug-in that sets one to None on itself turns it off for the run): ins
 after its settling (:meth:`Plugin.settle_messages`, :meth:`Plugin.settled`),
 once a batch is finished (:meth:`Plugin.batch_finished`), on a view change
 (:meth:`Plugin.view_established`, in the leader's fenced transaction, and
-:meth:`Plugin.topology_event` on every member), as a leader task
+:meth:`Plugin.topology_event` on every member), at start for runs a crash
+of this member interrupted (:meth:`Plugin.interrupted`), as a leader task
 (:meth:`Plugin.leader_tasks`) and on the metrics snapshot
 (:meth:`Plugin.snapshot`).  A hook that raises is logged and never stops the
 service, except :meth:`Plugin.in_commit`, whose failure rolls its
@@ -55,7 +56,7 @@ if TYPE_CHECKING:
         ViewChange,
     )
     from listener_router.pipeline import BatchReport, Commit, Stats, Work
-    from listener_router.store import Schema, ServiceStore
+    from listener_router.store import LocalRun, Schema, ServiceStore
 
 __all__ = ["ENTRY_POINTS", "HOOKS", "Host", "Plugin", "hooked", "ordered", "plugin_classes"]
 
@@ -151,6 +152,11 @@ class Plugin:
     def topology_event(self, event: TopologyEvent) -> None:
         """A topology event, on every member."""
 
+    def interrupted(self, runs: Sequence[LocalRun]) -> None:
+        """Runs in this member's process that an earlier incarnation of it left unfinished:
+        the process died while they ran (told once, at start; their records are
+        quarantined, their messages come again)."""
+
     def leader_tasks(self) -> Sequence[LeaderTask]:
         """Periodic tasks only the cluster's leader runs (asked once, after install)."""
         return ()
@@ -164,7 +170,7 @@ class Plugin:
 
 
 HOOKS = ("in_commit", "settle_messages", "settled", "batch_finished", "view_established",
-         "topology_event", "snapshot")
+         "topology_event", "interrupted", "snapshot")
 
 
 def hooked(plugins: Iterable[Plugin], hook: str) -> list[Any]:

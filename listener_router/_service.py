@@ -16,7 +16,6 @@ and a part whose stop fails is logged while the rest still stop.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib.metadata
 import logging
@@ -25,14 +24,12 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
 import engine
 from blackboard import SqlStore
 from listener_router._entry_points import plugin_classes
-from listener_router._errors import ConfigError, StoreUnavailable
 from listener_router._gc import Collector, service_gc
 from listener_router._given import GivenSeams, HookListener
 from listener_router._live import LiveView
@@ -40,7 +37,15 @@ from listener_router._plugin import Host, Plugin, hooked, ordered
 from listener_router._rules import ListenerRules, Router
 from listener_router._runners import make_runner
 from listener_router._settings import Settings, configured
-from listener_router.broker import AmqpLink, Link, ProcessLink, declare_all, plugin_exchanges
+from listener_router._workflows import PublishedVersions, check_workflows
+from listener_router.broker import (
+    AmqpLink,
+    DeliveriesByQueue,
+    Link,
+    ProcessLink,
+    declare_all,
+    plugin_exchanges,
+)
 from listener_router.cluster import (
     ExpiredLeases,
     ForgetDeadMembers,
@@ -49,54 +54,43 @@ from listener_router.cluster import (
     Membership,
     OrphanedOutbox,
     Retention,
-    TopologyEvent,
-    TopologyEventType,
     TopologyListener,
     claim_node_name,
 )
 from listener_router.pipeline import (
+    Batch,
     BatchObserver,
     BatchSizing,
     CommitExtension,
     CommitStage,
+    Dispatcher,
     ExecuteStage,
     FinishStage,
-    Gathering,
     GatherStage,
-    Held,
+    Holds,
     InFlight,
+    InProcess,
+    Lane,
     Loader,
     Meter,
     Observers,
-    Placement,
     Runner,
     Settlement,
     Stats,
-    default_sizing,
+    WakeHeld,
+    make_lane,
     prefetch_for,
 )
-from listener_router.store import RunningVersion, ServiceStore, unavailable
+from listener_router.store import ServiceStore, unavailable
 
 __all__ = ["Service", "check_workflows"]
+
+_ = check_workflows  # re-exported: it was here
 
 log = logging.getLogger(__name__)
 
 REFRESH_EVERY = 2.0       # seconds between looks at the workflow files
-
-
-def check_workflows(settings: Settings, registry: engine.WorkflowRegistry) -> None:
-    """Raise :class:`ConfigError` for a listener rule whose workflow is not loaded (a service
-    started with it would dead-letter every message the rule takes)."""
-    where = settings.source or "the default configuration"
-    for rule in settings.listeners:
-        if rule.workflow in registry:
-            continue
-        known = ", ".join(registry.names()) or "none"
-        problems = registry.file_errors(rule.workflow)
-        why = ("the file(s) defining it have errors:\n  " + "\n  ".join(problems) if problems
-               else f"no file in {settings.workflows_dir} defines it; known workflows: {known}")
-        raise ConfigError(f"{where}: listener rule {rule.name!r} names workflow "
-                          f"{rule.workflow!r}, which cannot run: {why}")
+STOP_GRACE = 60.0         # seconds a stopping service waits for its running batches, at most
 
 
 @dataclass(frozen=True)
@@ -144,10 +138,10 @@ class Service:
         self.store: ServiceStore | None = None
         self.inflight: InFlight | None = None
         self.membership: Membership | None = None
-        self._runners: ThreadPoolExecutor | None = None
+        self.abandoned = 0                 # batches left running when run() returned
         self._commit: CommitStage | None = None
         self._finish: FinishStage | None = None
-        self._published_versions: tuple[Any, ...] | None = None
+        self._versions = PublishedVersions()
         self.collector: Collector | None = None   # while run() runs
 
     # -- the parts, in start order ---------------------------------------------------------
@@ -156,7 +150,7 @@ class Service:
         yield _Part("store", self._open_store, self._close_store)
         yield _Part("plug-ins built", self._build_plugins)   # and their tables made
         yield _Part("workflows", self._load_workflows)
-        yield _Part("runner", self._open_runner, self._close_runner)
+        yield _Part("runner", self._open_runner)
         yield _Part("in-flight leases", self._open_inflight,
                     lambda: self.inflight.stop() if self.inflight else None)
         yield _Part("broker link", self._open_link,
@@ -171,6 +165,7 @@ class Service:
         # process may take over leadership and hand the view's event to the finish stage.
         yield _Part("membership", self._start_membership,
                     lambda: self.membership.stop() if self.membership else None)
+        yield _Part("runs a crash interrupted", self._recover_runs)
         for plugin in self.plugins:  # built above, in ``requires`` order
             yield _Part(f"plug-in {plugin.name}", plugin.start, plugin.stop)
 
@@ -251,20 +246,9 @@ class Service:
         self.local_runner = None
         if s.local_below != 0 and not isinstance(runner, engine.LocalRunner):
             self.local_runner = engine.LocalRunner()
-        # More than one batch may run at once (Spark jobs from several threads;
-        # the in-flight registry keeps their records and messages apart).  On
-        # two cores a second Spark job only competes with the first (measured:
-        # same throughput, later results), so the default is one.
-        self.concurrent_batches = max(1, s.concurrent_batches)
-        self._runners = ThreadPoolExecutor(max_workers=self.concurrent_batches,
-                                           thread_name_prefix="chalk-run")
         warm_up = getattr(runner, "warm_up", None)
         if warm_up is not None:
             log.info("Spark workers warmed up in %.1f s", warm_up())
-
-    def _close_runner(self) -> None:
-        if self._runners is not None:
-            self._runners.shutdown(wait=True)
 
     def _open_inflight(self) -> None:
         assert self.store is not None
@@ -274,21 +258,26 @@ class Service:
 
     def _open_link(self) -> None:
         s = self.settings
-        sizing = self.sizing = self._sizing or default_sizing(s.listeners)
-        self.observers.add(sizing)
+        queues = self.listeners.queues
+        self.held = Holds(queues)
+        deliveries = DeliveriesByQueue(queues)
         link_class = ProcessLink if s.broker_process else AmqpLink
         link = self.link = link_class(
             s.broker_url, prefetch=prefetch_for(s.listeners), consume=self.listeners.consumers(),
-            prepare=functools.partial(declare_all, settings=s,
-                                      exchanges=plugin_exchanges(s))).start()
-        deliveries = link.deliveries
-        self.gathering = Gathering(sizing, lambda: link.waiting + deliveries.qsize())
+            prepare=functools.partial(declare_all, settings=s, exchanges=plugin_exchanges(s)),
+            deliveries=deliveries).start()
+        self.lanes = [make_lane(queue, self.listeners.for_queue(queue),
+                                deliveries.by_queue[queue], self.held.of(queue), link,
+                                sizing=self._sizing, local_below=s.local_below,
+                                observers=self.observers) for queue in queues]
 
     def _open_finish(self) -> None:
         assert self.store is not None and self.link is not None
+        if self._sizing is not None:
+            self.observers.add(self._sizing)
         for hook in hooked(self.plugins, "batch_finished"):
             self.observers.add(hook)
-        self.meter, self.held = Meter(self.stats), Held()
+        self.meter = Meter(self.stats)
         self.loader = Loader(self.store, self.meter)
         self._finish = FinishStage(
             link=self.link, settings=self.settings, store=self.store, held=self.held,
@@ -305,35 +294,40 @@ class Service:
                                             loader=self.loader, settlement=settlement,
                                             meter=self.meter,
                                             in_commit=hooked(self.plugins, "in_commit"))
+        self._in_process = InProcess(self.store, self.node)
         self._execute = ExecuteStage(registry=self.registry, runner=self.runner,
-                                     local_runner=self.local_runner,
-                                     placement=Placement(self.sizing, s.local_below),
+                                     local_runner=self.local_runner, placement=None,
                                      batch_timeout=s.batch_timeout, loader=self.loader,
-                                     commit=commit, settlement=settlement, meter=self.meter)
-        self._gather = GatherStage(link=self.link, listeners=self.listeners,  # type: ignore[arg-type]
-                                   registry=self.registry, store=self.store, loader=self.loader,
-                                   inflight=self.inflight, held=self.held,
-                                   gathering=self.gathering, finish=self._finish,
-                                   settlement=settlement, meter=self.meter, owner=self.node,
-                                   lease_seconds=s.lease_seconds, stopping=self._stopping)
+                                     commit=commit, settlement=settlement, meter=self.meter,
+                                     in_process=self._in_process)
+        for lane in self.lanes:
+            lane.gather = GatherStage(
+                link=self.link, deliveries=lane.deliveries,  # type: ignore[arg-type]
+                listeners=self.listeners, registry=self.registry, store=self.store,
+                loader=self.loader, inflight=self.inflight, held=lane.held,
+                gathering=lane.gathering, finish=self._finish, settlement=settlement,
+                meter=self.meter, owner=self.node, lease_seconds=s.lease_seconds,
+                stopping=self._stopping, name=f"chalk-gather-{lane.queue}")
+        self.dispatcher = Dispatcher(self.lanes, self._run_batch, slots=s.concurrent_batches)
         assert self.store is not None
         self.membership = Membership(
             self.store, self.node, interval=s.heartbeat_seconds, ttl=s.ttl_seconds,
             properties={"version": _version(), "queues": list(self.listeners.queues),
                         "workflows": self.registry.names()},
-            listeners=[_WakeHeld(self.held),
+            listeners=[WakeHeld(self.held),
                        *(HookListener(h) for h in hooked(self.plugins, "topology_event"))],
             publish=self._finish.publish_orphans,
             on_view=hooked(self.plugins, "view_established"))
+        self._in_process.incarnation = self.membership.incarnation
 
     def _install_plugins(self) -> None:
         assert self.store is not None and self.link is not None
         assert self.membership is not None and self._finish is not None
-        inflight, gathering = self.inflight, self.gathering
+        inflight, lanes = self.inflight, self.lanes
         self.live = LiveView(
             node=self.node, settings=self.settings, started=time.time(), stats=self.stats,
             store=self.store, registry=self.registry, membership=self.membership,
-            batch_size=lambda: gathering.sizing.size,
+            batch_size=lambda: max(lane.sizing.size for lane in lanes),
             in_flight=lambda: len(inflight) if inflight is not None else 0,
             snapshot=self.snapshot)
         host = Host(settings=self.settings, node=self.node, store=self.store, link=self.link,
@@ -353,10 +347,20 @@ class Service:
         assert self.membership is not None
         self.membership.start()
 
+    def _recover_runs(self) -> None:
+        """Runs in this process that an earlier incarnation left (it died in them): their
+        records quarantined, the plug-ins told (the job log writes the attempts)."""
+        runs = self._in_process.recover()
+        if runs:
+            for hook in hooked(self.plugins, "interrupted"):
+                try:
+                    hook(runs)
+                except Exception:
+                    log.exception("plug-in hook %s failed", hook)
+
     def _forget_versions(self) -> None:
-        if self.store is not None and self._published_versions is not None:
-            with contextlib.suppress(Exception):  # a stopped process's rows are ignored anyway
-                self.store.workflow_versions.forget(self.node)
+        if self.store is not None:
+            self._versions.forget(self.store, self.node)
 
     # -- what plug-ins read ----------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
@@ -391,99 +395,85 @@ class Service:
             idle_exit: float | None = None) -> Stats:
         """Process batches until stopped, ``until(stats)`` is true, or idle for ``idle_exit`` s.
 
-        The batch being run is finished (committed, published, acked); the
-        one gathered behind it is let go unacked (its records released), to
-        be delivered again.
+        The batches being run are finished (committed, published, acked)
+        within :attr:`stop_grace` seconds — one that runs on past it (a
+        pipelet that hangs in this process) is abandoned, its messages
+        delivered again; the ones gathered behind them are let go unacked
+        (their records released), to be delivered again.
         """
         with service_gc():
             return self._run(until, idle_exit)
 
     def _run(self, until: Callable[[Stats], bool] | None, idle_exit: float | None) -> Stats:
-        runners = self._runners
-        assert runners is not None, "open() the service first"
-        self._gather.start()
-        running: list[Future[None]] = []
+        dispatcher = self.dispatcher
+        for lane in self.lanes:
+            assert lane.gather is not None, "open() the service first"
+            lane.gather.start()
+        self.leader.start()
         stats = self.stats
         collector = self.collector = Collector()
         try:
             while not self._stopping.is_set():
                 collector.tick()
-                for future in [f for f in running if f.done()]:
-                    running.remove(future)
-                    future.result()  # a runner that cannot go on (RunnerUnusable) stops us
-                if len(running) < self.concurrent_batches:
-                    waited = time.perf_counter()
-                    batch = self.gathering.take(0.2)
-                    if batch is not None:
-                        seconds = time.perf_counter() - waited
-                        stats.add("wait_ms", int(seconds * 1000))
-                        batch.report.add_seconds("wait", seconds)
-                        running.append(runners.submit(self._execute.execute, batch))
-                        stats.last_activity = time.monotonic()
-                else:
-                    wait(running, timeout=0.2, return_when=FIRST_COMPLETED)
+                dispatcher.collect()  # a runner that cannot go on (RunnerUnusable) stops us
+                if dispatcher.step() or dispatcher.running():
                     stats.last_activity = time.monotonic()
                 if until is not None and until(stats):
                     break
-                if idle_exit is not None and not running and \
+                if idle_exit is not None and not dispatcher.running() and \
                         time.monotonic() - stats.last_activity > idle_exit:
                     break
                 if time.monotonic() - self._last_refresh > REFRESH_EVERY:
-                    self._last_refresh = time.monotonic()
-                    for problem in self.registry.refresh():
-                        log.error("%s", problem)
-                    self.publish_versions()
-                    if self.membership is not None:
-                        self.membership.advertise(workflows=self.registry.names())
-                self.leader.tick()
+                    self._refresh()
         finally:
             try:
-                for future in running:  # the batches being run are finished
-                    future.result()
+                self.leader.stop()
+                left = dispatcher.finish(self.stop_grace)
+                if left:
+                    log.warning("%d batch(es) still running after %.0f s (a pipelet that "
+                                "hangs?): abandoned; their messages are delivered again",
+                                len(left), self.stop_grace)
+                    self.abandoned = len(left)
             finally:
-                self._gather.stop()
+                for lane in self.lanes:
+                    if lane.gather is not None:
+                        lane.gather.stop()
                 self.drain()
         return stats
+
+    def _refresh(self) -> None:
+        """Reload changed workflow files, and say so to the store and the cluster."""
+        self._last_refresh = time.monotonic()
+        for problem in self.registry.refresh():
+            log.error("%s", problem)
+        self.publish_versions()
+        if self.membership is not None:
+            self.membership.advertise(workflows=self.registry.names())
+
+    def _run_batch(self, batch: Batch, lane: Lane) -> None:
+        self._execute.execute(batch, lane.placement)
 
     def publish_versions(self) -> None:
         """Write the workflow versions this process runs to the store when they changed
         (``chalk status`` shows them); a failure is logged and tried again next time."""
         assert self.store is not None
-        versions = tuple(self.registry.versions())
-        if versions == self._published_versions:
-            return
-        try:
-            with self.store.writes, unavailable():
-                self.store.workflow_versions.publish(self.node, [
-                    RunningVersion(self.node, v.name, v.version, v.path, v.loaded_at)
-                    for v in versions])
-            self._published_versions = versions
-        except StoreUnavailable as e:
-            log.warning("could not record the running workflow versions: %s", e)
+        self._versions.publish(self.store, self.node, self.registry)
 
     def maintain(self) -> dict[str, int]:
         """Run every leader task now (leader or not): what each did, by name."""
         return self.leader.run_all()
+
+    @property
+    def stop_grace(self) -> float:
+        """Seconds a stopping service waits for the batches running: a batch past its
+        ``batch_timeout`` is being isolated or hangs in this process."""
+        return min(self.settings.batch_timeout, STOP_GRACE)
 
     def drain(self) -> None:
         """Wait until every batch handed on is committed, published and acked."""
         for stage in (self._commit, self._finish):
             if stage is not None:
                 stage.input.drain()
-
-
-class _WakeHeld(TopologyListener):
-    """When members left the view, their leases were released with it: messages held
-    for records those members had locked are gathered again at once."""
-
-    def __init__(self, held: Held):
-        self.held = held
-
-    def handle_topology_event(self, event: TopologyEvent) -> None:
-        if event.type is TopologyEventType.TOPOLOGY_CHANGED and event.old_view and event.new_view:
-            before = {(m.name, m.joined_at) for m in event.old_view.members}
-            if before - {(m.name, m.joined_at) for m in event.new_view.members}:
-                self.held.wake()
 
 
 def _version() -> str:

@@ -33,6 +33,7 @@ from listener_router.broker._queues import (
 from listener_router.broker._values import (
     EVENT_TOPIC_HEADER,
     Deliveries,
+    DeliveriesByQueue,
     Delivery,
     Link,
     OutMessage,
@@ -44,6 +45,7 @@ __all__ = [
     "EVENT_TOPIC_HEADER",
     "AmqpLink",
     "Deliveries",
+    "DeliveriesByQueue",
     "Delivery",
     "Link",
     "OutMessage",

@@ -62,8 +62,8 @@ class _RelayLink(AmqpLink):
     def _state_changed(self, up: bool) -> None:
         self._events.put(("up", self.generation) if up else ("down", self.last_error))
 
-    def _waiting_changed(self, waiting: int) -> None:
-        self._events.put(("waiting", waiting))
+    def _waiting_changed(self, waiting: int, by_queue: dict[str, int]) -> None:
+        self._events.put(("waiting", waiting, by_queue))
 
 
 class _ToParent(logging.Handler):

@@ -14,9 +14,10 @@ channel are void (the broker redelivers those messages), so acks carry the
 channel generation and stale ones are dropped.
 
 :attr:`AmqpLink.waiting` is how many messages are ready in the broker for
-the consumed queues (not yet delivered), asked every ``WAITING_EVERY``
-seconds with a passive declare on a channel of its own: the batch sizing
-reads it to tell a backlog from a light load.
+the consumed queues (not yet delivered; :attr:`AmqpLink.waiting_by_queue`
+by queue), asked every ``WAITING_EVERY`` seconds with a passive declare on
+a channel of its own: the batch sizing reads it to tell a backlog from a
+light load.
 """
 
 from __future__ import annotations
@@ -77,20 +78,22 @@ class AmqpLink:
     def __init__(self, url: str, *, prefetch: int = 1000, consume: Sequence[str] = (),
                  prepare: Callable[[pika.BlockingConnection], None] | None = None,
                  reconnect_max_delay: float = 10.0, first_generation: int = 0,
-                 consume_arguments: Callable[[str], dict[str, Any]] | None = None):
+                 consume_arguments: Callable[[str], dict[str, Any]] | None = None,
+                 deliveries: Deliveries | None = None):
         self.url = url
         self.prefetch = prefetch
         self.queues = list(consume)
         self.prepare = prepare
         self.consume_arguments = consume_arguments
         self.reconnect_max_delay = reconnect_max_delay
-        self.deliveries = Deliveries()
+        self.deliveries = Deliveries() if deliveries is None else deliveries
         self.ready = threading.Event()
         self._wake = threading.Event()
         self.generation = first_generation
         self.last_error: str | None = None
         self.returned = 0
         self.waiting = 0
+        self.waiting_by_queue: dict[str, int] = {}
         self._depths: dict[str, int] = {}
         self._probe_ch: Any = None
         self._probing = 0
@@ -283,13 +286,15 @@ class AmqpLink:
 
     def _on_depth(self, name: str, frame: Any) -> None:
         self._probing = max(0, self._probing - 1)
-        self._depths[name] = frame.method.message_count
-        total = sum(self._depths.values())
-        if total != self.waiting:
-            self.waiting = total
-            self._waiting_changed(total)
+        count = frame.method.message_count
+        if self._depths.get(name) == count:
+            return
+        self._depths[name] = count
+        self.waiting_by_queue = dict(self._depths)
+        self.waiting = sum(self._depths.values())
+        self._waiting_changed(self.waiting, self.waiting_by_queue)
 
-    def _waiting_changed(self, waiting: int) -> None:
+    def _waiting_changed(self, waiting: int, by_queue: dict[str, int]) -> None:
         """The broker's count of ready messages changed (I/O thread)."""
 
     def _deliver(self, *fields: Any) -> None:

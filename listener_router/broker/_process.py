@@ -18,7 +18,7 @@ Theory of operation.
   ``("cancel",)``, ``("stop",)``;
 - child → parent: lists of events: ``("d", *Delivery fields)``,
   ``("up", generation)``, ``("down", error)``, ``("confirm", id, error or
-  None)``, ``("waiting", ready messages in the broker)``, ``("log", level,
+  None)``, ``("waiting", ready messages in the broker, the same by queue)``, ``("log", level,
   logger, text)``.
 
 The child's side (``_child``, run as ``python -m listener_router.broker._child``)
@@ -62,16 +62,17 @@ class ProcessLink:
 
     def __init__(self, url: str, *, prefetch: int = 1000, consume: Sequence[str] = (),
                  prepare: Callable[[Any], None] | None = None,
-                 reconnect_max_delay: float = 10.0):
+                 reconnect_max_delay: float = 10.0, deliveries: Deliveries | None = None):
         self.url = url
         self._config = {"url": url, "prefetch": prefetch, "consume": list(consume),
                         "prepare": prepare, "reconnect_max_delay": reconnect_max_delay}
         self.reconnect_max_delay = reconnect_max_delay
-        self.deliveries = Deliveries()
+        self.deliveries = Deliveries() if deliveries is None else deliveries
         self.ready = threading.Event()
         self.generation = 0
         self.last_error: str | None = None
         self.waiting = 0
+        self.waiting_by_queue: dict[str, int] = {}
         self._stopping = False
         self._epoch = 0
         self._conn: Connection | None = None
@@ -257,7 +258,7 @@ class ProcessLink:
                 self.ready.set()
                 up = True
             elif kind == "waiting":
-                self.waiting = event[1]
+                self.waiting, self.waiting_by_queue = event[1], event[2]
             elif kind == "down":
                 self.ready.clear()
                 self.last_error = event[1]

@@ -25,7 +25,7 @@ import pika.exceptions
 
 from listener_router._errors import BrokerUnavailable
 
-__all__ = ["COALESCE_BYTES", "Deliveries", "Delivery", "EVENT_TOPIC_HEADER", "Link",
+__all__ = ["COALESCE_BYTES", "Deliveries", "DeliveriesByQueue", "Delivery", "EVENT_TOPIC_HEADER", "Link",
            "OutMessage", "coalesce_output", "properties_of", "publish_confirmed"]
 
 
@@ -119,6 +119,7 @@ class Link(Protocol):
     generation: int
     last_error: str | None
     waiting: int                  # messages ready in the broker for the consumed queues
+    waiting_by_queue: dict[str, int]   # the same, by queue
 
     def start(self, wait: float | None = 30.0) -> Link: ...
 
@@ -134,7 +135,16 @@ class Link(Protocol):
 
 
 class Deliveries(queue.Queue[Delivery]):
-    """The queue deliveries arrive on; :meth:`get_batch` takes many under one lock."""
+    """The queue deliveries arrive on; :meth:`get_batch` takes many under one lock,
+    :meth:`put_front` puts some back ahead of those waiting (they were delivered first)."""
+
+    def put_front(self, items: Sequence[Delivery]) -> None:
+        if not items:
+            return
+        with self.not_empty:
+            self.queue.extendleft(reversed(items))
+            self.unfinished_tasks += len(items)
+            self.not_empty.notify()
 
     def put_many(self, items: Sequence[Delivery]) -> None:
         with self.not_empty:
@@ -168,3 +178,33 @@ class Deliveries(queue.Queue[Delivery]):
         return out
 
 
+
+
+class DeliveriesByQueue(Deliveries):
+    """Deliveries sorted on arrival into one :class:`Deliveries` per queue (the pipeline's
+    lanes); a delivery of a queue with none stays here."""
+
+    def __init__(self, queues: Iterable[str]):
+        super().__init__()
+        self.by_queue: dict[str, Deliveries] = {q: Deliveries() for q in queues}
+
+    def put(self, item: Delivery, block: bool = True, timeout: float | None = None) -> None:
+        target = self.by_queue.get(item.queue)
+        if target is None:
+            super().put(item, block, timeout)
+        else:
+            target.put(item)
+
+    def put_many(self, items: Sequence[Delivery]) -> None:
+        sorted_: dict[str, list[Delivery]] = {}
+        for item in items:
+            sorted_.setdefault(item.queue, []).append(item)
+        for queue_name, some in sorted_.items():
+            target = self.by_queue.get(queue_name)
+            if target is None:
+                super().put_many(some)
+            else:
+                target.put_many(some)
+
+    def qsize(self) -> int:
+        return super().qsize() + sum(d.qsize() for d in self.by_queue.values())

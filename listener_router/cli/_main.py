@@ -314,7 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the job log: each message's steps (received, retried, dead, "
                             "replayed, committed), oldest first")
     p.add_argument("--state", action="append", metavar="STATE",
-                   help="committed, retrying, dead, duplicate, replayed, processed, failed "
+                   help="committed, retrying, dead, duplicate, replayed, processed, failed, crashed "
                         "(repeatable, or comma-separated)")
     p.add_argument("--queue", action="append", metavar="QUEUE", help="input queue (repeatable)")
     p.add_argument("--workflow", action="append", metavar="NAME", help="workflow (repeatable)")

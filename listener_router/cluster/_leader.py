@@ -1,7 +1,8 @@
 """Leader tasks: periodic work that only the cluster's leader does.
 
 A :class:`LeaderTask` says what (``run``) and how often (``every``);
-:class:`LeaderTasks` runs the due ones from the service's loop while
+:class:`LeaderTasks` runs the due ones on a thread of its own
+(``chalk-leader``: a long task never holds up the pipeline) while
 :attr:`Membership.is_leader <listener_router.cluster.Membership.is_leader>`
 holds.  Each task does its work in :meth:`LeaderTask.fenced` transactions,
 so a process that lost leadership while frozen is refused
@@ -17,6 +18,7 @@ the service or the other tasks.  Plug-ins add tasks of their own
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
@@ -129,37 +131,69 @@ class LeaderTasks:
     def __init__(self, membership: Membership, tasks: Iterable[LeaderTask] = ()):
         self.membership = membership
         self._tasks: list[tuple[LeaderTask, list[float]]] = []
+        self._lock = threading.Lock()
+        self._running = threading.Lock()   # one task at a time (the thread, or run_all)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
         for task in tasks:
             self.add(task)
+
+    def start(self) -> LeaderTasks:
+        """Run the due tasks on thread ``chalk-leader`` until :meth:`stop`."""
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="chalk-leader", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._next_due()):
+            self.tick()
+
+    def _next_due(self) -> float:
+        """Seconds until the next task is due (at least 10 ms, at most 1 s)."""
+        now = time.monotonic()
+        with self._lock:
+            waits = [last[0] + task.every - now for task, last in self._tasks]
+        return min(1.0, max(0.01, min(waits, default=1.0)))
 
     def add(self, task: LeaderTask) -> None:
         """Run ``task`` every ``task.every`` seconds from now on, while leader."""
         task.membership = self.membership
-        self._tasks.append((task, [time.monotonic()]))
+        with self._lock:
+            self._tasks.append((task, [time.monotonic()]))
 
     @property
     def tasks(self) -> list[LeaderTask]:
         return [task for task, _last in self._tasks]
 
     def tick(self) -> None:
-        """Run the tasks that are due, if this process leads (the service loop calls this)."""
+        """Run the tasks that are due, if this process leads (the leader thread calls this)."""
         now = time.monotonic()
         due = []
-        for task, last in self._tasks:
-            if now - last[0] > task.every:
-                last[0] = now
-                due.append(task)
+        with self._lock:
+            for task, last in self._tasks:
+                if now - last[0] >= task.every:
+                    last[0] = now
+                    due.append(task)
         if due and self.membership.is_leader:
-            for task in due:
-                self._run(task)
+            with self._running:
+                for task in due:
+                    self._run(task)
 
     def run_all(self) -> dict[str, int]:
         """Run every task now, leader or not; what each did, by name (failed ones absent)."""
         done: dict[str, int] = {}
-        for task in self.tasks:
-            count = self._run(task)
-            if count is not None:
-                done[task.name] = count
+        with self._running:
+            for task in self.tasks:
+                count = self._run(task)
+                if count is not None:
+                    done[task.name] = count
         return done
 
     @staticmethod

@@ -133,7 +133,8 @@ job_stats = Table(
 )
 
 # States whose messages count in the statistics (and "records" for committed records).
-COUNTED_STATES = ("committed", "retrying", "dead", "duplicate", "processed", "failed")
+COUNTED_STATES = ("committed", "retrying", "dead", "duplicate", "processed", "failed",
+                  "crashed")
 
 _COLUMNS = ("at", "state", "queue", "message_id", "round", "attempt", "workflow", "member",
             "batch", "received_at", "record", "records", "outgoing", "reason")

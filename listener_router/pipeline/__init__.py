@@ -47,8 +47,17 @@ from listener_router.pipeline._finish import (
     SettleMessages,
 )
 from listener_router.pipeline._gather import GatherStage
-from listener_router.pipeline._held import Held
+from listener_router.pipeline._held import Held, Holds
+from listener_router.pipeline._in_process import CRASHED, InProcess
 from listener_router.pipeline._inflight import InFlight
+from listener_router.pipeline._lanes import (
+    MAX_WINDOW,
+    SLOW_AFTER,
+    Dispatcher,
+    Lane,
+    WakeHeld,
+    make_lane,
+)
 from listener_router.pipeline._loading import Loader
 from listener_router.pipeline._report import (
     BatchObserver,
@@ -67,6 +76,7 @@ from listener_router.pipeline._work import Work
 
 __all__ = [
     "BACKLOG",
+    "CRASHED",
     "CONFIRM_TIMEOUT",
     "HANG_EXIT",
     "TRANSITIONS",
@@ -78,6 +88,7 @@ __all__ = [
     "Commit",
     "CommitExtension",
     "CommitStage",
+    "Dispatcher",
     "ExecuteStage",
     "Executed",
     "FinishStage",
@@ -86,7 +97,12 @@ __all__ = [
     "Gathering",
     "Group",
     "Held",
+    "Holds",
     "InFlight",
+    "InProcess",
+    "Lane",
+    "MAX_WINDOW",
+    "SLOW_AFTER",
     "InCommit",
     "Loader",
     "Meter",
@@ -100,11 +116,13 @@ __all__ = [
     "StageInput",
     "State",
     "Stats",
+    "WakeHeld",
     "Work",
     "WorkflowRun",
     "check_transition",
     "hook_name",
     "default_sizing",
     "hang_watch",
+    "make_lane",
     "prefetch_for",
 ]

@@ -48,6 +48,8 @@ class Batch:
     settled: bool = False              # every part settled (``pending`` reached 0)
     report: BatchReport = field(default_factory=BatchReport)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    lane: str = ""                     # the queue of the lane it was gathered in
+    dispatched: float = 0.0            # monotonic, handed to a runner thread
 
 
 class BatchSizing(BatchObserver):
@@ -86,9 +88,11 @@ class Gathering:
     ever taken between chunks.
     """
 
-    def __init__(self, sizing: BatchSizing, waiting: Callable[[], int] = lambda: 0):
+    def __init__(self, sizing: BatchSizing, waiting: Callable[[], int] = lambda: 0,
+                 on_added: Callable[[], None] | None = None):
         self.sizing = sizing
         self.waiting = waiting  # messages ready in the broker or not yet gathered
+        self.on_added = on_added  # told (under the lock) when a chunk was added
         self.lock = threading.Condition()
         self.batch: Batch | None = None
 
@@ -133,6 +137,25 @@ class Gathering:
                     return None
                 self.lock.wait(max(remaining, 0.001))
 
+    def take_ready(self) -> tuple[Batch | None, float | None]:
+        """The batch if the sizing says it is ready now, else (None, seconds after which to
+        ask again: when its age will make it ready, or ``READY_POLL`` while readiness may turn
+        on what is waiting; None when there is nothing to wait for)."""
+        with self.lock:
+            batch = self.batch
+            if batch is None or not batch.works:
+                return None, None
+            sizing = self.sizing
+            age = time.monotonic() - batch.opened
+            if sizing.ready(len(batch.works), age, self.waiting()):
+                self.batch = None
+                batch.report.size_limit = sizing.size
+                self.lock.notify_all()
+                return batch, None
+            return None, max(0.001, min(READY_POLL, sizing.max_wait - age))
+
     def added(self) -> None:
         """The gather stage added a chunk (caller holds the lock)."""
         self.lock.notify_all()
+        if self.on_added is not None:
+            self.on_added()

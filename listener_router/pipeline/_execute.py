@@ -12,9 +12,12 @@ that breaks the runner stands alone and fails.
 
 A small batch runs in this process (``engine.LocalRunner``) where the
 placement (``_sizing.Placement``) says so, saving a Spark job's fixed cost;
-never a redelivered message's (it may be what crashed a process before, and
-Spark isolates a crash or a hang where this process cannot), and a local run
-past ``batch_timeout`` ends the process (:func:`hang_watch`).
+never a redelivered message's, nor one naming a quarantined record (it took a
+process down, or hung one, before: ``_in_process``; Spark isolates a crash or
+a hang where this process cannot).  The run is written down before it starts
+and forgotten after, so one that takes the process down is known at the next
+start.  A local run past ``batch_timeout`` ends the process
+(:func:`hang_watch`): its records are quarantined at the next start.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from engine import InstanceResult
 from listener_router._errors import RunnerUnusable
 from listener_router.pipeline._batch import Batch, Group
 from listener_router.pipeline._commit import CommitStage, Executed
+from listener_router.pipeline._in_process import InProcess
 from listener_router.pipeline._loading import Loader
 from listener_router.pipeline._report import BatchReport, Meter
 from listener_router.pipeline._retries import fail
@@ -87,7 +91,8 @@ class ExecuteStage:
 
     def __init__(self, *, registry: engine.WorkflowRegistry, runner: Runner,
                  local_runner: Runner | None, placement: Placement | None, batch_timeout: float,
-                 loader: Loader, commit: CommitStage, settlement: Settlement, meter: Meter):
+                 loader: Loader, commit: CommitStage, settlement: Settlement, meter: Meter,
+                 in_process: InProcess | None = None):
         self.registry = registry
         self.runner = runner
         self.local_runner = local_runner
@@ -97,15 +102,19 @@ class ExecuteStage:
         self.commit = commit
         self.settlement = settlement
         self.meter = meter
+        self.in_process = in_process
 
-    def execute(self, batch: Batch) -> None:
-        """Run each workflow's group of the batch; the commit stage settles them."""
+    def execute(self, batch: Batch, placement: Placement | None = None) -> None:
+        """Run each workflow's group of the batch; the commit stage settles them.  Small
+        batches run in this process where ``placement`` (the lane's; default the stage's)
+        says so."""
         groups = [g for g in batch.groups.values() if g.works]
         batch.pending = len(groups) + 1
+        placement = placement or self.placement
         try:
             for position, group in enumerate(groups):
                 try:
-                    results = self._run_workflow(group, group.works)
+                    results = self._run_workflow(group, group.works, placement)
                 except BaseException:
                     for rest in groups[position:]:
                         self.settlement.let_go(rest)
@@ -118,7 +127,8 @@ class ExecuteStage:
         finally:
             self.settlement.part_done(batch)
 
-    def _run_workflow(self, group: Group, works: list[Work]) -> list[InstanceResult] | None:
+    def _run_workflow(self, group: Group, works: list[Work],
+                      placement: Placement | None = None) -> list[InstanceResult] | None:
         """Run ``works`` on the group's blackboard; None when the runner failed (and the
         works were isolated)."""
         name, bb = group.name, group.bb
@@ -126,15 +136,20 @@ class ExecuteStage:
         workflow = self.registry.get(name)
         instances = [w.message.record_ids for w in works]  # type: ignore[union-attr]
         records = sum(len(ids) for ids in instances)
-        local = self.local_runner is not None and self.placement is not None and \
-            self.placement.runs_here(workflow, works, records)
+        local = self.local_runner is not None and placement is not None and \
+            placement.runs_here(workflow, works, records)
+        run_id = self._begin_here(name, works, instances) if local else None
+        local = run_id is not None
         started = time.perf_counter()
         where = "local" if local or not isinstance(self.runner, engine.SparkRunner) else "spark"
         try:
             if local:
-                assert self.local_runner is not None
-                with hang_watch(self.batch_timeout, name, len(works)):
-                    results = self.local_runner.run(workflow, bb, instances)
+                assert self.local_runner is not None and self.in_process is not None
+                try:
+                    with hang_watch(self.batch_timeout, name, len(works)):
+                        results = self.local_runner.run(workflow, bb, instances)
+                finally:
+                    self.in_process.end(run_id)  # type: ignore[arg-type]
                 self.meter.stats.add("local_batches")
             else:
                 results = self.runner.run(workflow, bb, instances)
@@ -153,6 +168,20 @@ class ExecuteStage:
                 with report.lock:
                     report.local_runs += 1
         return list(results)
+
+    def _begin_here(self, name: str, works: list[Work], instances: list[list[str]]
+                    ) -> str | None:
+        """Write down a run in this process, unless a record of it is quarantined (it took a
+        process down, or hung one, before); None: run it on the runner."""
+        if self.in_process is None:
+            return None
+        banned = self.in_process.quarantined([rid for ids in instances for rid in ids])
+        if banned:
+            rid, why = next(iter(banned.items()))
+            log.info("workflow %s: a batch of %d message(s) runs on the runner, not in this "
+                     "process: record %r %s", name, len(works), rid, why)
+            return None
+        return self.in_process.begin(name, works)
 
     def _isolate(self, group: Group, works: list[Work], error: str) -> None:
         """Fail a lone message; split a larger group in halves and run each again.

@@ -38,7 +38,7 @@ from listener_router._errors import BrokerUnavailable, InfrastructureError
 from listener_router._settings import Settings
 from listener_router.broker import Link, OutMessage, declare_new_outputs, publish_confirmed
 from listener_router.pipeline._batch import Batch
-from listener_router.pipeline._held import Held
+from listener_router.pipeline._held import Holds
 from listener_router.pipeline._report import BatchReport, Meter, Observers, Stats, hook_name
 from listener_router.pipeline._retries import side_messages
 from listener_router.pipeline._stage_input import StageInput
@@ -81,7 +81,7 @@ Settled = Callable[[Sequence[Work], "BatchReport | None"], None]
 class FinishStage:
     """Publish, mark sent, ack (see module doc); ``input`` is the stage's input."""
 
-    def __init__(self, *, link: Link, settings: Settings, store: ServiceStore, held: Held,
+    def __init__(self, *, link: Link, settings: Settings, store: ServiceStore, held: Holds,
                  meter: Meter, stats: Stats, observers: Observers,
                  settle_messages: Iterable[SettleMessages] = (), writer: str | None = None,
                  settled: Iterable[Settled] = ()):
@@ -114,15 +114,17 @@ class FinishStage:
         side = [m for w in done for m in side_messages(w)]
         deferred = [w for w in works if w.state is State.DEFERRED]
         if deferred:
-            # Held here, unacked, and gathered again later: rejecting them would
-            # raise their delivery count towards the queue's limit.
             self.stats.add("deferred", len(deferred))
-            self.held.hold(w.delivery for w in deferred)
-            self.held.deferred()
-            log.info("holding %d message(s) for %.1f s: %s", len(deferred), self.held.backoff,
-                     deferred[0].error)
+            # Held here, unacked, and gathered again later: rejecting them would raise
+            # their delivery count towards the queue's limit.  (Parked ones wait for the
+            # batch that holds their records, ``_inflight``, not for a backoff.)
+            held = [w.delivery for w in deferred if not w.parked]
+            if held:
+                backoff = self.held.defer(held)
+                log.info("holding %d message(s) for %.1f s: %s", len(held), backoff,
+                         next(w for w in deferred if not w.parked).error)
         else:
-            self.held.settled()
+            self.held.settled(w.delivery.queue for w in works)
         if done:
             if batch is not None:
                 with batch.lock:
@@ -206,15 +208,14 @@ class FinishStage:
             self.link.ack(w.delivery for w in done)
         except Exception:  # never let the finisher die silently
             log.exception("finishing a batch failed; its inputs are held and tried again")
-            self.held.hold(w.delivery for w in done)
+            self.held.hold([w.delivery for w in done])
         finally:
             self.meter.time("publish", time.perf_counter() - started, report)
 
     def _hold(self, done: list[Work], error: str) -> None:
         for w in done:
             w.to(State.DEFERRED, error)
-        self.held.hold(w.delivery for w in done)
-        self.held.publish_failed()
+        self.held.publish_failed([w.delivery for w in done])
 
     def _extension_messages(self, done: list[Work]) -> tuple[list[OutMessage], str | None]:
         """The plug-ins' messages for ``done``, written to an outbox batch."""

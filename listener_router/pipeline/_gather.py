@@ -1,16 +1,19 @@
-"""The gather stage: deliveries → parsed messages → inbox check → records loaded.
+"""The gather stage of one lane: deliveries → parsed messages → inbox check → records loaded.
 
-On a thread of its own (``chalk-stage``) it takes deliveries in small chunks
-(held ones first, after the backoff), parses each and matches its listener
-rule (bad input and messages no rule or workflow takes are *dead* at once),
-checks the inbox (messages already committed are *duplicates*), and loads
-the records of the rest onto the blackboards of the batch being gathered,
-one blackboard per workflow, with the messages' attributes written there.
-Messages settled here go to the finish stage at once.
+On a thread of its own (``chalk-gather-<queue>``) it takes its lane's
+deliveries in small chunks (held ones whose backoff has passed first, then
+fresh ones: a held message never holds back the others), parses each and
+matches its listener rule (bad input and messages no rule or workflow takes
+are *dead* at once), checks the inbox (messages already committed are
+*duplicates*), and loads the records of the rest onto the blackboards of the
+lane's batch being gathered, one blackboard per workflow, with the
+messages' attributes written there.  Messages settled here go to the finish
+stage at once.
 
-A message or record still in flight in an earlier batch makes the stage wait
-for that batch's commit (``_inflight``); one already in the batch being
-gathered is deferred to a later batch.
+A message that names a message or record in flight in any batch (this
+lane's earlier one, another lane's, or the one being gathered) is parked on
+it (``_inflight``) and comes back to the front of the lane the moment that
+batch commits; the messages behind it are gathered meanwhile.
 """
 
 from __future__ import annotations
@@ -18,14 +21,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Hashable
 
 import engine
 from listener_router._errors import BadMessage, StoreUnavailable
 from listener_router._messages import parse_message
 from listener_router._rules import ListenerRules
 from listener_router._settings import ListenerRule
-from listener_router.broker import Delivery, Link
+from listener_router.broker import Deliveries, Delivery, Link
 from listener_router.pipeline._batch import Batch, Gathering, Group
 from listener_router.pipeline._finish import FinishStage
 from listener_router.pipeline._held import Held
@@ -47,14 +49,16 @@ _NO_RULE = ListenerRule(name="none")
 
 
 class GatherStage:
-    """Fills the batch being gathered (see module doc); :meth:`start` runs its thread."""
+    """Fills its lane's batch being gathered (see module doc); :meth:`start` runs its thread."""
 
-    def __init__(self, *, link: Link, listeners: ListenerRules,
+    def __init__(self, *, link: Link, deliveries: Deliveries, listeners: ListenerRules,
                  registry: engine.WorkflowRegistry, store: ServiceStore, loader: Loader,
                  inflight: InFlight, held: Held, gathering: Gathering, finish: FinishStage,
                  settlement: Settlement, meter: Meter, owner: str, lease_seconds: float,
-                 stopping: threading.Event):
+                 stopping: threading.Event, name: str = "chalk-gather"):
         self.link = link
+        self.deliveries = deliveries
+        self.name = name
         self.listeners = listeners
         self.registry = registry
         self.store = store
@@ -75,8 +79,12 @@ class GatherStage:
     # -- the thread ----------------------------------------------------------------------
     def start(self) -> None:
         self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name="chalk-stage", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
         self._thread.start()
+
+    def wake(self, deliveries: list[Delivery]) -> None:
+        """Deliveries parked on a key that was released: gathered next (any thread)."""
+        self.deliveries.put_front(deliveries)
 
     def stop(self) -> None:
         """Stop; the batch being gathered is let go (records released, messages unacked)."""
@@ -110,23 +118,20 @@ class GatherStage:
                 self.held.hold(deliveries)
 
     def _take(self, room: int) -> list[Delivery]:
-        """Held deliveries first (after the backoff), then fresh ones, up to ``room``."""
+        """Held deliveries whose backoff has passed, then fresh ones, up to ``room``."""
         link = self.link
         chunk: list[Delivery] = []
         if self.held:
-            if self.held.wait(self._stop) or self._service_stopping.is_set():
-                return []
-            held = self.held.take()
             if not link.ready.is_set():
                 # The connection is gone: its deliveries come back on the new one.
+                self.held.take()
                 return []
-            live = [d for d in held if d.generation == link.generation]
-            chunk = live[:room]
-            self.held.hold_first(live[room:])
+            chunk = [d for d in self.held.take_due(room) if d.generation == link.generation]
         if len(chunk) < room:
             linger = min(CHUNK_LINGER, self.gathering.sizing.max_wait)
-            chunk += link.deliveries.get_batch(room - len(chunk),
-                                               timeout=0 if chunk else 0.1, linger=linger)
+            due = self.held.next_due() if self.held else None
+            wait = 0 if chunk else min(0.1, due if due is not None else 0.1)
+            chunk += self.deliveries.get_batch(room - len(chunk), timeout=wait, linger=linger)
         return chunk
 
     # -- a chunk -------------------------------------------------------------------------
@@ -141,21 +146,11 @@ class GatherStage:
         if not works:
             return
         self.stats.last_activity = time.monotonic()
-        wanted = keys(w for w in works if w.state is State.RECEIVED)
         gathering = self.gathering
-        while True:
-            with gathering.lock:
-                gathered = gathering.batch
-                if not (self.inflight.holders(wanted) - {gathered}):
-                    batch = gathering.current()
-                    self._add(batch, works)
-                    gathering.added()
-                    break
-            # An earlier batch still holds some of these messages or records: wait
-            # for its commit (the inbox and the stored versions are not final yet).
-            if not self.inflight.wait_free(wanted, gathered, self._stop):
-                self.held.hold(w.delivery for w in works)
-                return
+        with gathering.lock:
+            batch = gathering.current()
+            self._add(batch, works)
+            gathering.added()
         report = batch.report
         report.add_seconds("receive", received)
         self.meter.time("stage", time.perf_counter() - started, report)
@@ -187,17 +182,18 @@ class GatherStage:
         """Inbox check, load and attributes for a chunk; the caller holds the gathering lock."""
         inflight = self.inflight
         report = batch.report
-        live = [w for w in works if w.state is State.RECEIVED]
-        # What this batch already holds, or an earlier message of this chunk took.
-        taken: set[Hashable] = inflight.held_by(keys(live), batch)
         fresh: list[Work] = []
-        for w in live:
-            key = w.message.key  # type: ignore[union-attr]
-            if key in taken:
-                w.to(State.DEFERRED, "message delivered twice in one batch")
-            else:
-                taken.add(key)
+        for w in works:
+            if w.state is not State.RECEIVED:
+                continue
+            # Its message and records, taken for this batch; or parked on the first one
+            # a batch holds (this one too), until that batch lets it go.
+            if inflight.take_or_park(keys((w,)), batch, w.delivery, self.wake):
                 fresh.append(w)
+            else:
+                w.parked = True
+                w.to(State.DEFERRED, "waiting for a batch in flight that holds its message "
+                     "or records")
         started = time.perf_counter()
         self._check_inbox(fresh)
         self.meter.time("inbox", time.perf_counter() - started, report)
@@ -206,17 +202,10 @@ class GatherStage:
             if w.state is not State.RECEIVED:
                 continue
             assert w.message is not None and w.rule is not None
-            ids = w.message.record_ids
-            if not taken.isdisjoint(ids):
-                w.to(State.DEFERRED, "record also in an earlier message of this batch")
-                continue
-            taken.update(ids)
             w.to(State.PROCESSING)
             w.workflow = w.rule.workflow
             w.loaded = True
             groups.setdefault(w.rule.workflow, []).append(w)
-        reserved = [w for ws in groups.values() for w in ws]
-        inflight.reserve(keys(reserved), batch)
         for name, group_works in groups.items():
             group = batch.groups.get(name)
             if group is None:
@@ -224,7 +213,13 @@ class GatherStage:
                     name, self.store.blackboard(self.owner, self.lease_seconds), batch=batch)
             loaded = self.loader.load(group.bb, group_works, report)
             group.works += [w for w in loaded if self.loader.apply(group.bb, w)]
-        inflight.release(keys(w for w in reserved if w.state is not State.PROCESSING))
+        inflight.release(keys(w for w in fresh if w.state is not State.PROCESSING))
+        # Parked messages are not the batch's: they take no room, and are counted when
+        # they are gathered again.
+        parked = [w for w in works if w.parked]
+        if parked:
+            self.stats.add("parked", len(parked))
+            works = [w for w in works if not w.parked]
         batch.works += works
         finished = [w for w in works if w.state is not State.PROCESSING]
         with report.lock:

@@ -2,18 +2,22 @@
 
 A message or record is *in flight* from the moment the gather stage takes it
 up until it is settled (committed, failed or held) and its records have left
-the blackboard.  A message or record in flight in an earlier batch makes the
-gather stage wait: loading it now would read the version that batch is about
-to replace, and the inbox would not yet show that batch's commit.  One
-already in the batch being gathered is deferred to a later batch.  While
-records are in flight (loaded ahead of their run, or waiting for their
-commit) one thread renews their leases.
+the blackboard.  A message that names a message or record in flight in
+another batch (an earlier one of its lane, another lane's, or the one being
+gathered) cannot be taken up now: loading it would read the version that
+batch is about to replace, and the inbox would not yet show that batch's
+commit.  It is *parked* on that key (:meth:`InFlight.park`) and handed back
+(``wake``) the moment the batch releases it — an event, not a timer; the
+messages behind it go on.  Messages parked on one key come back in the
+order they were parked.  While records are in flight (loaded ahead of their
+run, or waiting for their commit) one thread renews their leases.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
@@ -34,6 +38,7 @@ class InFlight:
         self._renew = renew
         self._interval = interval
         self._held: dict[Hashable, object] = {}
+        self._parked: dict[Hashable, deque[tuple[Any, Callable[[list[Any]], None]]]] = {}
         self._cond = threading.Condition()
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
@@ -58,38 +63,51 @@ class InFlight:
                 except Exception as e:  # the database is gone: leases lapse, commits say so
                     log.warning("lease renewal of %d record(s) failed: %s", len(ids), e)
 
-    def holders(self, keys: Iterable[Hashable]) -> set[object]:
-        held = self._held
-        with self._cond:
-            return {held[key] for key in keys if key in held}
-
-    def held_by(self, keys: Iterable[Hashable], holder: object) -> set[Hashable]:
-        """Those of ``keys`` that ``holder`` holds."""
-        held = self._held
-        with self._cond:
-            return {key for key in keys if held.get(key) is holder}
-
     def reserve(self, keys: Iterable[Hashable], holder: object) -> None:
         with self._cond:
             for key in keys:
                 self._held[key] = holder
 
     def release(self, keys: Iterable[Hashable]) -> None:
+        woken: dict[Callable[[list[Any]], None], list[Any]] = {}
         with self._cond:
             pop = self._held.pop
+            parked = self._parked
             for key in keys:
                 pop(key, None)
+                if parked and key in parked:
+                    for item, wake in parked.pop(key):
+                        woken.setdefault(wake, []).append(item)
             self._cond.notify_all()
+        for wake, items in woken.items():
+            wake(items)
 
-    def wait_free(self, keys: list[Hashable], besides: object, stop: threading.Event) -> bool:
-        """Wait until no batch but ``besides`` holds any of ``keys``; False when stopped."""
+    def take_or_park(self, keys: list[Hashable], holder: object, item: Any,
+                     wake: Callable[[list[Any]], None]) -> bool:
+        """Reserve every one of ``keys`` for ``holder`` and return True; or, when any is held
+        (by any batch, ``holder`` too), reserve none, park ``item`` on the first held one
+        (handed to ``wake([item, ...])`` when it is released) and return False."""
         held = self._held
         with self._cond:
-            while any(held.get(key, besides) is not besides for key in keys):
-                if stop.is_set():
+            for key in keys:
+                if key in held:
+                    self._parked.setdefault(key, deque()).append((item, wake))
                     return False
-                self._cond.wait(0.1)
+            for key in keys:
+                held[key] = holder
         return True
+
+    def parked(self) -> int:
+        """Items parked, waiting for a key to be released."""
+        with self._cond:
+            return sum(len(q) for q in self._parked.values())
+
+    def unpark_all(self) -> list[Any]:
+        """Every parked item, no longer parked (the service is stopping)."""
+        with self._cond:
+            items = [item for q in self._parked.values() for item, _wake in q]
+            self._parked.clear()
+        return items
 
     def __len__(self) -> int:
         with self._cond:

@@ -70,6 +70,7 @@ class BatchReport:
     """
 
     opened: float = field(default_factory=time.time)     # wall clock, first message gathered
+    lane: str = ""                 # the queue of the lane it was gathered in
     size_limit: int = 0            # the batch size the sizing allowed when it was taken
     messages: int = 0              # messages gathered into it
     outcome: Counter[tuple[str, str]] = field(default_factory=Counter)  # (queue, state) → messages

@@ -20,7 +20,7 @@ import time
 
 from listener_router.pipeline._batch import Batch, Group
 from listener_router.pipeline._finish import FinishStage
-from listener_router.pipeline._held import Held
+from listener_router.pipeline._held import Holds
 from listener_router.pipeline._inflight import InFlight
 from listener_router.pipeline._loading import Loader
 from listener_router.pipeline._report import Meter
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 class Settlement:
     """Ends groups and batches (see module doc)."""
 
-    def __init__(self, *, loader: Loader, inflight: InFlight, held: Held, finish: FinishStage,
+    def __init__(self, *, loader: Loader, inflight: InFlight, held: Holds, finish: FinishStage,
                  meter: Meter):
         self.loader = loader
         self.inflight = inflight
@@ -70,7 +70,7 @@ class Settlement:
         if leftover:
             self.loader.invalidate(group.bb, leftover)
         self.inflight.release(keys(group.works))
-        self.held.hold_first(w.delivery for w in group.works)
+        self.held.hold_first([w.delivery for w in group.works])
         group.works = []
 
     def part_done(self, batch: Batch) -> None:

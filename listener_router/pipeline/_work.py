@@ -28,6 +28,7 @@ class Work:
     batch: str | None = None           # the outbox batch ``outgoing`` is in, once committed
     received_at: float = field(default_factory=time.time)   # wall clock, taken up
     loaded: bool = False               # its records were taken up (invalidated if it fails)
+    parked: bool = False               # deferred, its delivery parked on a key in flight
 
     def to(self, state: State, error: str | None = None) -> None:
         self.state = check_transition(self.state, state)

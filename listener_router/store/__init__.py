@@ -1,11 +1,12 @@
 """The core's own tables in the blackboard's database: inbox, outbox, nodes, cluster,
-workflow versions.
+workflow versions, runs in the service's process and the quarantine.
 
 :class:`ServiceStore` is the one interface the rest of the service uses
 (``_store``); each table lives in a module of its own (``_outbox`` holds the
 inbox and the outbox, ``_nodes`` the members' heartbeats, ``_cluster`` the
 leader, its fencing epoch and the established view, ``_versions`` the
-workflow versions each process runs) and ``_schema`` creates and upgrades
+workflow versions each process runs, ``_local_runs`` the runs in the
+service's process and the records that never run there again) and ``_schema`` creates and upgrades
 them (a feature's tables are its own: a :class:`Schema` next to the feature,
 reached with :meth:`ServiceStore.tables`).  Database errors become the
 service's :class:`~listener_router.StoreUnavailable` (retry later) or
@@ -13,12 +14,13 @@ service's :class:`~listener_router.StoreUnavailable` (retry later) or
 """
 
 from listener_router.store._cluster import ClusterRow, ClusterState
+from listener_router.store._local_runs import LocalRun, LocalRuns, Quarantine, RunMessage
 from listener_router.store._nodes import Member, Nodes
 from listener_router.store._outbox import INBOX, InboxLog, InboxLogRow, Outbox
 from listener_router.store._schema import CORE, Schema
 from listener_router.store._store import ServiceStore, commit_failure, unavailable
 from listener_router.store._versions import RunningVersion, WorkflowVersions
 
-__all__ = ["CORE", "INBOX", "ClusterRow", "ClusterState", "InboxLog", "InboxLogRow", "Member", "Nodes",
-           "Outbox", "RunningVersion", "Schema", "ServiceStore", "WorkflowVersions",
+__all__ = ["CORE", "INBOX", "ClusterRow", "ClusterState", "InboxLog", "InboxLogRow", "LocalRun", "LocalRuns", "Member", "Nodes",
+           "Outbox", "Quarantine", "RunMessage", "RunningVersion", "Schema", "ServiceStore", "WorkflowVersions",
            "commit_failure", "unavailable"]

@@ -37,6 +37,7 @@ from listener_router._errors import (
     StoreUnavailable,
 )
 from listener_router.store._cluster import ClusterState
+from listener_router.store._local_runs import LocalRuns, Quarantine
 from listener_router.store._nodes import Nodes
 from listener_router.store._outbox import Outbox
 from listener_router.store._schema import CORE
@@ -68,6 +69,8 @@ class ServiceStore:
         self.nodes = Nodes(sql.engine)
         self.cluster = ClusterState(sql.engine)
         self.workflow_versions = WorkflowVersions(sql.engine)
+        self.local_runs = LocalRuns(sql.engine)
+        self.quarantine = Quarantine(sql.engine)
         self._tables: dict[Any, Any] = {}
         self._tables_lock = threading.Lock()
         self.writes: contextlib.AbstractContextManager[object] = (

@@ -190,6 +190,30 @@ class HangWhenFlagged(Pipelet):
         return ids
 
 
+class CrashWhenFlagged(Pipelet):
+    """Ends its process (os._exit) on records whose "crash" attribute is true."""
+
+    runs_in_service = True
+
+    def process(self, blackboard, ids):
+        import os
+        for rid in ids:
+            if blackboard.has_literals(rid, "crash") and blackboard.get_literal(rid, "crash").value:
+                os._exit(3)
+        return ids
+
+
+class SleepWhenAsked(Pipelet):
+    """Sleeps for the "sleep" attribute's seconds on each record that has one."""
+
+    def process(self, blackboard, ids):
+        import time
+        for rid in ids:
+            if blackboard.has_literals(rid, "sleep"):
+                time.sleep(float(blackboard.get_literal(rid, "sleep").value))
+        return ids
+
+
 class RouteByDest(Pipelet):
     """Sets the record's nextDestination annotation from its "dest" attribute."""
 
@@ -225,7 +249,8 @@ def _steps(*steps: tuple[str, dict[str, str]]) -> str:
 
 
 def write_test_workflows(folder: Any) -> Any:
-    """Workflows Counting, Fragile, Hanging and Routed plus their pipelets, in ``folder``."""
+    """Workflows Counting, Fragile, Hanging, Crashing, Slow and Routed plus their pipelets,
+    in ``folder``."""
     from pathlib import Path
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -238,6 +263,12 @@ def write_test_workflows(folder: Any) -> Any:
     (folder / "hanging.xml").write_text(_WORKFLOW.format(
         name="Hanging", steps=_steps(("Increment", {"attribute": "count"}),
                                      ("HangWhenFlagged", {}))))
+    (folder / "crashing.xml").write_text(_WORKFLOW.format(
+        name="Crashing", steps=_steps(("Increment", {"attribute": "count"}),
+                                      ("CrashWhenFlagged", {}))))
+    (folder / "slow.xml").write_text(_WORKFLOW.format(
+        name="Slow", steps=_steps(("Increment", {"attribute": "count"}),
+                                  ("SleepWhenAsked", {}))))
     (folder / "routed.xml").write_text(_WORKFLOW.format(
         name="Routed", steps=_steps(("Increment", {"attribute": "count"}), ("RouteByDest", {}))))
     return folder

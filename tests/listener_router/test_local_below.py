@@ -22,6 +22,7 @@ from listener_router_helpers import (
 
 from listener_router import ListenerRule, RouterRule, push_records
 from listener_router.broker import connection_parameters, dlq_name
+from listener_router.cli import main
 from listener_router.pipeline import HANG_EXIT
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
@@ -96,3 +97,36 @@ def test_a_batch_that_hangs_here_exits_the_service_and_spark_isolates_it(
     assert "batch timeout" in dead[0][0].headers["x-chalk-error"]
     assert set(message_ids_by_record(broker.drain(out))) == {"h0", "h1", "h3", "h4"}
     assert stored_counts(db, ["h0", "h1", "h3", "h4"]) == {1: 4}
+
+
+@pytest.mark.slow
+def test_a_record_that_crashed_the_service_never_runs_in_its_process_again(
+        tmp_path, broker_url, qname, broker, make_settings, capsys):
+    queue, out = qname("in"), qname("out")
+    db = f"sqlite:///{tmp_path / 'chalk.db'}"
+    log = tmp_path / "service.log"
+    config = write_config(tmp_path / "chalk.toml", db=db, broker=broker_url,
+                          workflows=write_test_workflows(tmp_path / "workflows"),
+                          engine={"local_below": 100},
+                          listeners=[{"name": "crash", "queue": queue, "workflow": "Crashing",
+                                      "batch_size": 50, "max_wait_ms": 300, "max_retries": 2,
+                                      "backoff_ms": [100]}],
+                          routers=[{"queue": out}], spark={"master": "local[2]"})
+    settings = make_settings("Crashing", rules=(ListenerRule(name="crash", queue=queue,
+                                                             workflow="Crashing"),),
+                             routers=(RouterRule(queue=out),)).with_overrides(blackboard_url=db)
+    push_records(settings, queue, [{"id": "c1", "attributes": {"crash": True}}])
+
+    proc = start_service(config, log)            # the pipelet ends the service's process
+    assert proc.wait(timeout=120) == 3, log.read_text()[-3000:]
+
+    # Started again it takes the message (redelivered) and its two retries (new messages)
+    # on Spark: the record was quarantined, so the service's process never runs it again.
+    proc = start_service(config, log, "--idle-exit", "8")
+    assert proc.wait(timeout=240) == 0, log.read_text()[-3000:]
+    assert "took the service's process down" in log.read_text()
+    dead = broker.drain(dlq_name(queue))
+    assert [json.loads(body)["records"] for _props, body in dead] == [[{"id": "c1"}]]
+    assert main(["jobs", "--record", "c1", "--config", str(config)]) == 0
+    shown = capsys.readouterr().out
+    assert "crashed" in shown and shown.count("retrying") == 2 and "dead" in shown

@@ -41,21 +41,19 @@ def test_a_record_in_many_batches_is_counted_once_per_message(make_settings, run
     assert stored_counts(settings.blackboard_url, ids) == {ROUNDS: RECORDS}
 
 
-def test_in_flight_waits_for_an_earlier_holder_and_not_for_its_own():
+def test_a_message_naming_a_key_in_flight_is_parked_and_woken_in_order_at_its_release():
     inflight = InFlight(renew=lambda ids: None, interval=60.0)
     earlier, mine = object(), object()
-    inflight.reserve(["a", ("message", "q", "m1")], earlier)
-    inflight.reserve(["b"], mine)
-    stop = threading.Event()
-    assert inflight.wait_free(["b"], mine, stop)
-    released = threading.Timer(0.2, lambda: inflight.release(["a", ("message", "q", "m1")]))
-    released.start()
-    assert inflight.wait_free(["a", "b"], mine, stop)
-    assert inflight.holders(["a", "b"]) == {mine}
-    released.join()
-    inflight.reserve(["c"], earlier)
-    stop.set()
-    assert not inflight.wait_free(["c"], mine, stop)
+    woken: list[str] = []
+    assert inflight.take_or_park(["a", ("message", "q", "m1")], earlier, "m1", woken.extend)
+    assert not inflight.take_or_park(["b", "a"], mine, "m2", woken.extend)  # a is held: parked
+    assert not inflight.take_or_park(["a"], mine, "m3", woken.extend)
+    assert inflight.take_or_park(["b"], mine, "m4", woken.extend)   # b was not taken by m2
+    assert woken == [] and inflight.parked() == 2
+    inflight.release(["a", ("message", "q", "m1")])                  # an event, not a timer
+    assert woken == ["m2", "m3"] and inflight.parked() == 0
+    assert not inflight.take_or_park(["b"], earlier, "m5", woken.extend)  # m4 holds b
+    assert inflight.unpark_all() == ["m5"] and len(inflight) == 1
 
 
 def test_in_flight_renews_the_leases_of_reserved_records_only():

@@ -1,0 +1,93 @@
+"""The service's own process as a runner: which batches may run there, and a record of those
+that do (``store/_local_runs.py`` says why).
+
+Before a run here its messages are written down; after it they are
+forgotten.  A run an earlier incarnation of this member left written down
+took that process down: :meth:`InProcess.recover` quarantines its records
+and returns it, so that the plug-ins can tell (the job log writes the
+attempt that crashed).  A quarantined record never runs here again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from listener_router._errors import StoreUnavailable
+from listener_router.pipeline._work import Work
+from listener_router.store import LocalRun, RunMessage, ServiceStore, unavailable
+
+__all__ = ["CRASHED", "InProcess"]
+
+log = logging.getLogger(__name__)
+
+CRASHED = ("took the service's process down (killed, os._exit, a crash or out of memory) "
+           "while it ran there")
+
+
+class InProcess:
+    """Runs in the service's process: their record, and the quarantine (see module doc)."""
+
+    def __init__(self, store: ServiceStore, member: str):
+        self.store = store
+        self.member = member
+        self.incarnation = ""          # the membership's, once it is made
+
+    def quarantined(self, ids: Sequence[str]) -> dict[str, str]:
+        """Those of ``ids`` that must not run here, with the reason (all of them, when the
+        store cannot say)."""
+        try:
+            with unavailable():
+                return self.store.quarantine.which(ids)
+        except StoreUnavailable as e:
+            return dict.fromkeys(ids, f"the quarantine could not be read: {e}")
+
+    def begin(self, workflow: str, works: Sequence[Work]) -> str | None:
+        """Write the run down before it starts; None (run it elsewhere) when that fails."""
+        messages = [RunMessage(w.message.queue, w.message.message_id, w.message.attempts,
+                               _plain(w.message.headers), tuple(w.message.record_ids))
+                    for w in works if w.message is not None]
+        try:
+            with self.store.writes, unavailable():
+                return self.store.local_runs.begin(self.member, self.incarnation, workflow,
+                                                   messages)
+        except StoreUnavailable as e:
+            log.warning("could not write down a run in this process, running it on the "
+                        "runner instead: %s", e)
+            return None
+
+    def end(self, run_id: str) -> None:
+        try:
+            with self.store.writes, unavailable():
+                self.store.local_runs.end(run_id)
+        except StoreUnavailable as e:  # found at the next start: its records go to Spark
+            log.warning("could not forget a run in this process (its records will not run "
+                        "here again): %s", e)
+
+    def quarantine(self, ids: Sequence[str], reason: str) -> None:
+        try:
+            with self.store.writes, unavailable():
+                self.store.quarantine.add(ids, reason, self.member)
+        except StoreUnavailable as e:
+            log.warning("could not quarantine %d record(s): %s", len(ids), e)
+
+    def recover(self) -> list[LocalRun]:
+        """Runs an earlier incarnation of this member left unfinished: their records are
+        quarantined, the runs forgotten and returned."""
+        with unavailable():
+            runs = self.store.local_runs.left(self.member, besides=self.incarnation)
+        for run in runs:
+            log.warning("a run of %s over %d message(s) in this member's process %s; its "
+                        "%d record(s) run on Spark from now on", run.workflow,
+                        len(run.messages), CRASHED, len(run.records))
+            self.quarantine(run.records, f"workflow {run.workflow}: {CRASHED}")
+        with self.store.writes, unavailable():
+            self.store.local_runs.forget(runs)
+        return runs
+
+
+def _plain(headers: dict[str, Any]) -> dict[str, Any]:
+    """AMQP headers as JSON values (bytes as text)."""
+    return {str(k): v.decode("utf-8", "replace") if isinstance(v, bytes) else v
+            for k, v in headers.items()}
