@@ -419,7 +419,7 @@ class Subscriber:
         link = self.link
         if link is None or not link.ready.is_set():
             return
-        blocked = self.blocked_at if self.blocked else None
+        blocked: tuple[int | None, str | None] | None = self.blocked_at if self.blocked else None
         if self.blocked and blocked is None:
             blocked = (self.state.blocked_offset, self.state.blocked_reason)
         body = status_body(
