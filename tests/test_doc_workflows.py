@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +22,7 @@ from engine import LocalRunner, load_workflow
 from listener_router import load_settings
 
 REPO = Path(__file__).resolve().parents[1]
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 _BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.S)
 _NAME = re.compile(r'<process name="([^"]+)"')
 
@@ -99,11 +100,31 @@ def index_or_undo(tmp_path: Path) -> None:
         assert [row[0] for row in conn.execute("SELECT id FROM records")] == ["good"]
 
 
+def welcome(tmp_path: Path) -> None:
+    """The README's walk-through: its workflow with its pipelet, greet.py, next to it."""
+    (pipelet,) = [text for doc, text in _blocks("python")
+                  if doc.name == "README.md" and "class Greet(" in text]
+    (tmp_path / "greet.py").write_text(pipelet)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        results, bb = _run(tmp_path, "Welcome", {"ada": {"name": "Ada", "lang": "en"},
+                                                 "clara": {"name": "Clara", "lang": "de"},
+                                                 "x": {"lang": "de"}})
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("greet", None)
+    assert [r.ok for r in results] == [True, True, False]    # no name: that record's instance fails
+    assert "'x'" in results[2].error
+    assert bb.get_literal("ada", "greeting").value == "Hello, Ada"
+    assert bb.get_literal("clara", "greeting").value == "Hallo, Clara"
+
+
 EXAMPLES: dict[str, Callable[[Path], None]] = {
     "OlderSmila": older_smila,
     "Greeting": greeting,
     "FirstPages": first_pages,
     "IndexOrUndo": index_or_undo,
+    "Welcome": welcome,
 }
 
 
