@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import engine
 from blackboard import SqlStore
@@ -222,7 +222,8 @@ class Service:
 
     def _build_plugins(self) -> None:
         s = self.settings
-        built = [p for cls in plugin_classes() if (p := cls.build(s)) is not None]
+        classes = cast("tuple[type[Plugin], ...]", plugin_classes())
+        built = [p for cls in classes if (p := cls.build(s)) is not None]
         self.plugins = ordered([*self._given_plugins, *built])
         assert self.store is not None
         for plugin in self.plugins:

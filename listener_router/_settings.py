@@ -265,7 +265,7 @@ def _init(self: Settings, **values: Any) -> None:
     object.__setattr__(self, "features", features)
 
 
-Settings.__init__ = _init  # type: ignore[method-assign]
+Settings.__init__ = _init  # type: ignore[method-assign, assignment]
 
 
 def _flat_name(name: str) -> tuple[Section, str | None] | None:

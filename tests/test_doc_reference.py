@@ -449,19 +449,40 @@ def test_each_workflow_reference_example_does_what_the_page_says(
 
 
 # -- links -----------------------------------------------------------------------------------
+def _without_code(page: Path) -> str:
+    return re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.S | re.M)
+
+
+def _anchors(page: Path) -> set[str]:
+    """The anchors of a page's headings, as GitHub (and mkdocs, for these headings) makes them."""
+    found = set()
+    for heading in re.findall(r"^#+ (.*)$", _without_code(page), re.M):
+        words = re.sub(r"[^\w\- ]", "", heading.replace("`", "").lower())
+        found.add(words.replace(" ", "-"))
+    return found
+
+
 def test_the_docs_link_only_to_files_in_the_repo() -> None:
-    """Every relative link of README.md and docs/*.md resolves inside the repository."""
-    pages = [REPO / "README.md", *sorted(DOCS.glob("*.md"))]
+    """Every relative link of README.md and docs/**/*.md resolves inside the repository, and
+    every anchor the README links to is on its page (the site's build checks the pages' own
+    anchors: tests/test_docs_site.py)."""
+    pages = [REPO / "README.md", *sorted(DOCS.rglob("*.md"))]
     bad = []
     for page in pages:
-        text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.S | re.M)
-        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+        for target, anchor in re.findall(r"\]\(([^)#\s]+)(?:#([^)]*))?\)", _without_code(page)):
             if re.match(r"[a-z]+://", target):
                 continue
             resolved = (page.parent / target).resolve()
             if not resolved.is_relative_to(REPO) or not resolved.exists():
                 bad.append(f"{page.name}: {target}")
+            elif anchor and page.name == "README.md" and anchor not in _anchors(resolved):
+                bad.append(f"{page.name}: {target}#{anchor}")
     assert bad == []
-    for name in ("blackboard.md", "conditions.md", "routing.md", "operations.md",
-                 "workflow-reference.md"):
-        assert f"(docs/{name})" in (REPO / "README.md").read_text(encoding="utf-8"), name
+
+
+def test_the_readme_and_the_docs_index_list_every_page() -> None:
+    pages = {str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md")}
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    index = (DOCS / "index.md").read_text(encoding="utf-8")
+    assert {p for p in pages if f"(docs/{p})" not in readme} == set()
+    assert {p for p in pages - {"index.md"} if f"]({p})" not in index} == set()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +22,7 @@ from engine import LocalRunner, load_workflow
 from listener_router import load_settings
 
 REPO = Path(__file__).resolve().parents[1]
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 _BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.S)
 _NAME = re.compile(r'<process name="([^"]+)"')
 
@@ -52,7 +53,9 @@ def _settings(text: str) -> Any:
 def _services() -> dict[str, str]:
     """Every ``[workflows.services]`` entry of the configuration examples."""
     services: dict[str, str] = {}
-    for _, text in _blocks("toml"):
+    for doc, text in _blocks("toml"):
+        if doc.name == "plugins.md":
+            continue
         services.update(_settings(text).services)
     return services
 
@@ -97,11 +100,31 @@ def index_or_undo(tmp_path: Path) -> None:
         assert [row[0] for row in conn.execute("SELECT id FROM records")] == ["good"]
 
 
+def welcome(tmp_path: Path) -> None:
+    """The README's walk-through: its workflow with its pipelet, greet.py, next to it."""
+    (pipelet,) = [text for doc, text in _blocks("python")
+                  if doc.name == "README.md" and "class Greet(" in text]
+    (tmp_path / "greet.py").write_text(pipelet)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        results, bb = _run(tmp_path, "Welcome", {"ada": {"name": "Ada", "lang": "en"},
+                                                 "clara": {"name": "Clara", "lang": "de"},
+                                                 "x": {"lang": "de"}})
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("greet", None)
+    assert [r.ok for r in results] == [True, True, False]    # no name: that record's instance fails
+    assert "'x'" in results[2].error
+    assert bb.get_literal("ada", "greeting").value == "Hello, Ada"
+    assert bb.get_literal("clara", "greeting").value == "Hallo, Clara"
+
+
 EXAMPLES: dict[str, Callable[[Path], None]] = {
     "OlderSmila": older_smila,
     "Greeting": greeting,
     "FirstPages": first_pages,
     "IndexOrUndo": index_or_undo,
+    "Welcome": welcome,
 }
 
 
@@ -116,7 +139,9 @@ def test_workflow_example_runs(name: str, tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_every_configuration_example_loads() -> None:
-    blocks = _blocks("toml")
+    # docs/plugins.md configures the plug-in it writes: test_plugins.py loads those blocks
+    # with that plug-in installed.
+    blocks = [(doc, text) for doc, text in _blocks("toml") if doc.name != "plugins.md"]
     assert blocks
     for doc, text in blocks:
         try:

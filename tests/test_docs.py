@@ -1,5 +1,5 @@
 """Every example in the docs runs: the pipelet guide, the internals map and its picture, the
-README's configuration."""
+guide's configuration, the cluster page's topology listener and the events page's subscriber."""
 
 from __future__ import annotations
 
@@ -182,12 +182,12 @@ def test_the_seams_example_in_internals_runs() -> None:
     assert isinstance(hello, LeaderTask) and hello.run() == 0
 
 
-# -- README.md -------------------------------------------------------------------------------
-def test_the_readme_configuration_is_accepted(tmp_path: Path) -> None:
+# -- docs/guide.md ---------------------------------------------------------------------------
+def test_the_guide_configuration_with_every_section_is_accepted(tmp_path: Path) -> None:
     from listener_router import load_settings
 
     config = tmp_path / "chalk.toml"
-    config.write_text(block_with(REPO / "README.md", "toml", "[[listener]]"))
+    config.write_text(block_with(DOCS / "guide.md", "toml", "[[listener]]"))
     settings = load_settings(config, env={})
     assert [r.name for r in settings.listeners] == ["add"]
     assert settings.local_below is None and settings.broker_process is True
@@ -198,12 +198,13 @@ def test_the_readme_configuration_is_accepted(tmp_path: Path) -> None:
     assert settings.events.exchange == "chalk.events" and not settings.events.any
 
 
-def test_the_readme_topology_listener_maps_queues_to_members() -> None:
+# -- docs/cluster.md -------------------------------------------------------------------------
+def test_the_cluster_page_topology_listener_maps_queues_to_members() -> None:
     from listener_router import ClusterView, TopologyEvent, TopologyEventType, TopologyListener
     from listener_router.cluster import MemberDescription
 
     namespace: dict[str, Any] = {}
-    exec(compile(block_with(REPO / "README.md", "python", "class QueueMap"), "queue-map", "exec"),
+    exec(compile(block_with(DOCS / "cluster.md", "python", "class QueueMap"), "queue-map", "exec"),
          namespace)
     listener = namespace["QueueMap"]()
     assert isinstance(listener, TopologyListener)
@@ -217,12 +218,13 @@ def test_the_readme_topology_listener_maps_queues_to_members() -> None:
     assert listener.members_of == {"in": ["a", "b"], "other": ["b"]}
 
 
-def test_the_readme_subscriber_binds_to_chalk_events_and_drops_copies(broker_url: str,
-                                                                      amqp_queues: Any) -> None:
+# -- docs/events.md --------------------------------------------------------------------------
+def test_the_events_page_subscriber_binds_to_chalk_events_and_drops_copies(
+        broker_url: str, amqp_queues: Any) -> None:
     import pika
 
     namespace: dict[str, Any] = {}
-    exec(compile(block_with(REPO / "README.md", "python", "def subscribe"), "subscriber", "exec"),
+    exec(compile(block_with(DOCS / "events.md", "python", "def subscribe"), "subscriber", "exec"),
          namespace)
     queue = amqp_queues("billing.events")
     connection, channel = namespace["subscribe"](broker_url, queue)

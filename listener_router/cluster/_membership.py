@@ -49,7 +49,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Connection
@@ -75,7 +75,7 @@ from listener_router.store import (
     unavailable,
 )
 
-__all__ = ["LeaderTransaction", "Membership", "OnView", "claim_node_name"]
+__all__ = ["Emit", "LeaderTransaction", "Membership", "OnView", "claim_node_name"]
 
 log = logging.getLogger(__name__)
 
@@ -83,20 +83,32 @@ Publish = Callable[[dict[str, list[OutMessage]]], None]
 OnView = Callable[["LeaderTransaction", ViewChange], None]
 
 
+Emit = Callable[["LeaderTransaction", Any, "str | None", Mapping[str, Any], Sequence[str]], bool]
+
+
 class LeaderTransaction:
     """One fenced transaction of leader work (``with membership.fenced() as tx``).
 
     Write rows with ``tx.connection``; ``tx.publish(message)`` adds a message
     to an outbox batch written in the transaction and published after it
-    commits (nothing, if it rolls back).
+    commits (nothing, if it rolls back); ``tx.emit(kind, subject, body, key)``
+    adds an event the same way, when a plug-in gives the membership an
+    ``emitter`` (the events plug-in does, for the kinds ``[events]`` turns on).
     """
 
-    def __init__(self, connection: Connection):
+    def __init__(self, connection: Connection, emitter: Emit | None = None):
         self.connection = connection
         self.added: list[OutMessage] = []
+        self._emitter = emitter
 
     def publish(self, message: OutMessage) -> None:
         self.added.append(message)
+
+    def emit(self, kind: Any, subject: str | None, body: Mapping[str, Any],
+             key: Sequence[str]) -> bool:
+        """Add an event to the transaction; False when no plug-in writes events, or its
+        kind is off."""
+        return self._emitter is not None and self._emitter(self, kind, subject, body, key)
 
 
 class Membership:
@@ -125,6 +137,7 @@ class Membership:
         self.listeners = TopologyListeners(listeners)
         self.publish = publish
         self.on_view = list(on_view)
+        self.emitter: Emit | None = None     # set by the plug-in that writes events
         self.failover = Failover(store)
         self._properties: dict[str, Any] = dict(properties or {})
         self._epoch: int | None = None
@@ -324,7 +337,7 @@ class Membership:
         Its first statement confirms the epoch (a conditional update of the
         cluster row); when another member took over meanwhile, nothing in it
         is written and :class:`NotLeader` is raised, and this process stops
-        leading.  Messages added with ``publish`` go to an outbox
+        leading.  Messages added with ``publish`` (and ``emit``) go to an outbox
         batch in the transaction and are published after the commit.
         Raises :class:`StoreUnavailable` when the database fails.
         """
@@ -338,7 +351,7 @@ class Membership:
                     self._lost(epoch)
                     raise NotLeader(f"{self.name} no longer leads the cluster: epoch {epoch} "
                                     "is over (another member took over)")
-                tx = LeaderTransaction(conn)
+                tx = LeaderTransaction(conn, self.emitter)
                 yield tx
                 if tx.added:
                     batch = Outbox.write(conn, [], [(None, m) for m in tx.added],

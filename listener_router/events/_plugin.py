@@ -14,7 +14,9 @@
   attempt, and the same delivery failing again after a crash has the same IDs.
 - ``topology.changed`` (:meth:`EventsPlugin.view_established`): in the
   leader's fenced transaction that establishes the view.
-- ``job.finished.<schedule>``: the scheduler emits it with :meth:`EventsPlugin.emit`.
+- ``job.finished.<schedule>``: the scheduler emits it with :meth:`EventsPlugin.emit`;
+  a leader task of one's own with ``tx.emit(...)`` in its fenced transaction
+  (the plug-in is the membership's ``emitter``).
 
 The plug-in is built when any kind is on; a hook whose kinds are off is not
 called at all (nothing is written for it).
@@ -70,6 +72,7 @@ class EventsPlugin(Plugin):
 
     def install(self, host: Host) -> None:
         self.events = Events(self.settings, host.node)
+        host.membership.emitter = self.emit  # leader tasks' tx.emit(...)
 
     def emit(self, target: Publisher, kind: EventKind, subject: str | None,
              body: Mapping[str, Any], key: Sequence[str]) -> bool:

@@ -36,7 +36,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import orjson
 from sqlalchemy import Connection
@@ -106,7 +106,7 @@ class JobLog(Plugin):
 
     def __init__(self, store: ServiceStore | None, member: str, *, interval: float = 60.0,
                  flush_every: float = FLUSH_EVERY):
-        self.store = store  # type: ignore[assignment]
+        self.store: ServiceStore = cast(ServiceStore, store)   # given at install when None
         self.member = member
         self.interval = interval
         self.flush_every = flush_every

@@ -45,7 +45,7 @@ class Agent(Protocol):
     seq: int
     errors: int
     blocked: bool
-    blocked_at: tuple[int, str]
+    blocked_at: tuple[int, str] | None
     gap: tuple[int, int] | None
     pending: list[_Item]
     attempts: dict[int, int]

@@ -124,6 +124,7 @@ class Subscriber:
         self.gap: tuple[int, int] | None = None
         self._last_delivery = time.monotonic()
         self.host = f"{socket.gethostname()}/{os.getpid()}"
+        self.blocked_at: tuple[int, str] | None = None   # where and why, once blocked here
         self.failures = Failures(self)
 
     # -- opening and closing ---------------------------------------------------------
@@ -418,7 +419,7 @@ class Subscriber:
         link = self.link
         if link is None or not link.ready.is_set():
             return
-        blocked = getattr(self, "blocked_at", None) if self.blocked else None
+        blocked: tuple[int | None, str | None] | None = self.blocked_at if self.blocked else None
         if self.blocked and blocked is None:
             blocked = (self.state.blocked_offset, self.state.blocked_reason)
         body = status_body(

@@ -96,7 +96,7 @@ class ServiceStore:
             if found is None:
                 with unavailable():
                     found = self._tables[kind] = kind(self.sql.engine)
-            return found  # type: ignore[no-any-return]
+            return found
 
     def blackboard(self, owner: str, lease_seconds: float) -> Blackboard:
         """A blackboard on this database whose leases are ``owner``'s."""

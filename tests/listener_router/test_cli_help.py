@@ -117,11 +117,27 @@ def test_a_silent_server_times_out_and_says_so():
         "AMQPConnectionError (pika gave no reason)"
 
 
-def test_the_readme_commands_parse():
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    lines = [line.split("#")[0].split()[1:] for line in readme.splitlines()
-             if line.startswith(".venv/bin/chalk ")
-             and not set("|[") & set(line.split("#")[0])]   # no alternatives or optional parts
-    assert len(lines) >= 8
+def _command_lines(page: Path) -> list[str]:
+    """The ``chalk`` command lines in the page's bash blocks, comments cut off."""
+    found, inside = [], False
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            inside = line == "```bash"
+        elif inside and line.startswith((".venv/bin/chalk ", "chalk ")):
+            found.append(line.split("#")[0])
+    return found
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/guide.md", "docs/journal.md"])
+def test_the_documented_commands_parse(page):
+    lines = [line.split()[1:] for line in _command_lines(REPO / page)
+             if not set("|[") & set(line)]   # no alternatives or optional parts
+    assert len(lines) >= 5
     for argv in lines:
         assert build_parser().parse_args(argv).command == argv[0]
+
+
+def test_every_page_with_chalk_commands_is_one_whose_commands_are_parsed():
+    pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    with_commands = {str(p.relative_to(REPO)) for p in pages if _command_lines(p)}
+    assert with_commands == {"README.md", "docs/guide.md", "docs/journal.md"}

@@ -85,7 +85,6 @@ def test_retried_dead_replayed_and_committed_show_in_order_after_a_restart(
     assert broker.depth(f"{queue}.dlq") == 0     # moved into the store, not browsed
 
     store = ServiceStore.connect(url)
-    log = store.tables(JobLogTables)
     before = statistics(store)[(queue, "Fragile")]
     assert {k: before.counts.get(k) for k in ("committed", "retrying", "dead", "records")} == {
         "committed": 5, "retrying": 2, "dead": 1, "records": 5}
@@ -177,7 +176,6 @@ def test_chalk_process_runs_are_in_the_log(tmp_path, capsys, monkeypatch):
     assert " processed " in out and "record p1" in out
     assert " failed " in out and "p2 asked to fail" in out
     store = ServiceStore.connect(f"sqlite:///{tmp_path / 'chalk.db'}")
-    log = store.tables(JobLogTables)
     summary = statistics(store)[("(process)", "Fragile")]
     assert (summary.counts["processed"], summary.counts["failed"]) == (1, 1)
     assert summary.durations["stage:run"].count == 1
@@ -236,7 +234,6 @@ def test_two_members_on_postgres_share_the_log_and_the_statistics(tmp_path, pg_u
             service.close()
     assert sum(totals.values()) == 300 and all(totals.values())   # both took work
     store = ServiceStore.connect(pg_url)
-    log = store.tables(JobLogTables)
     summary = statistics(store)[(queue, "Demo")]
     assert summary.counts["committed"] == 300
     assert summary.members == {"pg-a", "pg-b"}

@@ -1,4 +1,4 @@
-"""The README's "Journal" section runs: its configuration, its callable and its commands."""
+"""The journal page's complete example runs: its configuration, its callable and its commands."""
 
 from __future__ import annotations
 
@@ -18,12 +18,12 @@ from test_docs import blocks_of
 from listener_router import load_settings
 
 REPO = Path(__file__).resolve().parents[2]
-README = REPO / "README.md"
+PAGE = REPO / "docs" / "journal.md"
 
 
 def _journal_section() -> str:
-    text = README.read_text(encoding="utf-8")
-    start = text.index("\n## Journal\n")
+    text = PAGE.read_text(encoding="utf-8")
+    start = text.index("\n## A complete example\n")
     return text[start:text.index("\n## ", start + 1)]
 
 
@@ -43,11 +43,11 @@ def _titles(path: Path) -> dict[str, str]:
         return dict(db.execute("SELECT id, title FROM titles"))
 
 
-def test_the_readme_journal_example_runs(journal: Journal, tmp_path: Path) -> None:
+def test_the_journal_page_example_runs(journal: Journal, tmp_path: Path) -> None:
     [config_block] = _blocks("toml")
     [callable_block] = _blocks("python")
     [commands] = _blocks("bash")
-    # The README's configuration, on this test's broker, database and stream.
+    # The page's configuration, on this test's broker, database and stream.
     (tmp_path / "chalk.toml").write_text(
         f'[blackboard]\nurl = "{journal.db}"\n[broker]\nurl = "{journal.settings.broker_url}"\n'
         + config_block.replace('name = "search"\n',
@@ -96,7 +96,7 @@ def test_the_entry_in_docs_journal_is_one_a_subscriber_reads() -> None:
 
     from listener_router.journal import AttachmentRef, Entry
 
-    text = (REPO / "docs" / "journal.md").read_text(encoding="utf-8")
+    text = PAGE.read_text(encoding="utf-8")
     block = text.split("```json\n", 1)[1].split("```", 1)[0]
     entry = Entry.parse(5, block.encode())
     assert (entry.key, entry.id, entry.op, entry.version) == ("search:17", "doc-1", "UPDATE", 3)

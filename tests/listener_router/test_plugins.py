@@ -88,7 +88,7 @@ def test_the_service_stops_plug_ins_in_reverse_and_a_failing_stop_stops_nothing_
     plugins = [_Stops("first", stopped), _Stops("second", stopped, fail=True),
                _Stops("third", stopped)]
     with Service(make_settings(), spark=spark, plugins=plugins) as service:
-        assert [p.name for p in service.plugins][-3:] == ["first", "second", "third"]
+        assert [p.name for p in service.plugins][:3] == ["first", "second", "third"]
         assert service.plugin("jobs") is not None and service.plugin("events") is None
     assert stopped == ["third", "second", "first"]
 
@@ -104,8 +104,9 @@ def audit_distribution(tmp_path: Path) -> Iterator[Path]:
     (site / "audit.py").write_text(python)
     (site / "audit-0.1.dist-info" / "METADATA").write_text(
         "Metadata-Version: 2.1\nName: audit\nVersion: 0.1\n")
-    (site / "audit-0.1.dist-info" / "entry_points.txt").write_text(
-        entry.replace('[project.entry-points."chalk.plugins"]', "[chalk.plugins]"))
+    (site / "audit-0.1.dist-info" / "entry_points.txt").write_text(  # the installed form
+        entry.replace('[project.entry-points."chalk.plugins"]', "[chalk.plugins]")
+        .replace('"', ""))
     sys.path.insert(0, str(site))
     plugin_classes.cache_clear()
     try:

@@ -26,7 +26,7 @@ from listener_router.cluster import (
     TopologyEventType,
     TopologyListener,
 )
-from listener_router.events import EventKind, Events, EventSettings, event_id
+from listener_router.events import EventKind, Events, EventSettings, EventsPlugin, event_id
 from listener_router.store import ClusterState, Outbox, ServiceStore
 from listener_router.store._nodes import nodes
 
@@ -58,6 +58,16 @@ class Broken(TopologyListener):
 
 def member(url: str, name: str, **kwargs) -> Membership:
     return Membership(ServiceStore.connect(url), name, interval=0.2, ttl=5.0, **kwargs)
+
+
+def _events_of(m: Membership, settings: EventSettings) -> EventsPlugin:
+    """The events plug-in, writing ``settings``' kinds for ``m`` (as the service installs it)."""
+    plugin = EventsPlugin(settings)
+    plugin.events = Events(settings, m.name)
+    m.emitter = plugin.emit
+    if plugin.view_established is not None:
+        m.on_view.append(plugin.view_established)
+    return plugin
 
 
 def lapse(m: Membership) -> None:
@@ -219,8 +229,8 @@ def test_the_leader_fails_over_a_gone_member_at_once(pg_url):
 
 def test_the_leader_writes_topology_changed_with_a_deterministic_id(pg_url):
     published: list[dict[str, list[OutMessage]]] = []
-    a = member(pg_url, "a", publish=published.append,
-               events=Events(EventSettings(topology=True), "a"))
+    a = member(pg_url, "a", publish=published.append)
+    _events_of(a, EventSettings(topology=True))
     a.beat()
     b = member(pg_url, "b", properties={"queues": ["in"]})
     b.beat()
@@ -243,8 +253,8 @@ def test_the_scheduled_job_example_emits_job_finished_only_while_leading(pg_url)
     exec(compile(block_with(DOCS / "internals.md", "python", "class Nightly"), "nightly", "exec"),
          namespace)
     published: list[dict[str, list[OutMessage]]] = []
-    events = Events(EventSettings(job_finished=True), "a")
-    a = member(pg_url, "a", publish=published.append, events=events)
+    a = member(pg_url, "a", publish=published.append)
+    _events_of(a, EventSettings(job_finished=True))
     b = member(pg_url, "b")
     a.beat()
     b.beat()
