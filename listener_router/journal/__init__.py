@@ -17,7 +17,7 @@ subscriber's error queue or block it; gaps left by retention are reported.
 
 Status: subscribers publish their position and state to the journal's
 status stream; :func:`journal_status` turns that into lag, blocked, last
-seen.  See ``docs/journal.md`` and the README's "Journal" section.
+seen.  See ``docs/journal.md``.
 
 Modules: ``_settings`` (the configuration), ``_entries`` (the entry format,
 attachment references), ``_outbox`` (the journal outbox in the service's

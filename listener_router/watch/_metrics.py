@@ -43,7 +43,7 @@ _SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5
             60.0, 120.0, 300.0)
 _SIZES = (1, 5, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000)
 
-# name → help; the README's list is checked against this table
+# name → help; docs/watching.md's list is checked against this table
 METRICS: dict[str, str] = {
     "chalk_messages_in_total": "Messages taken from the queue and settled (committed, duplicate, "
                                "retrying or dead), by queue",
