@@ -37,7 +37,7 @@ def test_run_refuses_a_rule_naming_an_unknown_workflow(tmp_path, capsys, broker_
     err = capsys.readouterr().err
     assert code == 2, err
     assert "'adds'" in err and str(config) in err and "'Countin'" in err
-    assert "Counting, Fragile, Hanging, Routed" in err
+    assert "Counting, Crashing, Fragile, Hanging, Routed, Slow" in err
 
 
 def test_a_workflow_gone_while_running_dead_letters_its_messages(make_settings, broker, spark,

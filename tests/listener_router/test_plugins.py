@@ -4,6 +4,7 @@ through a distribution's entry point without a line of Chalk changed."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import uuid
@@ -94,9 +95,10 @@ def test_the_service_stops_plug_ins_in_reverse_and_a_failing_stop_stops_nothing_
 
 
 @pytest.fixture
-def audit_distribution(tmp_path: Path) -> Iterator[Path]:
+def audit_distribution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """The guide's ``audit.py``, installed as a distribution with a ``chalk.plugins`` entry
-    point (a ``.dist-info`` on ``sys.path``, as ``pip install`` leaves one)."""
+    point (a ``.dist-info`` on ``sys.path``, as ``pip install`` leaves one; the service's
+    broker process finds it too)."""
     (python,) = [b for b in _blocks("python") if "class Audit(Plugin)" in b]
     (entry,) = [b for b in _blocks("toml") if "chalk.plugins" in b]
     site = tmp_path / "site"
@@ -108,6 +110,8 @@ def audit_distribution(tmp_path: Path) -> Iterator[Path]:
         entry.replace('[project.entry-points."chalk.plugins"]', "[chalk.plugins]")
         .replace('"', ""))
     sys.path.insert(0, str(site))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(site), *filter(None, [os.environ.get("PYTHONPATH")])]))
     plugin_classes.cache_clear()
     try:
         yield site
