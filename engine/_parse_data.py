@@ -12,22 +12,20 @@ Both SMILA syntaxes are read here with one meaning:
 * ``<from>``/``<to>`` of ``<copy>``: literals, expressions, variables with
   parts and queries, and SMILA's record targets in both record forms.
 
-Functions take the parser's context (``engine._parser._Context``) and record
-errors there instead of raising.
+Functions take the parser's context (``engine._parse_core._Context``) and
+record errors there instead of raising.
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lxml import etree
 
 from engine._conditions import RECORD_NS
+from engine._parse_core import PROC_NS, _Context, _elements, _local, _ns
 from engine._specs import Condition, Variable
-
-if TYPE_CHECKING:
-    from engine._parse_core import _Context
 
 __all__ = [
     "XSD_NS",
@@ -37,20 +35,7 @@ __all__ = [
     "variable_decls",
 ]
 
-PROC_NS = "http://www.eclipse.org/smila/processor"
 XSD_NS = "http://www.w3.org/2001/XMLSchema"
-
-
-def _local(el: etree._Element) -> str:
-    return etree.QName(el).localname
-
-
-def _ns(el: etree._Element) -> str:
-    return etree.QName(el).namespace or ""
-
-
-def _elements(el: etree._Element) -> list[etree._Element]:
-    return [c for c in el if isinstance(c.tag, str)]
 
 
 def _text(el: etree._Element) -> str:
