@@ -85,5 +85,14 @@ class Instance:
         return self.state in _DONE_OK
 
     def fail(self, fault: WorkflowFault) -> None:
+        """Fault the instance with ``fault``, which it keeps without the frames it was raised
+        in: they hold the interpreter, and with it the blackboard and every record on it (a
+        reference cycle through the instance: garbage only the cyclic collector frees)."""
         self.state = State.FAULTED
         self.fault = fault
+        cause: BaseException | None = fault
+        for _ in range(16):  # the fault, and what it was raised from or while handling
+            if cause is None:
+                break
+            cause.__traceback__ = None
+            cause = cause.__cause__ or cause.__context__
