@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,9 @@ from blackboard import Blackboard
 
 REPO = Path(__file__).resolve().parents[2]
 SMILA_DIR = REPO / ".." / "shared" / "smila-workflows"
+# Chansonnier's SMILA pipelines: fetched from github.com/giorgiosironi/Chansonnier, kept outside
+# the repository (one folder per SMILA bundle).
+CHANSONNIER_DIR = Path(os.environ.get("CHALK_CHANSONNIER_DIR") or REPO.parent / "corpora" / "chansonnier")
 VALID_DIR = REPO / "tests" / "workflows" / "valid"
 INVALID_DIR = REPO / "tests" / "workflows" / "invalid"
 
