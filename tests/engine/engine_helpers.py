@@ -42,3 +42,9 @@ def records(bb: Blackboard, spec: dict[str, dict[str, Any]]) -> None:
 def snapshot(bb: Blackboard, ids: list[str] | None = None) -> dict[str, Any]:
     """Every record's attributes on ``bb`` (for comparisons)."""
     return {rid: bb.get_attributes(rid) for rid in sorted(ids if ids is not None else bb.ids())}
+
+
+def unknown_class_error(error: str) -> bool:
+    """Whether a load error is an unmapped pipelet class, service or partner service."""
+    return (" unknown pipelet class " in error or " unknown service " in error
+            or " unknown partner service " in error)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from engine_helpers import CHANSONNIER_DIR, records
+from engine_helpers import CHANSONNIER_DIR, records, unknown_class_error
 
 from blackboard import Annotation, Blackboard
 from engine import LocalRunner, validate_tree
@@ -53,11 +53,6 @@ UNKNOWN_PER_FILE = {
 INVOKES_UNMAPPED = {f"{BPEL_TEST}/superpipeline.bpel": ["SplitterPipeline"]}
 
 
-def _unknown_error(error: str) -> bool:
-    return (" unknown pipelet class " in error or " unknown service " in error
-            or " unknown partner service " in error)
-
-
 @pytest.fixture(scope="module")
 def corpus_report() -> Any:
     return validate_tree(CHANSONNIER_DIR)
@@ -71,8 +66,8 @@ def test_the_expectations_name_every_file_of_the_corpus() -> None:
 @pytest.mark.parametrize("name", sorted(UNKNOWN_PER_FILE))
 def test_each_file_loads_with_only_unmapped_classes_left(corpus_report: Any, name: str) -> None:
     (entry,) = [f for f in corpus_report.files if f.path == str(CHANSONNIER_DIR / name)]
-    unknown = [e for e in entry.errors if _unknown_error(e)]
-    others = [e for e in entry.errors if not _unknown_error(e)]
+    unknown = [e for e in entry.errors if unknown_class_error(e)]
+    others = [e for e in entry.errors if not unknown_class_error(e)]
     assert len(unknown) == UNKNOWN_PER_FILE[name] == len(entry.unknown), entry.errors
     subs = INVOKES_UNMAPPED.get(name, [])
     assert [e.split("<invokeWorkflow ", 1)[1].split("'")[1] for e in others] == subs, others
@@ -80,7 +75,7 @@ def test_each_file_loads_with_only_unmapped_classes_left(corpus_report: Any, nam
     for sub in subs:
         (file,) = [f for f in corpus_report.files if f.name == sub and f.path.startswith(str(CHANSONNIER_DIR))
                    and f.path.rsplit("/", 2)[-2] == name.split("/")[0]]
-        assert file.errors and all(_unknown_error(e) for e in file.errors)
+        assert file.errors and all(unknown_class_error(e) for e in file.errors)
 
 
 def _mapped(report: Any) -> tuple[dict[str, str], dict[str, str]]:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from engine_helpers import BPEL_HEADER, pipelet, records
+from test_smila_syntax import _hello_file
 
 from blackboard import Blackboard
 from blackboard._blackboard import Blackboard as BlackboardClass
@@ -36,11 +37,7 @@ def when(kind: str, activity: str) -> str:
 
 
 EVERYTHING = f"""
-  <partnerLinks><partnerLink name="Greeter" partnerLinkType="hw:GreeterLink" partnerRole="service"
-    xmlns:hw="urn:hello"/></partnerLinks>
   <variables>
-    <variable name="hi" messageType="hw:sayHi" xmlns:hw="urn:hello"/>
-    <variable name="response" messageType="hw:sayHiResponse" xmlns:hw="urn:hello"/>
     <variable name="note" type="xsd:string" xmlns:xsd="http://www.w3.org/2001/XMLSchema">
       <from><literal>start</literal></from>
     </variable>
@@ -74,28 +71,21 @@ EVERYTHING = f"""
       <scope>{mark("counted")}</scope>
     </forEach>
     <forEach counterName="j" parallel="no"><scope>{mark("each")}</scope></forEach>
-    <assign>
-      <copy><from><literal><hw:sayHi xmlns:hw="urn:hello"><arg0 xmlns=""/></hw:sayHi></literal></from>
-            <to variable="hi" part="parameters"/></copy>
-      <copy><from>$request.records/rec:Record[1]/rec:Val[@key="kind"]</from><to>$hi.parameters/arg0</to></copy>
-    </assign>
-    <invoke name="sayHi" partnerLink="Greeter" operation="sayHi" inputVariable="hi" outputVariable="response"/>
-    <assign><copy><from>$response.parameters/return</from>
-      <to>$request.records/rec:Record[1]/rec:Val[@key="greeting"]/text()</to></copy></assign>
-    <proc:invokeWorkflow workflow="Child"/>
+    <proc:invokeWorkflow workflow="Hello"/>
     {when("missing", '<assign><copy><from variable="missing"/><to variable="note"/></copy></assign>')}
     {when("exit", "<exit/>")}
     {mark("end")}
   </sequence>
 """
 
-BATCH = {rid: {"kind": rid} for rid in ("plain", "throw", "rethrow", "missing", "exit")} | {
-    "pair-1": {"kind": "pair"}, "pair-2": {"kind": "pair"}}
+BATCH = {rid: {"kind": rid, "name": rid} for rid in ("plain", "throw", "rethrow", "missing", "exit")} | {
+    "pair-1": {"kind": "pair", "name": "one"}, "pair-2": {"kind": "pair", "name": "two"}}
 INSTANCES = [["plain"], ["throw"], ["rethrow"], ["missing"], ["exit"], ["pair-1", "pair-2"]]
 
 
 def everything(tmp_path: Path) -> Workflow:
-    (tmp_path / "child.xml").write_text(BPEL_HEADER.format(name="Child") + mark("child") + "</process>")
+    """The workflow above, its sub-workflow the hello-world pipeline (variables, a web service)."""
+    _hello_file(tmp_path)
     (tmp_path / "everything.xml").write_text(BPEL_HEADER.format(name="Everything") + EVERYTHING + "</process>")
     return WorkflowRegistry(tmp_path, services={"Greeter": "tests.engine._pipelets.Greeter"}).get("Everything")
 
@@ -123,7 +113,7 @@ def run_batch(wf: Workflow) -> list[Any]:
 
 def test_the_workflow_here_uses_every_kind_of_activity(tmp_path: Path) -> None:
     wf = everything(tmp_path)
-    used = {type(a) for a in walk(wf.body)} | {type(a) for a in walk(wf.subworkflow("Child").body)}
+    used = {type(a) for a in walk(wf.body)} | {type(a) for a in walk(wf.subworkflow("Hello").body)}
     assert set(RUNNERS) - used == set()
 
 
@@ -141,7 +131,7 @@ def test_an_instance_that_failed_keeps_its_fault_but_not_the_frames_it_was_raise
 
     def missing_only() -> None:
         bb = Blackboard.local()
-        records(bb, {"missing": {"kind": "missing"}})
+        records(bb, {"missing": BATCH["missing"]})
         (result,) = LocalRunner().run(wf, bb, [["missing"]])
         assert result.error is not None and "$missing has no value yet" in result.error
 
