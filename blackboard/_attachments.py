@@ -1,95 +1,24 @@
 """Attachments: named binary blobs of a record, streamed in and out.
 
-An attachment on a blackboard is one of: bytes in memory, a spool (a
-temporary file, for streams — never held whole in memory), or a reference to
-chunks in storage (read lazily, one chunk at a time).  Commit writes only
-what changed; a fragment's copy of a stored attachment is copied inside the
-database, never through Python.
+An attachment on a blackboard is bytes in memory, a spool or stored chunks
+(``blackboard._blobs``).  Commit writes only what changed; a fragment's copy
+of a stored attachment is copied inside the database, never through Python.
 """
 
 from __future__ import annotations
 
 import io
-import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
 from typing import IO, TYPE_CHECKING, Any
 
+from blackboard._blobs import COPY_BUFFER, SPOOL_MEMORY, Attachment, ChunkReader, SpoolView
 from blackboard._errors import BlackboardError, ValueTypeError, where
 
 if TYPE_CHECKING:
     from blackboard._entry import Entry as _Entry
     from blackboard._storage import SqlStore
 
-__all__ = ["AttachmentsMixin"]
-
-SPOOL_MEMORY = 1 << 20   # bytes of a streamed attachment kept in memory before spilling to disk
-COPY_BUFFER = 1 << 20
-
-
-class Attachment:
-    __slots__ = ("data", "spool", "dirty", "source")
-
-    def __init__(self, data: bytes | None = None, spool: IO[bytes] | None = None,
-                 dirty: bool = False, source: tuple[str, str] | None = None):
-        self.data = data          # bytes held in memory
-        self.spool = spool        # or a temporary file (streamed in)
-        self.dirty = dirty        # must be written (or copied from ``source``) on commit
-        self.source = source      # or (record id, name) of stored chunks
-
-    def close(self) -> None:
-        if self.spool is not None:
-            self.spool.close()
-            self.spool = None
-
-    def copy(self) -> Attachment:
-        """An independent copy (a spool is copied file to file, not into memory)."""
-        if self.spool is not None:
-            spool = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
-            self.spool.seek(0)
-            shutil.copyfileobj(self.spool, spool, COPY_BUFFER)
-            return Attachment(spool=spool, dirty=True)
-        return Attachment(self.data, None, True, self.source)
-
-
-class _SpoolView(io.RawIOBase):
-    """A reader over a spool that has its own position and never closes the spool."""
-
-    def __init__(self, spool: IO[bytes]):
-        self._spool = spool
-        self._position = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        self._spool.seek(self._position)
-        data = self._spool.read(len(buffer))
-        buffer[:len(data)] = data
-        self._position += len(data)
-        return len(data)
-
-
-class _ChunkReader(io.RawIOBase):
-    """A readable stream over an iterator of byte chunks."""
-
-    def __init__(self, chunks: Iterable[bytes]):
-        self._chunks: Iterator[bytes] = iter(chunks)
-        self._chunk = memoryview(b"")
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        while not self._chunk:
-            try:
-                self._chunk = memoryview(next(self._chunks))
-            except StopIteration:
-                return 0
-        size = min(len(buffer), len(self._chunk))
-        buffer[:size] = self._chunk[:size]
-        self._chunk = self._chunk[size:]
-        return size
+__all__ = ["Attachment", "AttachmentsMixin"]
 
 
 class AttachmentsMixin:
@@ -119,9 +48,9 @@ class AttachmentsMixin:
         if att.data is not None:
             return io.BytesIO(att.data)
         if att.spool is not None:
-            return io.BufferedReader(_SpoolView(att.spool), COPY_BUFFER)
+            return io.BufferedReader(SpoolView(att.spool), COPY_BUFFER)
         if att.source is not None and self.store is not None:
-            return io.BufferedReader(_ChunkReader(self.store.attachment_chunks(*att.source)),
+            return io.BufferedReader(ChunkReader(self.store.attachment_chunks(*att.source)),
                                      COPY_BUFFER)
         raise BlackboardError(f"{where(record_id)}: attachment {name!r}: its content is not "
                               "on this blackboard (it was not shipped to this worker)",

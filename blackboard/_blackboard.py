@@ -25,7 +25,8 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import IO, Any
 
-from blackboard._attachments import Attachment, AttachmentsMixin
+from blackboard._attachments import AttachmentsMixin
+from blackboard._blobs import Attachment
 from blackboard._entry import (
     ABSENT,
     ADD1,

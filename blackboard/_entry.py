@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from blackboard import _json
-from blackboard._attachments import Attachment
+from blackboard._blobs import Attachment
 from blackboard._errors import StorageError
 from blackboard._model import is_object, migrate
 

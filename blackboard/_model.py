@@ -121,6 +121,12 @@ class Annotation:
     def __hash__(self) -> int:
         return hash(self._key)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled as the constructor's arguments (slots of an immutable object cannot be set
+        # back one by one); a workflow's configuration, which travels to Spark workers, may
+        # hold annotations.
+        return (Annotation, (self.values, self.named, self.annotations))
+
     def __repr__(self) -> str:
         parts = []
         if self.values:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from blackboard import _json
-from blackboard._attachments import Attachment
+from blackboard._blobs import Attachment
 from blackboard._entry import UPDATE, no_attachments
 from blackboard._errors import BlackboardError, PathError, ValueTypeError, where
 from blackboard._model import check_number, is_object, migrate

@@ -23,7 +23,8 @@ from engine._graph import render_graph, to_dot, workflow_graph
 from engine._loader import WorkflowRegistry, WorkflowVersion, load_workflow
 from engine._pipelets import DEFAULT_ALIASES, DEFAULT_SERVICES, classes_not_in_service
 from engine._pipelets import instantiate as instantiate_pipelet
-from engine._runner import InstanceResult, LocalRunner, SparkRunner, spark_session
+from engine._runner import InstanceResult, LocalRunner, SparkRunner
+from engine._session import spark_session
 from engine._specs import Workflow
 from engine._tree import FileReport, UnknownGroup, ValidationReport, validate_path, validate_tree
 from engine._validate import Unknown

@@ -19,17 +19,15 @@ for a variable read before it was assigned); copies before it in the same
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine import _conditions, _variables
 from engine._errors import WorkflowFault
+from engine._instances import Instance
+from engine._interpreter import Interpreter
 from engine._specs import Assign, Workflow
 
-if TYPE_CHECKING:
-    from engine._interpreter import Instance
-
-__all__ = ["AssignMixin"]
+__all__ = ["assign"]
 
 
 def _plain(value: Any) -> Any:
@@ -38,88 +36,85 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-class AssignMixin:
-    """``assign`` for :class:`engine._interpreter.Interpreter`."""
+def assign(it: Interpreter, wf: Workflow, act: Assign, cohort: list[Instance]) -> None:
+    for inst in cohort:
+        try:
+            for copy in act.copies:
+                where = f"{wf.path}:{copy.line}: {act.label()}"
+                kind = copy.target[0]
+                if copy.source[0] == "records":
+                    continue  # records variable to records variable: the same records
+                if kind in {"record_attribute", "record_annotation"}:
+                    _copy_to_record(it, copy.source, copy.target, inst, where)
+                elif kind == "variable":
+                    value = _variables.read_source(copy.source, inst.frame, it.documents(inst), where)
+                    _variables.write_target(copy.target, value, inst.frame, it.documents(inst),
+                                            copy.keep_name, where)
+                else:
+                    for rid in inst.ids:
+                        _copy_one(it, copy.source, copy.target, rid, inst, where)
+        except WorkflowFault as f:
+            inst.fail(f)
+        except Exception as e:
+            inst.fail(WorkflowFault(
+                "selectionFailure", f"{wf.path}:{act.line}: {act.label()}: {type(e).__name__}: {e}"))
 
-    bb: Any
-    _documents: Callable[[Instance], list[dict[str, Any]]]
 
-    def _assign(self, wf: Workflow, act: Assign, cohort: list[Instance]) -> None:
-        for inst in cohort:
-            try:
-                for copy in act.copies:
-                    where = f"{wf.path}:{copy.line}: {act.label()}"
-                    kind = copy.target[0]
-                    if copy.source[0] == "records":
-                        continue  # records variable to records variable: the same records
-                    if kind in {"record_attribute", "record_annotation"}:
-                        self._copy_to_record(copy.source, copy.target, inst, where)
-                    elif kind == "variable":
-                        value = _variables.read_source(copy.source, inst.frame, self._documents(inst), where)
-                        _variables.write_target(copy.target, value, inst.frame, self._documents(inst),
-                                                copy.keep_name, where)
-                    else:
-                        for rid in inst.ids:
-                            self._copy_one(copy.source, copy.target, rid, inst, where)
-            except WorkflowFault as f:
-                inst.fail(f)
-            except Exception as e:
-                inst.fail(WorkflowFault(
-                    "selectionFailure", f"{wf.path}:{act.line}: {act.label()}: {type(e).__name__}: {e}"))
+def _source_values(source: tuple[str, Any], inst: Instance, documents: list[dict[str, Any]], where: str) -> list[Any]:
+    kind, arg = source
+    if kind == "expression":
+        return _conditions.xpath_value_strings(_variables.evaluate(arg, documents, inst.frame, where))
+    if kind == "literal":
+        return [arg]
+    return _variables.as_texts(_variables.read_source(source, inst.frame, documents, where))
 
-    def _source_values(self, source: tuple[str, Any], inst: Instance, documents: list[dict[str, Any]],
-                       where: str) -> list[Any]:
-        kind, arg = source
-        if kind == "expression":
-            return _conditions.xpath_value_strings(_variables.evaluate(arg, documents, inst.frame, where))
-        if kind == "literal":
-            return [arg]
-        return _variables.as_texts(_variables.read_source(source, inst.frame, documents, where))
 
-    def _copy_to_record(self, source: tuple[str, Any], target: tuple[str, Any], inst: Instance,
-                        where: str) -> None:
-        from blackboard import Annotation
+def _copy_to_record(it: Interpreter, source: tuple[str, Any], target: tuple[str, Any], inst: Instance,
+                    where: str) -> None:
+    from blackboard import Annotation
 
-        kind, (index, key) = target
-        if not 1 <= index <= len(inst.ids):
-            raise ValueError(f"the instance has {len(inst.ids)} record(s); there is no record {index}")
-        rid = inst.ids[index - 1]
-        if source[0] in {"attribute", "annotation"}:
-            values = self._record_values(source, rid)
-        else:
-            values = self._source_values(source, inst, self._documents(inst), where)
-        if kind == "record_annotation":
-            self.bb.set_annotation(rid, None, key, Annotation(values=[_plain(v) for v in values]))
-        elif values:
-            self.bb.set_literals(rid, key, values)
-        elif self.bb.has_attribute(rid, key):
-            self.bb.remove_attribute(rid, key)
+    kind, (index, key) = target
+    if not 1 <= index <= len(inst.ids):
+        raise ValueError(f"the instance has {len(inst.ids)} record(s); there is no record {index}")
+    rid = inst.ids[index - 1]
+    if source[0] in {"attribute", "annotation"}:
+        values = _record_values(it, source, rid)
+    else:
+        values = _source_values(source, inst, it.documents(inst), where)
+    if kind == "record_annotation":
+        it.bb.set_annotation(rid, None, key, Annotation(values=[_plain(v) for v in values]))
+    elif values:
+        it.bb.set_literals(rid, key, values)
+    elif it.bb.has_attribute(rid, key):
+        it.bb.remove_attribute(rid, key)
 
-    def _record_values(self, source: tuple[str, Any], rid: str) -> list[Any]:
-        kind, arg = source
-        if kind == "attribute":
-            return list(self.bb.get_literals(rid, arg)) if self.bb.has_attribute(rid, arg) else []
-        path, name = arg
-        ann = self.bb.get_annotation(rid, path or None, name)
-        return list(ann.values) if ann is not None else []
 
-    def _copy_one(self, source: tuple[str, Any], target: tuple[str, Any], rid: str, inst: Instance,
-                  where: str) -> None:
-        from blackboard import Annotation
+def _record_values(it: Interpreter, source: tuple[str, Any], rid: str) -> list[Any]:
+    kind, arg = source
+    if kind == "attribute":
+        return list(it.bb.get_literals(rid, arg)) if it.bb.has_attribute(rid, arg) else []
+    path, name = arg
+    ann = it.bb.get_annotation(rid, path or None, name)
+    return list(ann.values) if ann is not None else []
 
-        kind = source[0]
-        values: list[Any]
-        if kind in {"attribute", "annotation"}:
-            values = self._record_values(source, rid)
-        else:
-            values = self._source_values(source, inst, [self.bb.document(rid)], where)
-        tkind, targ = target
-        if tkind == "attribute":
-            if values:
-                self.bb.set_literals(rid, targ, values)
-            elif self.bb.has_attribute(rid, targ):
-                self.bb.remove_attribute(rid, targ)
-        else:
-            path, name = targ
-            plain = [getattr(v, "value", v) for v in values]
-            self.bb.set_annotation(rid, path or None, name, Annotation(values=[_plain(v) for v in plain]))
+
+def _copy_one(it: Interpreter, source: tuple[str, Any], target: tuple[str, Any], rid: str, inst: Instance,
+              where: str) -> None:
+    from blackboard import Annotation
+
+    kind = source[0]
+    values: list[Any]
+    if kind in {"attribute", "annotation"}:
+        values = _record_values(it, source, rid)
+    else:
+        values = _source_values(source, inst, [it.bb.document(rid)], where)
+    tkind, targ = target
+    if tkind == "attribute":
+        if values:
+            it.bb.set_literals(rid, targ, values)
+        elif it.bb.has_attribute(rid, targ):
+            it.bb.remove_attribute(rid, targ)
+    else:
+        path, name = targ
+        plain = [getattr(v, "value", v) for v in values]
+        it.bb.set_annotation(rid, path or None, name, Annotation(values=[_plain(v) for v in plain]))

@@ -37,37 +37,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine._errors import WorkflowFault
+from engine._instances import Completed, Instance, ScopeFrame, State
+from engine._interpreter import Interpreter
 from engine._specs import Activity, Compensate, Flow, Scope, Sequence, Workflow
+from engine._variables import Frame
 
-if TYPE_CHECKING:
-    from engine._interpreter import Instance
-    from engine._variables import Frame
-
-__all__ = ["Completed", "CompensationMixin", "ScopeFrame", "started_scopes"]
+__all__ = ["Completed", "ScopeFrame", "compensate", "default_fault_handler", "started_scopes", "terminate"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(eq=False, slots=True)
-class Completed:
-    """A scope that completed normally: what its compensation handler needs."""
-
-    spec: Scope
-    ids: list[str]
-    frame: Frame | None
-    children: list[Completed] = field(default_factory=list)
-
-
-@dataclass(eq=False, slots=True)
-class ScopeFrame:
-    """A scope an instance is inside: the completed scopes directly in it, in completion order."""
-
-    spec: Scope | None
-    completed: list[Completed] = field(default_factory=list)
 
 
 def started_scopes(act: Activity) -> list[Scope]:
@@ -87,83 +67,80 @@ def started_scopes(act: Activity) -> list[Scope]:
 _DEFAULT = Compensate(aid=-1, line=0, name=None)
 
 
-class CompensationMixin:
-    """Compensation and termination for :class:`engine._interpreter.Interpreter`."""
+# -- compensate / compensateScope ---------------------------------------------------
+def compensate(it: Interpreter, wf: Workflow, act: Compensate, cohort: list[Instance]) -> None:
+    work: list[tuple[Instance, list[Completed]]] = []
+    for inst in cohort:
+        frame = inst.scopes[-1]
+        chosen = [c for c in frame.completed if act.target is None or c.spec.name == act.target]
+        if chosen:
+            frame.completed = [c for c in frame.completed if c not in chosen]
+            work.append((inst, list(reversed(chosen))))
+    _compensate_each(it, wf, work)
 
-    _run: Callable[[Workflow, Activity, list[Instance]], None]
 
-    # -- compensate / compensateScope ---------------------------------------------------
-    def _compensate(self, wf: Workflow, act: Compensate, cohort: list[Instance]) -> None:
-        work: list[tuple[Instance, list[Completed]]] = []
-        for inst in cohort:
-            frame = inst.scopes[-1]
-            chosen = [c for c in frame.completed if act.target is None or c.spec.name == act.target]
-            if chosen:
-                frame.completed = [c for c in frame.completed if c not in chosen]
-                work.append((inst, list(reversed(chosen))))
-        self._compensate_each(wf, work)
-
-    def _compensate_each(self, wf: Workflow, work: list[tuple[Instance, list[Completed]]]) -> None:
-        """Run each instance's compensations in order; one cohort per scope per round."""
-        queues = [(inst, list(items)) for inst, items in work]
-        while True:
-            round_: dict[int, list[tuple[Instance, Completed]]] = {}
-            for inst, items in queues:
-                if items and inst.running:
-                    done = items.pop(0)
-                    round_.setdefault(done.spec.aid, []).append((inst, done))
-            if not round_:
-                return
-            for _, group in sorted(round_.items()):
-                self._compensation_handler(wf, group)
-
-    def _compensation_handler(self, wf: Workflow, group: list[tuple[Instance, Completed]]) -> None:
-        spec = group[0][1].spec
-        saved = [(inst, inst.ids, inst.frame, inst.scopes) for inst, _ in group]
-        for inst, done in group:
-            inst.ids = list(done.ids)
-            inst.frame = done.frame
-            inst.scopes = [*inst.scopes, ScopeFrame(spec, list(done.children))]
-        insts = [inst for inst, _ in group]
-        log.debug("compensating %s for %d instance(s)", spec.label(), len(insts))
-        if spec.compensation is not None:
-            self._run(wf, spec.compensation, insts)
-        else:
-            self._compensate(wf, _DEFAULT, insts)
-        for inst, ids, frame, scopes in saved:
-            inst.ids, inst.frame, inst.scopes = ids, frame, scopes
-
-    def _default_fault_handler(self, wf: Workflow, faulted: list[Instance]) -> None:
-        """Compensate the top frame's completed scopes of faulted instances; the fault stays."""
-        pending = [i for i in faulted if i.scopes[-1].completed]
-        if not pending:
+def _compensate_each(it: Interpreter, wf: Workflow, work: list[tuple[Instance, list[Completed]]]) -> None:
+    """Run each instance's compensations in order; one cohort per scope per round."""
+    queues = [(inst, list(items)) for inst, items in work]
+    while True:
+        round_: dict[int, list[tuple[Instance, Completed]]] = {}
+        for inst, items in queues:
+            if items and inst.running:
+                done = items.pop(0)
+                round_.setdefault(done.spec.aid, []).append((inst, done))
+        if not round_:
             return
-        with _running(pending) as restore:
-            self._compensate(wf, _DEFAULT, pending)
-            restore(keep_new_faults=True)
+        for _, group in sorted(round_.items()):
+            _compensation_handler(it, wf, group)
 
-    # -- termination -------------------------------------------------------------------
-    def _terminate(self, wf: Workflow, act: Activity, cohort: list[Instance],
-                   frame_for: Callable[[Instance], Frame | None] | None = None) -> None:
-        """Terminate the scopes ``act`` would have started (its branch never ran here)."""
-        from engine._variables import Frame
 
-        insts = [i for i in cohort if i.state.value in ("running", "faulted")]
-        if not insts:
-            return
-        for scope in started_scopes(act):
-            saved = [(inst, inst.frame, inst.scopes) for inst in insts]
-            for inst in insts:
-                base = frame_for(inst) if frame_for is not None else inst.frame
-                inst.frame = Frame(scope.variables, base) if scope.variables else base
-                inst.scopes = [*inst.scopes, ScopeFrame(scope)]
-            with _running(insts) as restore:
-                if scope.termination is not None:
-                    log.debug("terminating %s for %d instance(s)", scope.label(), len(insts))
-                    self._run(wf, scope.termination, insts)
-                restore(keep_new_faults=False)
-            for inst, frame, scopes in saved:
-                inst.frame, inst.scopes = frame, scopes
+def _compensation_handler(it: Interpreter, wf: Workflow, group: list[tuple[Instance, Completed]]) -> None:
+    spec = group[0][1].spec
+    saved = [(inst, inst.ids, inst.frame, inst.scopes) for inst, _ in group]
+    for inst, done in group:
+        inst.ids = list(done.ids)
+        inst.frame = done.frame
+        inst.scopes = [*inst.scopes, ScopeFrame(spec, list(done.children))]
+    insts = [inst for inst, _ in group]
+    log.debug("compensating %s for %d instance(s)", spec.label(), len(insts))
+    if spec.compensation is not None:
+        it.step(wf, spec.compensation, insts)
+    else:
+        compensate(it, wf, _DEFAULT, insts)
+    for inst, ids, frame, scopes in saved:
+        inst.ids, inst.frame, inst.scopes = ids, frame, scopes
+
+
+def default_fault_handler(it: Interpreter, wf: Workflow, faulted: list[Instance]) -> None:
+    """Compensate the top frame's completed scopes of faulted instances; the fault stays."""
+    pending = [i for i in faulted if i.scopes[-1].completed]
+    if not pending:
+        return
+    with _running(pending) as restore:
+        compensate(it, wf, _DEFAULT, pending)
+        restore(keep_new_faults=True)
+
+
+# -- termination -------------------------------------------------------------------
+def terminate(it: Interpreter, wf: Workflow, act: Activity, cohort: list[Instance],
+              frame_for: Callable[[Instance], Frame | None] | None = None) -> None:
+    """Terminate the scopes ``act`` would have started (its branch never ran here)."""
+    insts = [i for i in cohort if i.state is State.RUNNING or i.state is State.FAULTED]
+    if not insts:
+        return
+    for scope in started_scopes(act):
+        saved = [(inst, inst.frame, inst.scopes) for inst in insts]
+        for inst in insts:
+            base = frame_for(inst) if frame_for is not None else inst.frame
+            inst.frame = Frame(scope.variables, base) if scope.variables else base
+            inst.scopes = [*inst.scopes, ScopeFrame(scope)]
+        with _running(insts) as restore:
+            if scope.termination is not None:
+                log.debug("terminating %s for %d instance(s)", scope.label(), len(insts))
+                it.step(wf, scope.termination, insts)
+            restore(keep_new_faults=False)
+        for inst, frame, scopes in saved:
+            inst.frame, inst.scopes = frame, scopes
 
 
 class _running:
@@ -179,8 +156,6 @@ class _running:
         self.before: list[tuple[Any, WorkflowFault | None]] = []
 
     def __enter__(self) -> Callable[..., None]:
-        from engine._interpreter import State
-
         self.before = [(i.state, i.fault) for i in self.insts]
         for inst in self.insts:
             if inst.state is State.FAULTED:
@@ -188,8 +163,6 @@ class _running:
         return self.restore
 
     def restore(self, keep_new_faults: bool) -> None:
-        from engine._interpreter import State
-
         for inst, (state, fault) in zip(self.insts, self.before, strict=True):
             if inst.state is State.TAINTED:
                 continue

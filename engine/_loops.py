@@ -1,6 +1,10 @@
-"""``forEach`` for the interpreter: over counter values, or over the instance's records.
+"""Loops: ``while``, ``repeatUntil``, and ``forEach`` over counter values or over records.
 
-Counted (``startCounterValue``/``finalCounterValue``, BPEL's form): start,
+``while`` tests its condition before each iteration, ``repeatUntil`` after;
+each iteration runs for the instances whose condition still holds, as one
+cohort, with the links set inside the loop forgotten first.
+
+A counted ``forEach`` (``startCounterValue``/``finalCounterValue``, BPEL's form): start,
 final and the completion condition's ``branches`` are evaluated once, when
 the loop starts, as unsigned integers (else ``invalidExpressionValue``).
 start > final runs nothing; ``branches`` = 0 completes at once; ``branches``
@@ -15,7 +19,7 @@ faults, or the completion condition is met, the branches not yet run were
 running in BPEL's terms and are terminated (their scopes' termination
 handlers run, see ``engine._compensation``); sequentially they never started.
 
-Over records (no counter values): the body runs once per record, ``$record``
+Over records (no counter values), the body runs once per record, ``$record``
 bound to it and the counter (if named) to its position from 1; parallel runs
 every record's branch as one cohort, sequential one position at a time.  A
 sequential one may have a completion condition: after that many branches the
@@ -27,193 +31,204 @@ whose fault handler ran counts too, unless ``successfulBranchesOnly="yes"``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
-
 from engine import _variables
+from engine._compensation import terminate
 from engine._errors import WorkflowFault
-from engine._specs import Activity, Condition, ForEach, Scope, Workflow
+from engine._instances import Instance, State
+from engine._interpreter import Interpreter
+from engine._specs import Condition, ForEach, RepeatUntil, Scope, While, Workflow
 
-if TYPE_CHECKING:
-    from engine._interpreter import Instance
-
-__all__ = ["LoopMixin"]
+__all__ = ["for_each", "repeat_until", "while_"]
 
 
-class LoopMixin:
-    """``forEach`` for :class:`engine._interpreter.Interpreter`."""
+def while_(it: Interpreter, wf: Workflow, act: While, cohort: list[Instance]) -> None:
+    assert act.condition is not None and act.body is not None
+    active = cohort
+    while active:
+        active = [i for i in active if i.running and it.test(act.condition, i)]
+        if not active:
+            return
+        it.clear_loop_links(act.body, active)
+        it.step(wf, act.body, active)
 
-    _run: Callable[[Workflow, Activity, list[Instance]], None]
-    _terminate: Callable[..., None]
-    _clear_loop_links: Callable[[Activity, list[Instance]], None]
-    _documents: Callable[[Instance], list[dict[str, Any]]]
 
-    def _unsigned(self, wf: Workflow, cond: Condition, inst: Instance, what: str) -> int | None:
-        where = f"{wf.path}:{cond.line}"
-        try:
-            value = _variables.evaluate(cond, self._documents(inst), inst.frame, where)
-        except WorkflowFault as f:
-            inst.fail(f)
-            return None
-        except Exception as e:
-            inst.fail(WorkflowFault("invalidExpressionValue", f"{where}: <{what}> failed: {e}"))
-            return None
-        if isinstance(value, list):
-            value = "".join(value[0].itertext()) if value and hasattr(value[0], "itertext") else (
-                str(value[0]) if value else "")
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            number = float("nan")
-        if number != number or number < 0 or not number.is_integer():
-            inst.fail(WorkflowFault("invalidExpressionValue",
-                                    f"{where}: <{what}> is {value!r}, not an unsigned integer"))
-            return None
-        return int(number)
+def repeat_until(it: Interpreter, wf: Workflow, act: RepeatUntil, cohort: list[Instance]) -> None:
+    assert act.condition is not None and act.body is not None
+    active = cohort
+    while active:
+        it.clear_loop_links(act.body, active)
+        it.step(wf, act.body, active)
+        active = [i for i in active if i.running and not it.test(act.condition, i)]
 
-    def _counted(self, inst: Instance, outcome_ok: bool, act: ForEach) -> bool:
-        """Whether this branch counts for the completion condition."""
-        return outcome_ok or not act.successful_only
 
-    def _branch_ok(self, act: ForEach, inst: Instance) -> bool:
-        return not isinstance(act.body, Scope) or inst.scope_ok is not False
+def _unsigned(it: Interpreter, wf: Workflow, cond: Condition, inst: Instance, what: str) -> int | None:
+    where = f"{wf.path}:{cond.line}"
+    try:
+        value = _variables.evaluate(cond, it.documents(inst), inst.frame, where)
+    except WorkflowFault as f:
+        inst.fail(f)
+        return None
+    except Exception as e:
+        inst.fail(WorkflowFault("invalidExpressionValue", f"{where}: <{what}> failed: {e}"))
+        return None
+    if isinstance(value, list):
+        value = "".join(value[0].itertext()) if value and hasattr(value[0], "itertext") else (
+            str(value[0]) if value else "")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = float("nan")
+    if number != number or number < 0 or not number.is_integer():
+        inst.fail(WorkflowFault("invalidExpressionValue",
+                                f"{where}: <{what}> is {value!r}, not an unsigned integer"))
+        return None
+    return int(number)
 
-    def _for_each(self, wf: Workflow, act: ForEach, cohort: list[Instance]) -> None:
-        assert act.body is not None
-        if act.counted:
-            self._for_each_counted(wf, act, cohort)
-        else:
-            self._for_each_record(wf, act, cohort)
 
-    # -- counted ---------------------------------------------------------------------
-    def _for_each_counted(self, wf: Workflow, act: ForEach, cohort: list[Instance]) -> None:
-        assert act.start is not None and act.final is not None and act.body is not None
-        plans: dict[int, list[int]] = {}  # id(inst) -> [next counter, final, branches or -1, completed]
-        for inst in cohort:
-            start = self._unsigned(wf, act.start, inst, "startCounterValue")
-            final = self._unsigned(wf, act.final, inst, "finalCounterValue") if start is not None else None
-            branches = -1
-            if final is not None and act.branches is not None:
-                got = self._unsigned(wf, act.branches, inst, "branches")
-                if got is None:
-                    continue
-                branches = got
-            if start is None or final is None or start > final or branches == 0:
+def _counts(act: ForEach, inst: Instance) -> bool:
+    """Whether the branch ``inst`` just ran counts for the completion condition: it ended
+    normally, or by its scope's fault handler unless ``successfulBranchesOnly``."""
+    return not act.successful_only or not isinstance(act.body, Scope) or inst.scope_ok is not False
+
+
+def for_each(it: Interpreter, wf: Workflow, act: ForEach, cohort: list[Instance]) -> None:
+    assert act.body is not None
+    if act.counted:
+        _for_each_counted(it, wf, act, cohort)
+    else:
+        _for_each_record(it, wf, act, cohort)
+
+
+# -- forEach, counted ----------------------------------------------------------------
+def _for_each_counted(it: Interpreter, wf: Workflow, act: ForEach, cohort: list[Instance]) -> None:
+    assert act.start is not None and act.final is not None and act.body is not None
+    plans: dict[int, list[int]] = {}  # id(inst) -> [next counter, final, branches or -1, completed]
+    for inst in cohort:
+        start = _unsigned(it, wf, act.start, inst, "startCounterValue")
+        final = _unsigned(it, wf, act.final, inst, "finalCounterValue") if start is not None else None
+        branches = -1
+        if final is not None and act.branches is not None:
+            got = _unsigned(it, wf, act.branches, inst, "branches")
+            if got is None:
                 continue
-            if branches > final - start + 1:
+            branches = got
+        if start is None or final is None or start > final or branches == 0:
+            continue
+        if branches > final - start + 1:
+            inst.fail(WorkflowFault(
+                "invalidBranchCondition",
+                f"{wf.path}:{act.line}: {act.label()}: <branches> is {branches} but there are only "
+                f"{final - start + 1} iterations"))
+            continue
+        plans[id(inst)] = [start, final, branches, 0]
+    active = [i for i in cohort if id(i) in plans]
+    counter = act.counter_name or ""
+    while active:
+        this = [i for i in active if i.running and plans[id(i)][0] <= plans[id(i)][1]]
+        if not this:
+            return
+        saved = {id(i): i.frame for i in this}
+        for inst in this:
+            inst.frame = _variables.Frame(parent=inst.frame, counters={counter: plans[id(inst)][0]})
+            inst.scope_ok = None
+        it.clear_loop_links(act.body, this)
+        it.step(wf, act.body, this)
+        for inst in this:
+            inst.frame = saved[id(inst)]
+        stopped: list[Instance] = []
+        for inst in this:
+            plan = plans[id(inst)]
+            plan[0] += 1
+            if inst.running:
+                if _counts(act, inst):
+                    plan[3] += 1
+                if plan[2] > 0 and plan[3] >= plan[2]:
+                    stopped.append(inst)
+            elif inst.state is State.FAULTED:
+                stopped.append(inst)
+        if act.parallel:
+            _terminate_iterations(it, wf, act, [(i, plans[id(i)][0], plans[id(i)][1]) for i in stopped])
+        gone = {id(i) for i in stopped}
+        active = [i for i in this if i.running and id(i) not in gone]
+
+
+def _terminate_iterations(it: Interpreter, wf: Workflow, act: ForEach,
+                          pending: list[tuple[Instance, int, int]]) -> None:
+    """Terminate the iterations ``first..last`` of each instance (never run: parallel branches)."""
+    assert act.body is not None
+    counter = act.counter_name or ""
+    step = 0
+    while True:
+        group = [(inst, first + step) for inst, first, last in pending if first + step <= last]
+        if not group:
+            return
+        values = {id(inst): value for inst, value in group}
+
+        def frame_for(inst: Instance, values: dict[int, int] = values) -> _variables.Frame:
+            return _variables.Frame(parent=inst.frame, counters={counter: values[id(inst)]})
+
+        terminate(it, wf, act.body, [inst for inst, _ in group], frame_for=frame_for)
+        step += 1
+
+
+# -- forEach, over records -----------------------------------------------------------
+def _for_each_record(it: Interpreter, wf: Workflow, act: ForEach, cohort: list[Instance]) -> None:
+    assert act.body is not None
+    records = {id(i): list(i.ids) for i in cohort}
+    results: dict[int, list[str]] = {id(i): [] for i in cohort}
+    limit: dict[int, int] = {}
+    if act.branches is not None:
+        for inst in cohort:
+            got = _unsigned(it, wf, act.branches, inst, "branches")
+            if got is None:
+                continue
+            if got > len(records[id(inst)]):
                 inst.fail(WorkflowFault(
                     "invalidBranchCondition",
-                    f"{wf.path}:{act.line}: {act.label()}: <branches> is {branches} but there are only "
-                    f"{final - start + 1} iterations"))
+                    f"{wf.path}:{act.line}: {act.label()}: <branches> is {got} but the instance has "
+                    f"{len(records[id(inst)])} record(s)"))
                 continue
-            plans[id(inst)] = [start, final, branches, 0]
-        active = [i for i in cohort if id(i) in plans]
-        counter = act.counter_name or ""
-        while active:
-            this = [i for i in active if i.running and plans[id(i)][0] <= plans[id(i)][1]]
+            limit[id(inst)] = got
+    done: dict[int, int] = {id(i): 0 for i in cohort}
+    position: dict[int, int] = {id(i): 0 for i in cohort}
+
+    def iteration(subs: list[Instance]) -> None:
+        for sub in subs:
+            sub.scope_ok = None
+        it.step(wf, act.body, subs)  # type: ignore[arg-type]
+        for sub in subs:
+            parent = sub.parent
+            assert parent is not None
+            if sub.state is State.RUNNING or sub.state is State.COMPLETED:
+                results[id(parent)].extend(sub.ids)
+                if _counts(act, sub):
+                    done[id(parent)] += 1
+            elif parent.running:
+                parent.state, parent.fault, parent.taint = sub.state, sub.fault, sub.taint
+                if sub.state is State.EXITED:
+                    parent.ids = results[id(parent)] + sub.ids
+
+    def sub_of(inst: Instance, rid: str, pos: int) -> Instance:
+        counters = {act.counter_name: pos} if act.counter_name else None
+        frame = _variables.Frame(parent=inst.frame, counters=counters) if counters else inst.frame
+        return Instance(key=inst.key, ids=[rid], parent=inst, handling=list(inst.handling), frame=frame,
+                        scopes=[inst.scopes[-1]])
+
+    go = [i for i in cohort if i.running and limit.get(id(i)) != 0]
+    if act.parallel:
+        iteration([sub_of(i, rid, n + 1) for i in go for n, rid in enumerate(records[id(i)])])
+        for inst in go:
+            position[id(inst)] = len(records[id(inst)])
+    else:
+        longest = max((len(records[id(i)]) for i in go), default=0)
+        for k in range(longest):
+            this = [i for i in go if i.running and len(records[id(i)]) > k
+                    and (id(i) not in limit or done[id(i)] < limit[id(i)])]
             if not this:
-                return
-            saved = {id(i): i.frame for i in this}
+                break
+            iteration([sub_of(i, records[id(i)][k], k + 1) for i in this])
             for inst in this:
-                inst.frame = _variables.Frame(parent=inst.frame, counters={counter: plans[id(inst)][0]})
-                inst.scope_ok = None
-            self._clear_loop_links(act.body, this)
-            self._run(wf, act.body, this)
-            for inst in this:
-                inst.frame = saved[id(inst)]
-            stopped: list[Instance] = []
-            for inst in this:
-                plan = plans[id(inst)]
-                plan[0] += 1
-                if inst.running:
-                    if self._counted(inst, self._branch_ok(act, inst), act):
-                        plan[3] += 1
-                    if plan[2] > 0 and plan[3] >= plan[2]:
-                        stopped.append(inst)
-                elif inst.state.value == "faulted":
-                    stopped.append(inst)
-            if act.parallel:
-                self._terminate_iterations(wf, act, [(i, plans[id(i)][0], plans[id(i)][1]) for i in stopped])
-            gone = {id(i) for i in stopped}
-            active = [i for i in this if i.running and id(i) not in gone]
-
-    def _terminate_iterations(self, wf: Workflow, act: ForEach, pending: list[tuple[Instance, int, int]]) -> None:
-        """Terminate the iterations ``first..last`` of each instance (never run: parallel branches)."""
-        assert act.body is not None
-        counter = act.counter_name or ""
-        step = 0
-        while True:
-            group = [(inst, first + step) for inst, first, last in pending if first + step <= last]
-            if not group:
-                return
-            values = {id(inst): value for inst, value in group}
-
-            def frame_for(inst: Instance, values: dict[int, int] = values) -> _variables.Frame:
-                return _variables.Frame(parent=inst.frame, counters={counter: values[id(inst)]})
-
-            self._terminate(wf, act.body, [inst for inst, _ in group], frame_for=frame_for)
-            step += 1
-
-    # -- over records ------------------------------------------------------------------
-    def _for_each_record(self, wf: Workflow, act: ForEach, cohort: list[Instance]) -> None:
-        from engine._interpreter import Instance, State
-
-        assert act.body is not None
-        records = {id(i): list(i.ids) for i in cohort}
-        results: dict[int, list[str]] = {id(i): [] for i in cohort}
-        limit: dict[int, int] = {}
-        if act.branches is not None:
-            for inst in cohort:
-                got = self._unsigned(wf, act.branches, inst, "branches")
-                if got is None:
-                    continue
-                if got > len(records[id(inst)]):
-                    inst.fail(WorkflowFault(
-                        "invalidBranchCondition",
-                        f"{wf.path}:{act.line}: {act.label()}: <branches> is {got} but the instance has "
-                        f"{len(records[id(inst)])} record(s)"))
-                    continue
-                limit[id(inst)] = got
-        done: dict[int, int] = {id(i): 0 for i in cohort}
-        position: dict[int, int] = {id(i): 0 for i in cohort}
-
-        def iteration(subs: list[Instance]) -> None:
-            for sub in subs:
-                sub.scope_ok = None
-            self._run(wf, act.body, subs)  # type: ignore[arg-type]
-            for sub in subs:
-                parent = sub.parent
-                assert parent is not None
-                if sub.state is State.RUNNING or sub.state is State.COMPLETED:
-                    results[id(parent)].extend(sub.ids)
-                    if self._counted(sub, self._branch_ok(act, sub), act):
-                        done[id(parent)] += 1
-                elif parent.running:
-                    parent.state, parent.fault, parent.taint = sub.state, sub.fault, sub.taint
-                    if sub.state is State.EXITED:
-                        parent.ids = results[id(parent)] + sub.ids
-
-        def sub_of(inst: Instance, rid: str, pos: int) -> Instance:
-            counters = {act.counter_name: pos} if act.counter_name else None
-            frame = _variables.Frame(parent=inst.frame, counters=counters) if counters else inst.frame
-            return Instance(key=inst.key, ids=[rid], parent=inst, handling=list(inst.handling), frame=frame,
-                            scopes=[inst.scopes[-1]])
-
-        go = [i for i in cohort if i.running and limit.get(id(i)) != 0]
-        if act.parallel:
-            iteration([sub_of(i, rid, n + 1) for i in go for n, rid in enumerate(records[id(i)])])
-            for inst in go:
-                position[id(inst)] = len(records[id(inst)])
-        else:
-            longest = max((len(records[id(i)]) for i in go), default=0)
-            for k in range(longest):
-                this = [i for i in go if i.running and len(records[id(i)]) > k
-                        and (id(i) not in limit or done[id(i)] < limit[id(i)])]
-                if not this:
-                    break
-                iteration([sub_of(i, records[id(i)][k], k + 1) for i in this])
-                for inst in this:
-                    position[id(inst)] = k + 1
-        for inst in cohort:
-            if inst.running:
-                inst.ids = results[id(inst)] + records[id(inst)][position[id(inst)]:]
+                position[id(inst)] = k + 1
+    for inst in cohort:
+        if inst.running:
+            inst.ids = results[id(inst)] + records[id(inst)][position[id(inst)]:]

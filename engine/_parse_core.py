@@ -13,12 +13,12 @@ from typing import Any
 
 from lxml import etree
 
-from engine._parse_data import PROC_NS
 from engine._specs import Activity, Condition, LinkSource, Variable
 
-__all__ = ["BPEL_NS", "PARSERS", "ParsedFile", "parse_activity"]
+__all__ = ["BPEL_NS", "PARSERS", "PROC_NS", "ParsedFile", "parse_activity"]
 
 BPEL_NS = "http://docs.oasis-open.org/wsbpel/2.0/process/executable"
+PROC_NS = "http://www.eclipse.org/smila/processor"
 _ACTIVITY_NS = {BPEL_NS, ""}
 _EXT_NS = {PROC_NS, ""}
 

@@ -6,28 +6,29 @@ Both SMILA syntaxes are read here with one meaning:
   ``rec:Seq`` / ``rec:Map`` or ``proc:param`` (newer), ``<proc:PipeletConfiguration>``
   (or ``proc:configuration``) holding ``<proc:Property name><proc:Value>``
   (older; several values make a list), and ``<proc:setAnnotations>`` holding
-  ``<rec:An n="..."><rec:V>...</rec:V></rec:An>`` (older ``invokeService``);
-  all become the one ``dict`` a pipelet's ``configure`` gets;
+  ``<rec:An n="..."><rec:V>...</rec:V></rec:An>`` (older ``invokeService``;
+  an annotation with both anonymous and named values becomes an
+  ``Annotation``, see ``_annotation``); all become the one ``dict`` a
+  pipelet's ``configure`` gets;
 * ``<variables>`` declarations;
 * ``<from>``/``<to>`` of ``<copy>``: literals, expressions, variables with
   parts and queries, and SMILA's record targets in both record forms.
 
-Functions take the parser's context (``engine._parser._Context``) and record
-errors there instead of raising.
+Functions take the parser's context (``engine._parse_core._Context``) and
+record errors there instead of raising.
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lxml import etree
 
+from blackboard import Annotation
 from engine._conditions import RECORD_NS
+from engine._parse_core import PROC_NS, _Context, _elements, _local, _ns
 from engine._specs import Condition, Variable
-
-if TYPE_CHECKING:
-    from engine._parse_core import _Context
 
 __all__ = [
     "XSD_NS",
@@ -37,20 +38,7 @@ __all__ = [
     "variable_decls",
 ]
 
-PROC_NS = "http://www.eclipse.org/smila/processor"
 XSD_NS = "http://www.w3.org/2001/XMLSchema"
-
-
-def _local(el: etree._Element) -> str:
-    return etree.QName(el).localname
-
-
-def _ns(el: etree._Element) -> str:
-    return etree.QName(el).namespace or ""
-
-
-def _elements(el: etree._Element) -> list[etree._Element]:
-    return [c for c in el if isinstance(c.tag, str)]
 
 
 def _text(el: etree._Element) -> str:
@@ -140,11 +128,11 @@ def _param(ctx: _Context, el: etree._Element) -> Any:
     return typed(ctx, (el.text or "").strip(), el.get("type") or "string", el.sourceline)
 
 
-def _annotation(ctx: _Context, an: etree._Element) -> Any:
-    """One ``rec:An``: anonymous ``rec:V`` values -> text (one) or list; named ``rec:V n=``
-    and nested ``rec:An`` -> a map."""
+def _annotation_parts(ctx: _Context, an: etree._Element) -> tuple[list[str], dict[str, etree._Element]]:
+    """A ``rec:An``'s anonymous ``rec:V`` texts, and its named ``rec:V n=`` and nested
+    ``rec:An n=`` elements by name (a name given twice is an error)."""
     anonymous: list[str] = []
-    named: dict[str, Any] = {}
+    named: dict[str, etree._Element] = {}
     for child in _elements(an):
         local = _local(child)
         name = child.get("n")
@@ -153,15 +141,40 @@ def _annotation(ctx: _Context, an: etree._Element) -> Any:
         elif local in {"V", "An"} and name:
             if name in named:
                 ctx.error(child.sourceline, f"annotation value {name!r} is given twice")
-            named[name] = _text(child) if local == "V" else _annotation(ctx, child)
+            named[name] = child
         else:
             ctx.error(child.sourceline, f"<rec:An> holds <rec:V> and <rec:An n=...>, not <{local}>")
+    return anonymous, named
+
+
+def _annotation(ctx: _Context, an: etree._Element) -> Any:
+    """One ``rec:An`` as a configuration value, by what it holds.
+
+    * anonymous ``rec:V`` values only: the text (one value) or a list of texts;
+    * named ``rec:V n=`` values and nested ``rec:An n=`` only: a map, name ->
+      text (a named value) or the nested annotation's own configuration value;
+    * both (valid in SMILA's data model, e.g. SMILA's ``SimplePipeline``): a
+      :class:`blackboard.Annotation` -- ``values`` the anonymous texts,
+      ``named`` the named ones, ``annotations`` each nested ``rec:An`` as an
+      ``Annotation`` of its own -- which the pipelet may use as a setting or
+      set on records as it is (``pipelets.values.SetAttributes`` does, as
+      SMILA's ``setAnnotations`` did).
+    """
+    anonymous, named = _annotation_parts(ctx, an)
     if named and anonymous:
-        ctx.error(an.sourceline, f"annotation {an.get('n')!r} mixes values with and without n=; "
-                  "as configuration it must be either a list of values or a map: name every value, or none")
+        return _as_annotation(ctx, anonymous, named)
     if named:
-        return named
+        return {name: _text(el) if _local(el) == "V" else _annotation(ctx, el) for name, el in named.items()}
     return anonymous[0] if len(anonymous) == 1 else anonymous
+
+
+def _as_annotation(ctx: _Context, anonymous: list[str], named: dict[str, etree._Element]) -> Annotation:
+    """A ``rec:An`` (its parts) as SMILA's data model has it: anonymous values, named values and
+    nested annotations."""
+    return Annotation(values=anonymous,
+                      named={name: _text(el) for name, el in named.items() if _local(el) == "V"},
+                      annotations={name: [_as_annotation(ctx, *_annotation_parts(ctx, el))]
+                                   for name, el in named.items() if _local(el) == "An"})
 
 
 def annotations_config(ctx: _Context, el: etree._Element) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from engine._parse_core import (
     BPEL_NS,
     EXTENSION_TAGS,
     PARSERS,
+    PROC_NS,
     ParsedFile,
     _condition,
     _Context,
@@ -43,7 +44,7 @@ from engine._parse_core import (
     parse_activity,
 )
 from engine._parse_core import _activity_children as _activity_children
-from engine._parse_data import PROC_NS, annotations_config, config_map, copy_end, variable_decls
+from engine._parse_data import annotations_config, config_map, copy_end, variable_decls
 from engine._parse_scopes import (
     check_compensation_targets,
     fault_name,

@@ -17,9 +17,6 @@ from __future__ import annotations
 import functools
 import gc
 import logging
-import os
-import re
-import sys
 import threading
 import time
 import uuid
@@ -30,6 +27,8 @@ from typing import Any
 
 from engine._errors import RunnerError
 from engine._frames import FramePlan, frame_plan
+from engine._jobs import Batch, Budget, JobFailed, Pending, short_reason
+from engine._session import exclude_local_folding, spark_session
 from engine._shipping import ship_pipelet_code
 from engine._specs import Workflow
 from engine._warm import Call, WarmUnavailable, WarmWorkers, warm_workers
@@ -112,21 +111,6 @@ class LocalRunner:
             return _apply(blackboard, outputs)
 
 
-class _JobFailed(Exception):
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-def _short(e: BaseException) -> str:
-    text = str(e).strip()
-    for pattern in (r"(Python worker exited unexpectedly[^\n]*)", r"(PythonException:[^\n]*)", r"(\w+Error: [^\n]*)"):
-        m = re.search(pattern, text)
-        if m:
-            return m.group(1)[:500]
-    return (text.splitlines() or [type(e).__name__])[0][:500]
-
-
 _UNPLANNED = object()
 SWEEP_EVERY = 100  # jobs between collections of the py4j proxies finished jobs leave (_sweep)
 # Spark jobs of their own (not on warm workers) run since the last sweep, by every runner of
@@ -165,7 +149,7 @@ class SparkRunner:
         self._plans: dict[tuple[str, str], FramePlan | None] = {}
         self._plans_lock = threading.Lock()
         if frames:
-            _exclude_local_folding(spark)
+            exclude_local_folding(spark)
         self.batch_timeout = float(batch_timeout)
         # Isolating a hang costs a batch_timeout per halving step; past this many
         # seconds the instances not yet run fail (to be retried) so that a batch
@@ -208,7 +192,7 @@ class SparkRunner:
         in two batches in flight raises ``ValueError``.  The blackboard is
         only touched on the calling thread.
         """
-        pending: deque[_Batch] = deque()
+        pending: deque[Batch] = deque()
 
         def finish_until(left: int) -> Iterator[list[InstanceResult]]:
             while len(pending) > left:
@@ -255,7 +239,7 @@ class SparkRunner:
             self._plans[key] = plan
             return plan
 
-    def _start(self, workflow: Workflow, blackboard: Any, instances: list[list[str]], ids: set[str]) -> _Batch:
+    def _start(self, workflow: Workflow, blackboard: Any, instances: list[list[str]], ids: set[str]) -> Batch:
         """Export the batch and submit its job(s); the blackboard is read, not changed.
 
         ``ids`` are the batch's record IDs where the caller needs them (``run_stream``).
@@ -266,7 +250,7 @@ class SparkRunner:
         with frozen_heap():
             frame_rows, rest = plan.split(blackboard, pairs) if plan is not None else ([], pairs)
             rows = _inputs(blackboard, rest) if rest else []
-        batch = _Batch(rows, None, plan, frame_rows, None, ids)
+        batch = Batch(rows, None, plan, frame_rows, None, ids)
         if rows:
             batch.job = self._submit(workflow, rows, warm_ok=plan is None)
         if frame_rows:
@@ -286,20 +270,20 @@ class SparkRunner:
                 if added and self.warm is not None:
                     self.warm.park()  # tasks started before would not have the new files
 
-    def _finish(self, workflow: Workflow, blackboard: Any, batch: _Batch) -> list[InstanceResult]:
+    def _finish(self, workflow: Workflow, blackboard: Any, batch: Batch) -> list[InstanceResult]:
         started = time.perf_counter()
         outputs: list[InstanceOutput] = []
         if batch.job is not None:
             try:
                 outputs = self._collect(workflow, batch.rows, batch.job)
-            except _JobFailed as e:
-                outputs = self._isolate(workflow, batch.rows, e, _Budget(self.isolation_budget))
+            except JobFailed as e:
+                outputs = self._isolate(workflow, batch.rows, e, Budget(self.isolation_budget))
         framed: list[InstanceResult] = []
         if batch.frame_job is not None:
             assert batch.plan is not None
             try:
                 table = self._wait(batch.frame_job)
-            except _JobFailed as e:
+            except JobFailed as e:
                 log.warning("DataFrame job of %s failed (%s); running its %d instance(s) in the interpreter",
                             workflow.name, e.reason, len(batch.frame_rows), extra={"workflow": workflow.name})
                 outputs += self._interpret(workflow, blackboard, batch.frame_rows)
@@ -326,7 +310,7 @@ class SparkRunner:
         """Run frame rows' records in the interpreter job instead (one instance each)."""
         with frozen_heap():
             rows = _inputs(blackboard, [(index, [rid]) for index, rid, _ in frame_rows])
-        return self._run_rows(workflow, rows, _Budget(self.isolation_budget))
+        return self._run_rows(workflow, rows, Budget(self.isolation_budget))
 
     def _sweep(self) -> None:
         """Free the JVM objects of finished jobs (every ``SWEEP_EVERY`` jobs).
@@ -380,18 +364,18 @@ class SparkRunner:
                       .mapPartitions(touch).collect())
         return time.perf_counter() - started
 
-    def _run_rows(self, workflow: Workflow, rows: list[InstanceInput], budget: _Budget) -> list[InstanceOutput]:
+    def _run_rows(self, workflow: Workflow, rows: list[InstanceInput], budget: Budget) -> list[InstanceOutput]:
         if budget.spent():
             reason = (f"not run: isolating a failure in this batch took longer than "
                       f"{self.isolation_budget:g}s")
             return [InstanceOutput(r.index, False, reason, [], list(r.ids), None) for r in rows]
         try:
             return self._collect(workflow, rows, self._submit(workflow, rows))
-        except _JobFailed as e:
+        except JobFailed as e:
             return self._isolate(workflow, rows, e, budget)
 
-    def _isolate(self, workflow: Workflow, rows: list[InstanceInput], e: _JobFailed,
-                 budget: _Budget) -> list[InstanceOutput]:
+    def _isolate(self, workflow: Workflow, rows: list[InstanceInput], e: JobFailed,
+                 budget: Budget) -> list[InstanceOutput]:
         budget.start()
         if len(rows) == 1:
             index, ids = rows[0].index, rows[0].ids
@@ -403,7 +387,7 @@ class SparkRunner:
                     len(rows), workflow.name, e.reason, extra={"workflow": workflow.name})
         return self._run_rows(workflow, rows[:half], budget) + self._run_rows(workflow, rows[half:], budget)
 
-    def _submit(self, workflow: Workflow, rows: list[InstanceInput], warm_ok: bool = True) -> _Pending:
+    def _submit(self, workflow: Workflow, rows: list[InstanceInput], warm_ok: bool = True) -> Pending:
         """Start the interpreter job for ``rows`` on its own thread (the blackboard is not
         touched): on the warm workers unless ``warm_ok`` is false (a DataFrame job of the
         same batch will need the cores), else a job of its own."""
@@ -446,7 +430,7 @@ class SparkRunner:
         with self._parker.regular():
             return produce()
 
-    def _submit_frame(self, plan: FramePlan, rows: list[tuple[int, str, list[str | None]]]) -> _Pending:
+    def _submit_frame(self, plan: FramePlan, rows: list[tuple[int, str, list[str | None]]]) -> Pending:
         """Start the DataFrame job for ``rows`` on its own thread."""
         spark = self.spark
         with frozen_heap():
@@ -455,11 +439,11 @@ class SparkRunner:
                                lambda: plan.apply(spark.createDataFrame(table)).toArrow())
 
     def _start_job(self, workflow: Workflow, what: str, produce: Any,
-                   warm: tuple[WarmWorkers, Call] | None = None) -> _Pending:
+                   warm: tuple[WarmWorkers, Call] | None = None) -> Pending:
         """Run ``produce`` on a thread of its own, in a job group of its own (cancelled on
         a timeout; where ``produce`` runs a call on warm workers, that call is aborted)."""
         sc = self.spark.sparkContext
-        job = _Pending(f"chalk-{workflow.name}-{uuid.uuid4().hex[:12]}", warm=warm)
+        job = Pending(f"chalk-{workflow.name}-{uuid.uuid4().hex[:12]}", warm=warm)
         if warm is None:
             produce = functools.partial(self._regular, produce)
 
@@ -477,24 +461,24 @@ class SparkRunner:
         job.thread.start()
         return job
 
-    def _wait(self, job: _Pending) -> Any:
+    def _wait(self, job: Pending) -> Any:
         """The job's Arrow table (waiting at most ``batch_timeout`` from its start)."""
         assert job.thread is not None
         job.thread.join(max(0.0, job.started + self.batch_timeout - time.monotonic()))
         if job.thread.is_alive():
             job.cancel(self.spark.sparkContext)
-            raise _JobFailed(f"batch timeout: the job ran longer than {self.batch_timeout:g}s and was cancelled")
+            raise JobFailed(f"batch timeout: the job ran longer than {self.batch_timeout:g}s and was cancelled")
         if "error" in job.box:
             e = job.box["error"]
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise e
-            raise _JobFailed(f"Spark task failed: {_short(e)}") from e
+            raise JobFailed(f"Spark task failed: {short_reason(e)}") from e
         result = job.box.get("table")
         if result is None:
             raise RunnerError("Spark job returned nothing")
         return result
 
-    def _collect(self, workflow: Workflow, rows: list[InstanceInput], job: _Pending) -> list[InstanceOutput]:
+    def _collect(self, workflow: Workflow, rows: list[InstanceInput], job: Pending) -> list[InstanceOutput]:
         """Wait for the interpreter ``job`` and decode its outputs."""
         result = self._wait(job)
         with frozen_heap():
@@ -503,127 +487,3 @@ class SparkRunner:
         if missing:
             raise RunnerError(f"Spark job lost instance(s) {sorted(missing)}")
         return outputs
-
-
-@dataclass
-class _Batch:
-    """A batch in flight: its interpreter part and its DataFrame part."""
-
-    rows: list[InstanceInput]
-    job: _Pending | None
-    plan: FramePlan | None
-    frame_rows: list[tuple[int, str, list[str | None]]]
-    frame_job: _Pending | None
-    ids: set[str]
-
-    def cancel(self, sc: Any) -> None:
-        for job in (self.job, self.frame_job):
-            if job is not None:
-                job.cancel(sc)
-
-
-@dataclass
-class _Pending:
-    """A submitted job: its group (for cancelling), thread and result box."""
-
-    group: str
-    box: dict[str, Any] = field(default_factory=dict)
-    thread: threading.Thread | None = None
-    started: float = 0.0
-    warm: tuple[WarmWorkers, Call] | None = None   # the job is this call on warm workers
-
-    def cancel(self, sc: Any) -> None:
-        if self.thread is not None and self.thread.is_alive():
-            if self.warm is not None:
-                workers, call = self.warm
-                workers.abort(call)
-            sc.cancelJobGroup(self.group)  # a job of its own (also where the warm ones fell back)
-            self.thread.join(30.0)
-
-
-class _Budget:
-    """The time one batch may spend isolating failures (starts at the first failure)."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.deadline = float("inf")
-
-    def start(self) -> None:
-        if self.deadline == float("inf"):
-            self.deadline = time.monotonic() + self.seconds
-
-    def spent(self) -> bool:
-        return time.monotonic() > self.deadline
-
-
-_LOCAL_JVM_OPTIONS = "-XX:+UseSerialGC"
-# Spark folds a projection over local data into the driver, single-threaded and
-# interpreted; a DataFrame job must run as tasks with generated code instead.
-_LOCAL_FOLDING = "org.apache.spark.sql.catalyst.optimizer.ConvertToLocalRelation"
-
-
-def _exclude_local_folding(spark: Any) -> None:
-    rules = [r.strip() for r in (spark.conf.get("spark.sql.optimizer.excludedRules", "") or "").split(",") if r.strip()]
-    if _LOCAL_FOLDING not in rules:
-        spark.conf.set("spark.sql.optimizer.excludedRules", ",".join([*rules, _LOCAL_FOLDING]))
-
-
-def _cores(master: str) -> int | None:
-    """The cores a local master runs on; None for a cluster (its executors' cores count)."""
-    m = re.fullmatch(r"local\[(\d+|\*)(?:,\s*\d+)?\]", master.strip())
-    if m and m.group(1) != "*":
-        return int(m.group(1))
-    if master.strip().startswith("local"):
-        return os.cpu_count() or 2
-    return None
-
-
-def spark_session(master: str = "local[*]", conf: dict[str, str] | None = None, *, app_name: str = "chalk") -> Any:
-    """A SparkSession for Chalk (get-or-create: one per process).
-
-    Sets ``PYSPARK_PYTHON``/``PYSPARK_DRIVER_PYTHON`` to this interpreter (so
-    workers find pyarrow and the project; ``conf["spark.pyspark.python"]``
-    names another one for executors, e.g. the path of the environment on
-    the worker hosts), and defaults that fit: on a local master parallelism
-    and shuffle partitions = cores (on a cluster Spark counts the executors'
-    cores), Arrow on, UI and console progress off, worker reuse on (pipelets
-    are configured once per worker).  ``conf`` overrides them.
-    """
-    # PySpark sends the driver's PYSPARK_PYTHON with every task as the
-    # executors' interpreter; an in-process driver never reads spark.pyspark.python.
-    os.environ["PYSPARK_PYTHON"] = (conf or {}).get("spark.pyspark.python") or sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    cores = _cores(master)
-    settings = {
-        "spark.sql.execution.arrow.pyspark.enabled": "true",
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        "spark.python.worker.reuse": "true",
-        "spark.sql.adaptive.enabled": "false",
-        # The JVM and its Python workers talk over a Unix socket: over TCP on
-        # loopback each Python job waited ~40 ms for its input (Nagle's
-        # algorithm against a delayed ACK), most of a small job's fixed cost.
-        "spark.python.unix.domain.socket.enabled": "true",
-    }
-    if cores is not None:
-        # A cluster's default parallelism is its executors' cores, which the
-        # runner reads per batch: the driver host's cores would leave the rest idle.
-        settings["spark.sql.shuffle.partitions"] = str(cores)
-        settings["spark.default.parallelism"] = str(cores)
-    if master.startswith("local"):
-        settings["spark.driver.bindAddress"] = "127.0.0.1"
-        settings["spark.driver.host"] = "127.0.0.1"
-        # The serial collector: the embedded JVM's heap is small and a parallel
-        # collector's threads would take cores from the Python workers.  The
-        # optimizing JIT stays on: pipelets' DataFrame forms run their regular
-        # expressions in the JVM (measured 1.4x the records/s of C1 alone).
-        settings["spark.driver.extraJavaOptions"] = _LOCAL_JVM_OPTIONS
-    settings.update(conf or {})
-    builder = SparkSession.builder.master(master).appName(app_name)
-    for key, value in settings.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(settings.get("spark.log.level", "WARN"))
-    return spark

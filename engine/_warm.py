@@ -43,6 +43,8 @@ this user can enter) and on TCP at ``spark.driver.host`` otherwise; a task
 proves itself with a secret its function carries.  Requests are pickled (the
 workflow goes once per worker and version); answers are not: a chunk's parts
 are framed as bytes, so nothing that connects can make the driver unpickle.
+This module is the driver's side; the task's side and the framing are in
+``engine._warm_task``.
 """
 
 from __future__ import annotations
@@ -61,7 +63,6 @@ import struct
 import tempfile
 import threading
 import time
-import traceback
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future, InvalidStateError
@@ -70,133 +71,25 @@ from contextlib import contextmanager
 from typing import Any
 
 from engine._specs import Workflow
-from engine._worker import Chunk, chunk_partition
+from engine._warm_task import (
+    CONNECT_TIMEOUT,
+    HELLO,
+    LENGTH,
+    SECRET_SIZE,
+    WorkerLost,
+    decode_answer,
+    recv,
+    send,
+    warm_task,
+)
+from engine._worker import Chunk
 
 __all__ = ["IDLE", "Call", "WarmUnavailable", "WarmWorkers", "WorkerLost", "warm_workers"]
 
 log = logging.getLogger(__name__)
 
 IDLE = 2.0               # seconds without a chunk before the tasks end (the cores go back)
-CONNECT_TIMEOUT = 30.0   # seconds the driver waits for the tasks to connect
-_SECRET = 32             # bytes
-_HELLO = struct.Struct("!iq")      # partition, pid
-_LENGTH = struct.Struct("!Q")
 
-
-class WorkerLost(RuntimeError):
-    """A warm worker's connection broke while it ran a chunk (the worker died or was
-    killed), or the warm workers stopped before a queued chunk ran."""
-
-
-# -- framing --------------------------------------------------------------------------
-
-def _send(sock: socket.socket, *parts: bytes) -> None:
-    sock.sendall(_LENGTH.pack(sum(map(len, parts))))
-    for part in parts:
-        sock.sendall(part)
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        k = sock.recv_into(view[got:], n - got)
-        if k == 0:
-            return None
-        got += k
-    return bytes(buf)
-
-
-def _recv(sock: socket.socket) -> bytes | None:
-    head = _recv_exact(sock, _LENGTH.size)
-    if head is None:
-        return None
-    return _recv_exact(sock, _LENGTH.unpack(head)[0])
-
-
-# An answer: b"C" + a chunk, b"N" (the partition had nothing to send back), or
-# b"E" + the text of an error the task raised.
-_U32 = struct.Struct("!I")
-_U64 = struct.Struct("!Q")
-
-
-def _encode_chunk(chunk: Chunk) -> list[bytes]:
-    meta, codec, size, data, blobs = chunk
-    parts = [b"C", _U32.pack(len(meta)), meta, _U32.pack(len(codec)), codec.encode(),
-             _U64.pack(size), _U64.pack(len(data)), data, _U32.pack(len(blobs))]
-    for blob in blobs:
-        parts += [_U64.pack(len(blob)), blob]
-    return parts
-
-
-def _decode_answer(frame: bytes) -> Chunk | None:
-    kind = frame[:1]
-    if kind == b"N":
-        return None
-    if kind == b"E":
-        raise RuntimeError(frame[1:].decode("utf-8", "replace"))
-    if kind != b"C":
-        raise WorkerLost(f"a warm worker answered with an unknown frame ({kind!r})")
-    view = memoryview(frame)
-    at = 1
-
-    def take(fmt: struct.Struct) -> int:
-        nonlocal at
-        (value,) = fmt.unpack_from(view, at)
-        at += fmt.size
-        return int(value)
-
-    def data(n: int) -> bytes:
-        nonlocal at
-        out = bytes(view[at:at + n])
-        at += n
-        return out
-
-    meta = data(take(_U32))
-    codec = data(take(_U32)).decode()
-    size = take(_U64)
-    block = data(take(_U64))
-    blobs = [data(take(_U64)) for _ in range(take(_U32))]
-    return (meta, codec, size, block, blobs)
-
-
-# -- the task's side (runs in a Spark Python worker) -----------------------------------
-
-def warm_task(address: Any, secret: bytes, partition: int, items: Iterator[Any]) -> Iterator[Any]:
-    """The warm job's ``mapPartitions`` body: connect to the driver, run chunks until it
-    closes the connection.  Yields nothing."""
-    for _ in items:  # the partition's one element
-        pass
-    family = socket.AF_UNIX if isinstance(address, str) else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.settimeout(CONNECT_TIMEOUT)
-    sock.connect(address)
-    sock.settimeout(None)
-    if family == socket.AF_INET:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    workflows: dict[tuple[str, str], Workflow] = {}
-    try:
-        _send(sock, secret, _HELLO.pack(partition, os.getpid()))
-        while True:
-            frame = _recv(sock)
-            if frame is None:
-                break
-            try:
-                key, workflow, chunk, compress = pickle.loads(frame)
-                if workflow is not None:  # every version it was sent: the driver counts on it
-                    workflows[key] = workflow
-                out = list(chunk_partition(workflows[key], [chunk], compress))
-                answer = _encode_chunk(out[0]) if out else [b"N"]
-            except Exception:
-                answer = [b"E", traceback.format_exc().encode()]
-            _send(sock, *answer)
-    finally:
-        sock.close()
-    return iter(())
-
-
-# -- the driver's side -----------------------------------------------------------------
 
 class WarmUnavailable(RuntimeError):
     """The warm workers could not be started (the runner submits a job of its own)."""
@@ -404,7 +297,7 @@ class WarmWorkers:
     def _try_start(self) -> _Generation:
         sc = self.spark.sparkContext
         server, address, tmpdir = self._listen()
-        secret = secrets.token_bytes(_SECRET)
+        secret = secrets.token_bytes(SECRET_SIZE)
         group = f"chalk-warm-{uuid.uuid4().hex[:12]}"
         n = self.slots
         box: dict[str, Any] = {}
@@ -505,7 +398,7 @@ class WarmWorkers:
     @staticmethod
     def _greet(conn: socket.socket, secret: bytes, deadline: float) -> _Slot | None:
         """The task's hello (a frame of a fixed size, read by ``deadline``), or None."""
-        size = _LENGTH.size + _SECRET + _HELLO.size
+        size = LENGTH.size + SECRET_SIZE + HELLO.size
         try:
             hello = b""
             while len(hello) < size:
@@ -517,11 +410,11 @@ class WarmWorkers:
                 if not part:
                     break
                 hello += part
-            if len(hello) != size or _LENGTH.unpack(hello[:_LENGTH.size])[0] != size - _LENGTH.size \
-                    or not hmac.compare_digest(hello[_LENGTH.size:_LENGTH.size + _SECRET], secret):
+            if len(hello) != size or LENGTH.unpack(hello[:LENGTH.size])[0] != size - LENGTH.size \
+                    or not hmac.compare_digest(hello[LENGTH.size:LENGTH.size + SECRET_SIZE], secret):
                 conn.close()
                 return None
-            partition, pid = _HELLO.unpack(hello[_LENGTH.size + _SECRET:])
+            partition, pid = HELLO.unpack(hello[LENGTH.size + SECRET_SIZE:])
             conn.settimeout(None)
             if conn.family == socket.AF_INET:
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -550,9 +443,9 @@ class WarmWorkers:
                     request.future.set_exception(e)
                     continue
                 try:
-                    _send(conn, payload)
+                    send(conn, payload)
                     slot.sent.add(key)
-                    frame = _recv(conn)
+                    frame = recv(conn)
                 except OSError:
                     frame = None
                 if frame is None:
@@ -562,7 +455,7 @@ class WarmWorkers:
                         f"(pid {slot.pid}) ended while it ran this chunk"))
                     return
                 try:
-                    request.future.set_result(_decode_answer(frame))
+                    request.future.set_result(decode_answer(frame))
                 except Exception as e:
                     request.future.set_exception(e)
         finally:

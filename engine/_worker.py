@@ -30,7 +30,8 @@ from typing import Any
 
 import orjson
 
-from engine._interpreter import Instance, Interpreter, State
+from engine._activities import run_workflow
+from engine._instances import Instance, State
 from engine._pipelets import configured_pipelet, configured_service
 from engine._specs import Workflow
 
@@ -226,7 +227,7 @@ def _run_group(workflow: Workflow, group: list[InstanceInput]) -> tuple[list[Ins
     for inp in group:
         bb.bind_instance(inp.index, inp.ids)
     instances = [Instance(key=inp.index, ids=list(inp.ids)) for inp in group]
-    Interpreter(bb, workflow, configured_pipelet, configured_service).run(instances)
+    run_workflow(bb, workflow, instances, configured_pipelet, configured_service)
 
     members: dict[Any, list[str]] = {}
     for rid in bb.ids():

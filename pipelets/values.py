@@ -7,7 +7,7 @@ from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any
 from urllib.parse import quote
 
-from blackboard import Blackboard, Literal
+from blackboard import Annotation, Blackboard, Literal
 from pipelets._base import Pipelet
 from pipelets._config import Settings
 from pipelets._frames import STRING, STRINGS, FrameIO, cached_column, frame_name
@@ -307,8 +307,11 @@ class SetAttributes(Pipelet):
     SMILA's ``bpel.pipelet.SimpleTestPipelet`` (its 2011 form copies its whole
     configuration into each record's metadata).  Values keep their shape: a
     ``rec:Val`` becomes one value, a ``rec:Seq`` several, a ``rec:Map`` a
-    sub-object; an attribute of that name is replaced.  Takes any parameter
-    names (they are the attributes).
+    sub-object; an attribute of that name is replaced.  A value that is an
+    :class:`~blackboard.Annotation` (a ``setAnnotations`` annotation with both
+    anonymous and named values) becomes the record's annotation of that name
+    instead, as SMILA's ``setAnnotations`` set it for the 2010 form, which
+    read it there.  Takes any parameter names (they are the attributes).
     """
 
     runs_in_service = True
@@ -318,12 +321,16 @@ class SetAttributes(Pipelet):
         for name, value in config.items():
             if not isinstance(name, str) or not name.strip():
                 raise Settings(type(self).__name__, config).error(str(name), "is not an attribute name")
-            _check_value(type(self).__name__, name, value)
-        self.values = dict(config)
+            if not isinstance(value, Annotation):
+                _check_value(type(self).__name__, name, value)
+        self.values = {k: v for k, v in config.items() if not isinstance(v, Annotation)}
+        self.annotations = {k: v for k, v in config.items() if isinstance(v, Annotation)}
 
     def process_record(self, blackboard: Blackboard, rid: str) -> None:
         if self.values:
             blackboard.set_attributes(rid, self.values)
+        for name, annotation in self.annotations.items():
+            blackboard.set_annotation(rid, None, name, annotation)
 
 
 def _check_value(owner: str, name: str, value: Any) -> None:

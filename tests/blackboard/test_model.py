@@ -31,6 +31,14 @@ def test_literal_and_annotation_equality_is_type_exact_and_hashable() -> None:
     assert hash(nested) == hash(Annotation(annotations={"n": (Annotation(["x"]),)}))
 
 
+def test_an_annotation_pickles_to_an_equal_one() -> None:
+    import pickle
+
+    ann = Annotation(["x", 1], {"k": True}, {"n": [Annotation(named={"m": 2.5})]})
+    again = pickle.loads(pickle.dumps(ann))
+    assert again == ann and hash(again) == hash(ann) and again.annotations == ann.annotations
+
+
 def test_values_are_immutable() -> None:
     with pytest.raises(AttributeError):
         Literal(1).value = 2  # type: ignore[misc]

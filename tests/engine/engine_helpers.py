@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,9 @@ from blackboard import Blackboard
 
 REPO = Path(__file__).resolve().parents[2]
 SMILA_DIR = REPO / ".." / "shared" / "smila-workflows"
+# Chansonnier's SMILA pipelines: fetched from github.com/giorgiosironi/Chansonnier, kept outside
+# the repository (one folder per SMILA bundle).
+CHANSONNIER_DIR = Path(os.environ.get("CHALK_CHANSONNIER_DIR") or REPO.parent / "corpora" / "chansonnier")
 VALID_DIR = REPO / "tests" / "workflows" / "valid"
 INVALID_DIR = REPO / "tests" / "workflows" / "invalid"
 
@@ -38,3 +42,9 @@ def records(bb: Blackboard, spec: dict[str, dict[str, Any]]) -> None:
 def snapshot(bb: Blackboard, ids: list[str] | None = None) -> dict[str, Any]:
     """Every record's attributes on ``bb`` (for comparisons)."""
     return {rid: bb.get_attributes(rid) for rid in sorted(ids if ids is not None else bb.ids())}
+
+
+def unknown_class_error(error: str) -> bool:
+    """Whether a load error is an unmapped pipelet class, service or partner service."""
+    return (" unknown pipelet class " in error or " unknown service " in error
+            or " unknown partner service " in error)

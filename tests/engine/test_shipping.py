@@ -14,7 +14,7 @@ import pytest
 from engine_helpers import BPEL_HEADER
 
 from engine import load_workflow
-from engine._runner import _cores
+from engine._session import _cores
 from engine._shipping import _zip, local_modules
 from engine._worker import working_directory
 

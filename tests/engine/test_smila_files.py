@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_helpers import SMILA_DIR, records, snapshot
+from engine_helpers import SMILA_DIR, records, snapshot, unknown_class_error
 
 from blackboard import Blackboard
 from engine import LocalRunner, SparkRunner, WorkflowDefinitionError, load_workflow, validate_tree
@@ -80,11 +80,6 @@ TYPO_FILE = "org.eclipse.smila.integration.helloworld/addpipeline.bpel"
 TYPO_LINES = [37, 63, 68]
 
 
-def _unknown_error(error: str) -> bool:
-    return (" unknown pipelet class " in error or " unknown service " in error
-            or " unknown partner service " in error)
-
-
 @pytest.fixture(scope="module")
 def corpus_report() -> Any:
     return validate_tree(SMILA_DIR)
@@ -99,8 +94,8 @@ def test_the_expectations_name_every_file_of_the_corpus() -> None:
 def test_each_file_loads_with_only_unmapped_java_classes_left(corpus_report: Any, name: str) -> None:
     path = str(SMILA_DIR / name)
     (entry,) = [f for f in corpus_report.files if f.path == path]
-    unknown = [e for e in entry.errors if _unknown_error(e)]
-    others = [e for e in entry.errors if not _unknown_error(e)]
+    unknown = [e for e in entry.errors if unknown_class_error(e)]
+    others = [e for e in entry.errors if not unknown_class_error(e)]
     assert len(unknown) == UNKNOWN_PER_FILE[name] == len(entry.unknown), entry.errors
     if name == TYPO_FILE:
         assert [int(e.split(":")[1]) for e in others] == TYPO_LINES

@@ -46,6 +46,38 @@ def test_set_annotations_with_named_values_become_a_map(make_workflow: Any) -> N
     assert bb.get_attributes("a") == {"indexed": "docs:ADD"}
 
 
+@pytest.mark.spark
+def test_set_annotations_with_anonymous_and_named_values_become_an_annotation(make_workflow: Any,
+                                                                            spark: Any) -> None:
+    from blackboard import Annotation
+
+    wf = make_workflow("""
+        <extensionActivity><proc:invokePipelet name="any">
+          <proc:pipelet class="tests.engine._pipelets.StandIn"/>
+          <proc:setAnnotations>
+            <rec:An n="settings"><rec:V>a</rec:V><rec:V n="b">c</rec:V>
+              <rec:An n="inner"><rec:V>d</rec:V></rec:An></rec:An>
+            <rec:An n="plain"><rec:V n="e">f</rec:V><rec:An n="mixed"><rec:V>g</rec:V><rec:V n="h">i</rec:V></rec:An>
+            </rec:An>
+          </proc:setAnnotations>
+        </proc:invokePipelet></extensionActivity>""")
+    settings = Annotation(["a"], {"b": "c"}, {"inner": [Annotation(["d"])]})
+    (invoke,) = wf.pipelets()
+    assert invoke.config == {"settings": settings, "plain": {"e": "f", "mixed": Annotation(["g"], {"h": "i"})}}
+    wf = make_workflow("""
+        <extensionActivity><proc:invokePipelet name="set">
+          <proc:pipelet class="org.eclipse.smila.processing.bpel.pipelet.SimpleTestPipelet"/>
+          <proc:setAnnotations><rec:An n="settings"><rec:V>a</rec:V><rec:V n="b">c</rec:V>
+            <rec:An n="inner"><rec:V>d</rec:V></rec:An></rec:An></proc:setAnnotations>
+        </proc:invokePipelet></extensionActivity>""", name="Runs")
+    for runner in (LocalRunner(), SparkRunner(spark)):  # the configuration travels to Spark's workers
+        bb = Blackboard.local()
+        records(bb, {"r": {"x": 1}, "s": {}})
+        assert all(r.ok for r in runner.run(wf, bb, [["r"], ["s"]]))
+        assert [bb.get_annotation(rid, None, "settings") for rid in ("r", "s")] == [settings, settings]
+        assert bb.get_attributes("r") == {"x": 1}
+
+
 def test_an_unmapped_service_is_reported_with_where_to_map_it(make_workflow: Any) -> None:
     with pytest.raises(WorkflowDefinitionError) as info:
         make_workflow(service("NoSuchService", ""))
