@@ -28,8 +28,8 @@ adds and this has not: Spark isolation, a job log, retries, dead letters,
 routing rules, metrics.
 
 As a benchmark (:func:`measure`): the messages are published to a fresh queue,
-then the consumer runs in a process of its own (a fresh interpreter, as a user's
-would be) until it has acked them all; records/s and the CPU per message of its
+then the consumer runs in a process of its own (a fresh interpreter that imports
+only this module, as a user's would be) until it has acked them all; records/s and the CPU per message of its
 process and of the RabbitMQ node over that time.
 
 Run: ``.venv/bin/python bench/bench_handwritten.py --messages 50000
@@ -41,8 +41,9 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import multiprocessing
 import re
+import selectors
+import subprocess
 import sys
 import tempfile
 import time
@@ -348,29 +349,42 @@ def delete_queues(url: str, *queues: str, tries: int = 3) -> None:
                     time.sleep(2.0)
 
 
-def _measured(pipe: Any, url: str, queue: str, out: str, db: str, messages: int, batch: int,
-              work: str) -> None:
-    """The consumer's process: ready once connected, consume on "go", send the figures."""
-    def ready() -> None:
-        pipe.send("ready")
-        pipe.recv()
+def serve(config: str) -> None:
+    """The measured consumer's process (``config``: JSON of :class:`Consumer`'s arguments):
+    "ready" on stdout once connected, consume on a line on stdin, the figures as JSON."""
+    kwargs = json.loads(config)
 
-    c = Consumer(url, queue, out, db, batch=batch, work=work, messages=messages, on_ready=ready)
+    def ready() -> None:
+        print("ready", flush=True)
+        sys.stdin.readline()
+
+    c = Consumer(**kwargs, on_ready=ready)
     try:
         c.run()
-    except BaseException as e:
-        pipe.send({"error": repr(e)})
+    except Exception as e:
+        print(json.dumps({"error": repr(e)}), flush=True)
         raise
-    pipe.send({"seconds": c.finished - c.started, "cpu": c.cpu_finished - c.cpu_started,
-               "acked": c.acked, "published": c.published})
+    print(json.dumps({"seconds": c.finished - c.started, "cpu": c.cpu_finished - c.cpu_started,
+                      "acked": c.acked, "published": c.published}), flush=True)
+
+
+def _line(process: subprocess.Popen[str], timeout: float, what: str) -> str:
+    assert process.stdout is not None
+    with selectors.DefaultSelector() as waiting:
+        waiting.register(process.stdout, selectors.EVENT_READ)
+        line = process.stdout.readline() if waiting.select(timeout) else ""
+    if not line:
+        raise RuntimeError(f"the hand-written consumer {what} (exit code {process.poll()})")
+    return line
 
 
 def measure(url: str, messages: int, per_message: int = 1, *, queue_type: str = "quorum",
             db: str | Path | None = None, first: int = 0, batch: int = 500,
             work: str = "text") -> dict[str, Any]:
     """One pass: ``messages`` messages of ``per_message`` records (numbered from ``first``)
-    published, then consumed by the hand-written consumer in a process of its own.
-    ``db``: a SQLite file kept across passes (default: a new one)."""
+    published, then consumed by the hand-written consumer in a process of its own (a
+    fresh interpreter importing only this module).  ``db``: a SQLite file kept across
+    passes (default: a new one)."""
     tag = uuid.uuid4().hex[:6]
     src, dst = f"bench.{tag}.hand.in", f"bench.{tag}.hand.out"
     db = db or Path(tempfile.mkdtemp(prefix="chalk-hand-")) / "hand.db"
@@ -378,25 +392,29 @@ def measure(url: str, messages: int, per_message: int = 1, *, queue_type: str = 
     try:
         publish_backlog(url, src, [body_for(first + i * per_message, per_message=per_message)
                                    for i in range(messages)], f"h{tag}")
-        ctx = multiprocessing.get_context("spawn")
-        parent, child = ctx.Pipe()
-        process = ctx.Process(target=_measured, daemon=True,
-                              args=(child, url, src, dst, str(db), messages, batch, work))
-        process.start()
+        config = json.dumps({"url": url, "queue": src, "out": dst, "db": str(db),
+                             "messages": messages, "batch": batch, "work": work})
+        here = str(Path(__file__).resolve().parent)
+        process = subprocess.Popen(
+            [sys.executable, "-c", f"import sys; sys.path.insert(0, {here!r}); "
+             "import bench_handwritten; bench_handwritten.serve(sys.argv[1])", config],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         rabbit = broker_pid(url)
         try:
-            if not parent.poll(120) or parent.recv() != "ready":
-                raise RuntimeError("the hand-written consumer did not start")
+            if _line(process, 120, "did not start").strip() != "ready":
+                raise RuntimeError("the hand-written consumer said something else than ready")
             before = cpu_seconds(rabbit)
-            parent.send("go")
-            if not parent.poll(3600):
-                raise RuntimeError("the hand-written consumer did not finish")
-            result = parent.recv()
+            assert process.stdin is not None
+            process.stdin.write("go\n")
+            process.stdin.flush()
+            result = json.loads(_line(process, 3600, "did not finish"))
             after = cpu_seconds(rabbit)
         finally:
-            process.join(timeout=60)
-            if process.is_alive():
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
                 process.kill()
+                process.wait()
         if "error" in result:
             raise RuntimeError(f"the hand-written consumer failed: {result['error']}")
         routed = depth(url, dst)

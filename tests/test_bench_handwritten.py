@@ -152,3 +152,10 @@ def test_exactly_once_in_effect_across_kill_9(amqp_queues: Any, tmp_path: Path) 
     assert len(by_id) == n * per                    # every record routed; repeats keep their ID
     assert set(by_id) == {f"m{i // per}/r{i}" for i in range(n * per)}
     assert hand.depth(url, src) == 0
+
+
+def test_measure_runs_the_consumer_in_a_process_of_its_own(broker_url: str, tmp_path: Path) -> None:
+    one = hand.measure(broker_url, 300, 2, db=tmp_path / "hand.db")
+    assert (one["messages"], one["records"]) == (300, 600)
+    assert one["rate"] > 0 and one["cpu_us"]["hand-written"] > 0
+    assert len(stored(tmp_path / "hand.db")) == 600
