@@ -1,0 +1,469 @@
+"""The hand-written baseline: what a careful user writes with pika and SQLAlchemy Core.
+
+No framework, no Spark, one process, one thread (:class:`Consumer`):
+
+* a ``SelectConnection`` consumer on a quorum queue, prefetch 4 × batch;
+* per batch (up to 500 messages, or what arrived once 20 ms passed without a
+  message), one SQLite transaction (WAL): the messages whose IDs the inbox table
+  already holds are dropped, the records' JSON loaded with one ``SELECT … IN``,
+  each message's attributes written over its records, the bench's three steps
+  run on each record, the records written back (``executemany`` upsert) and the
+  inbox rows inserted;
+* then one persistent outgoing message per record to a quorum queue with
+  publisher confirms, and the inputs acked (``multiple=True``) once the broker
+  has confirmed every outgoing message of their batch.
+
+The three steps are those of bench_listener's Python pipelets (``--pipelets
+user``): the text's whitespace collapsed and lowercased, its words counted, its
+SHA-256 taken; ``words`` (and ``sent``, for latency) go out, as the bench's
+router rule copies them.  ``--work counters`` adds 1 to three counters instead
+(the tests count with it).
+
+Exactly once in effect under kill -9, like Chalk: the inbox row commits with the
+records, so a redelivered message changes nothing.  The row also keeps the
+message's outgoing records, which go out again, with the same message IDs, when
+the input comes back: a crash between the commit and the confirms loses no
+output (a consumer downstream drops the repeats by message ID).  What Chalk
+adds and this has not: Spark isolation, a job log, retries, dead letters,
+routing rules, metrics.
+
+As a benchmark (:func:`measure`): the messages are published to a fresh queue,
+then the consumer runs in a process of its own (a fresh interpreter that imports
+only this module, as a user's would be) until it has acked them all; records/s and the CPU per message of its
+process and of the RabbitMQ node over that time.
+
+Run: ``.venv/bin/python bench/bench_handwritten.py --messages 50000
+--records-per-message 1`` (``--runs 3`` for medians; ``--json FILE``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import selectors
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pika
+from _measure import broker_pid, cpu_seconds, machine, median
+from sqlalchemy import (
+    Column,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    create_engine,
+    event,
+    select,
+)
+from sqlalchemy.dialects.sqlite import insert
+
+metadata = MetaData()
+records = Table("records", metadata, Column("id", String, primary_key=True),
+                Column("data", Text, nullable=False))
+inbox = Table("inbox", metadata, Column("message_id", String, primary_key=True),
+              Column("outgoing", LargeBinary, nullable=False))  # the message's outgoing records
+
+_SPACE = re.compile(r"\s+")
+
+
+def three_steps(doc: dict[str, Any]) -> None:
+    """What the bench's three Python pipelets do to a record."""
+    text = _SPACE.sub(" ", doc.get("text", "")).strip().lower()
+    doc["text"] = text
+    doc["words"] = len(text.split())
+    doc["hash"] = hashlib.sha256(text.encode()).hexdigest()
+
+
+def three_counters(doc: dict[str, Any]) -> None:
+    for key in ("n1", "n2", "n3"):
+        doc[key] = doc.get(key, 0) + 1
+
+
+# work → (what it does to a record, the attributes its outgoing message carries)
+WORK: dict[str, tuple[Callable[[dict[str, Any]], None], tuple[str, ...]]] = {
+    "text": (three_steps, ("words", "sent")),
+    "counters": (three_counters, ("n1", "n2", "n3")),
+}
+
+
+def open_store(path: str | Path) -> Any:
+    """A SQLite engine in WAL mode whose transactions are real ones (pysqlite would
+    start them only at the first write) and take the write lock at once."""
+    engine = create_engine(f"sqlite:///{path}")
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi: Any, _record: Any) -> None:
+        dbapi.isolation_level = None
+        dbapi.execute("PRAGMA journal_mode=WAL")
+        dbapi.execute("PRAGMA synchronous=NORMAL")
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    metadata.create_all(engine)
+    return engine
+
+
+class Consumer:
+    """Consumes ``queue`` until ``messages`` inputs are acked, or until nothing has
+    arrived for ``idle_exit`` seconds and nothing is outstanding."""
+
+    def __init__(self, url: str, queue: str, out: str, db: str | Path, *, batch: int = 500,
+                 idle: float = 0.02, work: str = "text", messages: int | None = None,
+                 idle_exit: float | None = None, on_ready: Callable[[], None] | None = None):
+        self.url, self.queue, self.out, self.batch, self.idle = url, queue, out, batch, idle
+        self.work, self.routed = WORK[work]
+        self.messages, self.idle_exit, self.on_ready = messages, idle_exit, on_ready
+        self.engine = open_store(db)
+        upsert = insert(records)
+        self.upsert = upsert.on_conflict_do_update(index_elements=[records.c.id],
+                                                   set_={"data": upsert.excluded.data})
+        self.pending: list[tuple[int, str, bytes]] = []  # (delivery tag, message ID, body)
+        self.unacked: deque[tuple[int, int, int]] = deque()  # (last publish seq, last tag, count)
+        self.published = self.confirmed = self.acked = 0
+        self.early: set[int] = set()                      # single confirms past ``confirmed``
+        self.timer: Any = None
+        self.last = time.monotonic()
+        self.error: BaseException | None = None
+        self.closing = False
+        self.started = self.finished = self.cpu_started = self.cpu_finished = 0.0
+
+    def run(self) -> Consumer:
+        self.conn = pika.SelectConnection(pika.URLParameters(self.url), on_open_callback=self._opened,
+                                          on_open_error_callback=self._closed,
+                                          on_close_callback=self._closed)
+        self.conn.ioloop.start()
+        if self.error is not None:
+            raise RuntimeError(f"consumer stopped: {self.error!r}") from self.error
+        return self
+
+    def _opened(self, conn: Any) -> None:
+        conn.channel(on_open_callback=self._channel)
+
+    def _channel(self, ch: Any) -> None:
+        self.ch = ch
+        ch.add_on_close_callback(lambda _ch, reason: self._stop(reason))
+        ch.confirm_delivery(self._confirmed)
+        ch.basic_qos(prefetch_count=4 * self.batch, callback=self._consume)
+
+    def _consume(self, _frame: Any) -> None:
+        if self.on_ready is not None:
+            self.on_ready()
+        self.started, self.cpu_started = time.perf_counter(), time.process_time()
+        self.last = time.monotonic()
+        self.ch.basic_consume(self.queue, self._message)
+        if self.idle_exit is not None:
+            self.conn.ioloop.call_later(0.1, self._check_idle)
+
+    def _message(self, _ch: Any, method: Any, props: Any, body: bytes) -> None:
+        mid = props.message_id or hashlib.sha256(body).hexdigest()
+        self.pending.append((method.delivery_tag, mid, body))
+        self.last = time.monotonic()
+        if len(self.pending) >= self.batch:
+            self._flush()
+        elif self.timer is None:
+            self.timer = self.conn.ioloop.call_later(self.idle, self._idle)
+
+    def _idle(self) -> None:
+        self.timer = None
+        wait = self.last + self.idle - time.monotonic()
+        if self.pending and wait > 0.001:
+            self.timer = self.conn.ioloop.call_later(wait, self._idle)
+        elif self.pending:
+            self._flush()
+
+    def _flush(self) -> None:
+        batch, self.pending = self.pending, []
+        for mid, outgoing in self._commit(batch).items():
+            for record in outgoing:
+                self.ch.basic_publish("", self.out, orjson.dumps({"records": [record]}),
+                                      pika.BasicProperties(delivery_mode=2,
+                                                           message_id=f"{mid}/{record['id']}"))
+                self.published += 1
+        self.unacked.append((self.published, batch[-1][0], len(batch)))
+        self._ack()
+
+    def _commit(self, batch: list[tuple[int, str, bytes]]) -> dict[str, list[dict[str, Any]]]:
+        """One transaction: the batch's new messages applied and in the inbox; returns
+        every message's outgoing records (kept ones for messages seen before)."""
+        outgoing: dict[str, list[dict[str, Any]]] = {}
+        with self.engine.begin() as db:
+            seen = dict(db.execute(select(inbox.c.message_id, inbox.c.outgoing)
+                                   .where(inbox.c.message_id.in_([m for _, m, _ in batch]))).all())
+            fresh: dict[str, list[dict[str, Any]]] = {}
+            for _tag, mid, body in batch:
+                if mid in seen:
+                    outgoing[mid] = orjson.loads(seen[mid])
+                elif mid not in fresh:
+                    message = orjson.loads(body)
+                    fresh[mid] = message["records"] if "records" in message else [message]
+            ids = list({r["id"]: None for recs in fresh.values() for r in recs})
+            stored: dict[str, str] = {}
+            for start in range(0, len(ids), 30_000):  # SQLite takes at most 32,766 parameters
+                stored.update(db.execute(select(records.c.id, records.c.data)
+                                         .where(records.c.id.in_(ids[start:start + 30_000]))).all())
+            docs: dict[str, dict[str, Any]] = {}
+            rows = []
+            for mid, recs in fresh.items():
+                out = []
+                for r in recs:
+                    doc = docs.get(r["id"])
+                    if doc is None:
+                        doc = docs[r["id"]] = orjson.loads(stored.get(r["id"], "{}"))
+                    doc.update(r.get("attributes") or {})
+                    self.work(doc)
+                    out.append({"id": r["id"], "attributes": {k: doc[k] for k in self.routed if k in doc}})
+                outgoing[mid] = out
+                rows.append({"message_id": mid, "outgoing": orjson.dumps(out)})
+            if rows:
+                db.execute(self.upsert, [{"id": i, "data": orjson.dumps(d).decode()}
+                                         for i, d in docs.items()])
+                db.execute(inbox.insert(), rows)
+        return outgoing
+
+    def _confirmed(self, frame: Any) -> None:
+        m = frame.method
+        if isinstance(m, pika.spec.Basic.Nack):  # the inputs go back; their outputs go again
+            self._stop(RuntimeError(f"the broker refused outgoing message #{m.delivery_tag}"))
+            return
+        if m.multiple:
+            self.confirmed = max(self.confirmed, m.delivery_tag)
+            self.early = {t for t in self.early if t > self.confirmed}
+        else:
+            self.early.add(m.delivery_tag)
+        while self.confirmed + 1 in self.early:
+            self.confirmed += 1
+            self.early.discard(self.confirmed)
+        self._ack()
+
+    def _ack(self) -> None:
+        while self.unacked and self.unacked[0][0] <= self.confirmed:
+            _seq, tag, count = self.unacked.popleft()
+            self.ch.basic_ack(tag, multiple=True)
+            self.acked += count
+        if self.messages is not None and self.acked >= self.messages:
+            self._stop()
+
+    def _check_idle(self) -> None:
+        assert self.idle_exit is not None
+        if not self.pending and not self.unacked and time.monotonic() - self.last >= self.idle_exit:
+            self._stop()
+        elif not self.closing:
+            self.conn.ioloop.call_later(0.1, self._check_idle)
+
+    def _stop(self, error: BaseException | None = None) -> None:
+        if self.closing:
+            return
+        self.closing = True
+        self.error = error
+        self.finished, self.cpu_finished = time.perf_counter(), time.process_time()
+        if self.conn.is_open:
+            self.conn.close()
+        else:
+            self.conn.ioloop.stop()
+
+    def _closed(self, _conn: Any, reason: BaseException) -> None:
+        if not self.closing:
+            self.closing, self.error = True, reason
+        self.conn.ioloop.stop()
+
+
+# --- the benchmark around it --------------------------------------------------------
+
+
+def body_for(first: int, sent: float | None = None, per_message: int = 1) -> bytes:
+    """A message of ``per_message`` records numbered from ``first`` (bench_listener's)."""
+    recs: list[dict[str, Any]] = []
+    for i in range(first, first + per_message):
+        attributes: dict[str, Any] = {"text": f"  Some   TEXT number {i}  with words "}
+        if sent is not None:
+            attributes["sent"] = sent
+        recs.append({"id": f"b{i:07d}", "attributes": attributes})
+    return json.dumps({"records": recs}).encode()
+
+
+def declare(url: str, queue_type: str, *queues: str) -> None:
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    ch = conn.channel()
+    for queue in queues:
+        ch.queue_declare(queue, durable=True, arguments={"x-queue-type": queue_type})
+    conn.close()
+
+
+def depth(url: str, queue: str) -> int:
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    try:
+        return conn.channel().queue_declare(queue, passive=True).method.message_count
+    finally:
+        conn.close()
+
+
+def publish_backlog(url: str, queue: str, bodies: list[bytes], prefix: str,
+                    timeout: float = 300) -> None:
+    """Publish persistent messages (IDs ``prefix-N``) to an empty ``queue`` and wait until
+    it holds them all (quicker than waiting for a confirm per message)."""
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    ch = conn.channel()
+    for n, body in enumerate(bodies):
+        ch.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2,
+                                                               message_id=f"{prefix}-{n}"))
+    conn.close()
+    deadline = time.monotonic() + timeout
+    while depth(url, queue) < len(bodies):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{queue}: fewer than {len(bodies)} messages after {timeout} s")
+        time.sleep(0.05)
+
+
+def delete_queues(url: str, *queues: str, tries: int = 3) -> None:
+    """Delete the bench's queues.  RabbitMQ 3.10 sometimes fails the deletion of a quorum
+    queue just drained (its log's segment writer restarts: INTERNAL_ERROR); it is tried
+    again, and a queue left over only costs disk, so the figures stand."""
+    for queue in queues:
+        for attempt in range(1, tries + 1):
+            try:
+                conn = pika.BlockingConnection(pika.URLParameters(url))
+                try:
+                    conn.channel().queue_delete(queue)
+                finally:
+                    if conn.is_open:
+                        conn.close()
+                break
+            except pika.exceptions.AMQPError as e:
+                if attempt == tries:
+                    print(f"warning: queue {queue} not deleted: {e!r}", file=sys.stderr)
+                else:
+                    time.sleep(2.0)
+
+
+def serve(config: str) -> None:
+    """The measured consumer's process (``config``: JSON of :class:`Consumer`'s arguments):
+    "ready" on stdout once connected, consume on a line on stdin, the figures as JSON."""
+    kwargs = json.loads(config)
+
+    def ready() -> None:
+        print("ready", flush=True)
+        sys.stdin.readline()
+
+    c = Consumer(**kwargs, on_ready=ready)
+    try:
+        c.run()
+    except Exception as e:
+        print(json.dumps({"error": repr(e)}), flush=True)
+        raise
+    print(json.dumps({"seconds": c.finished - c.started, "cpu": c.cpu_finished - c.cpu_started,
+                      "acked": c.acked, "published": c.published}), flush=True)
+
+
+def _line(process: subprocess.Popen[str], timeout: float, what: str) -> str:
+    assert process.stdout is not None
+    with selectors.DefaultSelector() as waiting:
+        waiting.register(process.stdout, selectors.EVENT_READ)
+        line = process.stdout.readline() if waiting.select(timeout) else ""
+    if not line:
+        raise RuntimeError(f"the hand-written consumer {what} (exit code {process.poll()})")
+    return line
+
+
+def measure(url: str, messages: int, per_message: int = 1, *, queue_type: str = "quorum",
+            db: str | Path | None = None, first: int = 0, batch: int = 500,
+            work: str = "text") -> dict[str, Any]:
+    """One pass: ``messages`` messages of ``per_message`` records (numbered from ``first``)
+    published, then consumed by the hand-written consumer in a process of its own (a
+    fresh interpreter importing only this module).  ``db``: a SQLite file kept across
+    passes (default: a new one)."""
+    tag = uuid.uuid4().hex[:6]
+    src, dst = f"bench.{tag}.hand.in", f"bench.{tag}.hand.out"
+    db = db or Path(tempfile.mkdtemp(prefix="chalk-hand-")) / "hand.db"
+    declare(url, queue_type, src, dst)
+    try:
+        publish_backlog(url, src, [body_for(first + i * per_message, per_message=per_message)
+                                   for i in range(messages)], f"h{tag}")
+        config = json.dumps({"url": url, "queue": src, "out": dst, "db": str(db),
+                             "messages": messages, "batch": batch, "work": work})
+        here = str(Path(__file__).resolve().parent)
+        process = subprocess.Popen(
+            [sys.executable, "-c", f"import sys; sys.path.insert(0, {here!r}); "
+             "import bench_handwritten; bench_handwritten.serve(sys.argv[1])", config],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        rabbit = broker_pid(url)
+        try:
+            if _line(process, 120, "did not start").strip() != "ready":
+                raise RuntimeError("the hand-written consumer said something else than ready")
+            before = cpu_seconds(rabbit)
+            assert process.stdin is not None
+            process.stdin.write("go\n")
+            process.stdin.flush()
+            result = json.loads(_line(process, 3600, "did not finish"))
+            after = cpu_seconds(rabbit)
+        finally:
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if "error" in result:
+            raise RuntimeError(f"the hand-written consumer failed: {result['error']}")
+        routed = depth(url, dst)
+        if routed != messages * per_message:  # a baseline doing less work would be worthless
+            raise RuntimeError(f"{routed} outgoing messages for {messages * per_message} records")
+    finally:
+        delete_queues(url, src, dst)
+    n_records = messages * per_message
+    cpu = {"hand-written": result["cpu"] / messages * 1e6}
+    if rabbit is not None:
+        cpu["RabbitMQ"] = (after - before) / messages * 1e6
+    return {"messages": messages, "records": n_records, "per_message": per_message,
+            "seconds": result["seconds"], "rate": n_records / result["seconds"],
+            "message_rate": messages / result["seconds"], "cpu_us": cpu}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=50_000, help="messages per run")
+    parser.add_argument("--records-per-message", type=int, default=1, metavar="N")
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--batch", type=int, default=500, help="messages per transaction, at most")
+    parser.add_argument("--work", choices=sorted(WORK), default="text",
+                        help="text: the bench's three steps (default); counters: +1 on three counters")
+    parser.add_argument("--queue-type", choices=["quorum", "classic"], default="quorum")
+    parser.add_argument("--broker", default="amqp://guest:guest@127.0.0.1:5672/%2F")
+    parser.add_argument("--json", metavar="FILE", help="write every figure here")
+    args = parser.parse_args()
+    per = args.records_per_message
+    print(f"machine: {machine()}")
+    print(f"hand-written consumer: {args.messages:,} messages of {per} record(s), "
+          f"batches of ≤ {args.batch}, work {args.work}, {args.queue_type} queues", flush=True)
+    runs = []
+    for i in range(args.runs):
+        one = measure(args.broker, args.messages, per, queue_type=args.queue_type,
+                      batch=args.batch, work=args.work)
+        runs.append(one)
+        cpu = one["cpu_us"]
+        print(f"run {i + 1}: {one['rate']:,.0f} records/s ({one['message_rate']:,.0f} msg/s); "
+              f"CPU µs/message: " + ", ".join(f"{k} {v:.0f}" for k, v in cpu.items())
+              + f"; per record: {cpu['hand-written'] / per:.1f} in its process", flush=True)
+    if args.runs > 1:
+        print(f"median: {median([r['rate'] for r in runs]):,.0f} records/s; CPU µs/message "
+              f"in its process {median([r['cpu_us']['hand-written'] for r in runs]):.0f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"bench": "handwritten", "machine": machine(),
+                                               "runs": runs}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

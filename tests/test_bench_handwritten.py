@@ -1,0 +1,161 @@
+"""The hand-written baseline of bench_listener does all of its work, exactly once.
+
+A baseline that silently did less (dropped a record, skipped the inbox, acked
+before the confirms) would make every ratio against it worthless: these run it
+against the real broker and count.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pika
+import pytest
+from sqlalchemy import select
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))
+hand = importlib.import_module("bench_handwritten")
+
+pytestmark = [pytest.mark.broker, pytest.mark.slow]
+
+
+def publish(url: str, queue: str, messages: list[tuple[str, bytes]]) -> None:
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    ch = conn.channel()
+    ch.confirm_delivery()
+    for mid, body in messages:
+        ch.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2, message_id=mid))
+    conn.close()
+
+
+def drain(url: str, queue: str) -> list[tuple[str, dict[str, Any]]]:
+    """Every message in ``queue``: (message ID, body)."""
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    ch = conn.channel()
+    out = []
+    while True:
+        method, props, body = ch.basic_get(queue, auto_ack=True)
+        if method is None:
+            break
+        out.append((props.message_id, json.loads(body)))
+    conn.close()
+    return out
+
+
+def stored(db: Path) -> dict[str, dict[str, Any]]:
+    with hand.open_store(db).connect() as conn:
+        return {i: json.loads(d) for i, d in conn.execute(select(hand.records.c.id, hand.records.c.data))}
+
+
+def ids_message(first: int, per: int) -> bytes:
+    return json.dumps({"records": [{"id": f"r{i}"} for i in range(first, first + per)]}).encode()
+
+
+def queues(amqp_queues: Any) -> tuple[str, str]:
+    src, dst = amqp_queues("in"), amqp_queues("out")
+    hand.declare(amqp_queues.url, "quorum", src, dst)
+    return src, dst
+
+
+def test_every_record_counts_once_and_every_input_routes_once(amqp_queues: Any,
+                                                             tmp_path: Path) -> None:
+    url, db = amqp_queues.url, tmp_path / "hand.db"
+    src, dst = queues(amqp_queues)
+    with hand.open_store(db).begin() as conn:  # half the records stored before, at 5
+        conn.execute(hand.records.insert(), [{"id": f"r{i}", "data": json.dumps({"n1": 5, "n2": 5, "n3": 5})}
+                                             for i in range(0, 900, 2)])
+    messages = [(f"m{m}", ids_message(m * 3, 3)) for m in range(300)]
+    publish(url, src, messages + messages[:20])  # 20 delivered twice: the inbox drops them
+    c = hand.Consumer(url, src, dst, db, batch=64, work="counters", idle_exit=1.0).run()
+    assert c.acked == 320
+    records = stored(db)
+    assert len(records) == 900
+    for i in range(900):
+        start = 5 if i % 2 == 0 else 0
+        assert records[f"r{i}"] == {f"n{k}": start + 1 for k in (1, 2, 3)}, i
+    routed = drain(url, dst)
+    by_id = Counter(mid for mid, _body in routed)
+    assert len(by_id) == 900                        # one outgoing message per record …
+    assert {n for n in by_id.values()} <= {1, 2}    # … sent again only for the 20 repeats
+    assert sum(by_id.values()) == 900 + 20 * 3
+    assert hand.depth(url, src) == 0
+
+
+def test_the_steps_are_those_of_the_user_pipelets(amqp_queues: Any, tmp_path: Path) -> None:
+    url, db = amqp_queues.url, tmp_path / "hand.db"
+    src, dst = queues(amqp_queues)
+    publish(url, src, [(f"m{m}", hand.body_for(m * 4, sent=12.5, per_message=4)) for m in range(50)])
+    hand.Consumer(url, src, dst, db, work="text", messages=50).run()
+    records = stored(db)
+    assert len(records) == 200
+    text = "some text number 17 with words"  # "  Some   TEXT number 17  with words "
+    assert records["b0000017"] == {"text": text, "words": 6, "sent": 12.5,
+                                   "hash": hashlib.sha256(text.encode()).hexdigest()}
+    routed = drain(url, dst)
+    assert len(routed) == len({mid for mid, _ in routed}) == 200
+    assert ("m4/b0000017", {"records": [{"id": "b0000017", "attributes": {"words": 6, "sent": 12.5}}]}) in routed
+
+
+def test_a_message_committed_but_not_sent_sends_its_outgoing_ones_when_it_comes_back(
+        amqp_queues: Any, tmp_path: Path) -> None:
+    """The crash between the commit and the confirms: the inbox holds the message, the
+    output queue lacks its outgoing messages; its redelivery sends them, changes nothing."""
+    url, db = amqp_queues.url, tmp_path / "hand.db"
+    src, dst = queues(amqp_queues)
+    messages = [(f"m{m}", ids_message(m * 2, 2)) for m in range(100)]
+    publish(url, src, messages)
+    hand.Consumer(url, src, dst, db, work="counters", messages=100).run()
+    first = sorted(drain(url, dst))                 # the outputs "lost" with the crash
+    publish(url, src, messages)                     # the inputs, redelivered
+    hand.Consumer(url, src, dst, db, work="counters", messages=100).run()
+    assert sorted(drain(url, dst)) == first         # the same IDs and bodies, once more
+    assert all(r == {"n1": 1, "n2": 1, "n3": 1} for r in stored(db).values())
+
+
+@pytest.mark.chaos
+def test_exactly_once_in_effect_across_kill_9(amqp_queues: Any, tmp_path: Path) -> None:
+    url, db = amqp_queues.url, tmp_path / "hand.db"
+    src, dst = queues(amqp_queues)
+    n, per = 6000, 2
+    publish(url, src, [(f"m{m}", ids_message(m * per, per)) for m in range(n)])
+    script = (f"import sys; sys.path.insert(0, {str(BENCH)!r}); import bench_handwritten as h; "
+              f"h.Consumer({url!r}, {src!r}, {dst!r}, {str(db)!r}, batch=50, work='counters', "
+              f"idle_exit=float(sys.argv[1])).run()")
+    kills = 0
+    for share in (0.2, 0.5):                       # killed twice as it works, then let finish
+        child = subprocess.Popen([sys.executable, "-c", script, "60"])
+        deadline = time.monotonic() + 120
+        while hand.depth(url, dst) < share * n * per and child.poll() is None:
+            assert time.monotonic() < deadline, "no progress"
+            time.sleep(0.01)
+        if child.poll() is None:
+            os.kill(child.pid, signal.SIGKILL)
+            kills += 1
+        child.wait(timeout=30)
+    assert kills >= 1
+    subprocess.run([sys.executable, "-c", script, "1.5"], check=True, timeout=300)
+    records = stored(db)
+    assert len(records) == n * per
+    assert all(r == {"n1": 1, "n2": 1, "n3": 1} for r in records.values())
+    by_id = Counter(mid for mid, _body in drain(url, dst))
+    assert len(by_id) == n * per                    # every record routed; repeats keep their ID
+    assert set(by_id) == {f"m{i // per}/r{i}" for i in range(n * per)}
+    assert hand.depth(url, src) == 0
+
+
+def test_measure_runs_the_consumer_in_a_process_of_its_own(broker_url: str, tmp_path: Path) -> None:
+    one = hand.measure(broker_url, 300, 2, db=tmp_path / "hand.db")
+    assert (one["messages"], one["records"]) == (300, 600)
+    assert one["rate"] > 0 and one["cpu_us"]["hand-written"] > 0
+    assert len(stored(tmp_path / "hand.db")) == 600
