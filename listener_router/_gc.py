@@ -12,7 +12,7 @@ lists of records), so refcounting frees them; what does make cycles (py4j's
 proxies, exceptions with their frames) is little.  (An interpreter kept its
 activity table as bound methods, a cycle that held its blackboard and every
 record on it: 110,000 objects of garbage per 10 s at 1,000 msg/s, and a
-collection of 160-230 ms.  No longer: ``engine._interpreter._RUNNERS``.)  So the service turns
+collection of 160-230 ms.  No longer: ``engine._activities.RUNNERS``.)  So the service turns
 automatic collection off and collects everything (not what was alive at
 start: modules, Spark's proxies, the workflows, frozen out of every
 collection) on a schedule of its own, :data:`COLLECT_EVERY` seconds apart
