@@ -80,7 +80,7 @@ def push_records(settings: Settings, queue: str, records: Sequence[dict[str, Any
     rule = next((r for r in settings.listeners if r.queue == queue), ListenerRule(name="push", queue=queue))
 
     def prepare(conn: Any) -> None:
-        declare_input(conn, queue, settings, rule.backoff_ms)
+        declare_input(conn, queue, settings, rule.backoff_ms, single_active=bool(rule.ordered_by))
 
     link = AmqpLink(settings.broker_url, consume=(), prepare=prepare).start()
     sent = 0

@@ -29,6 +29,7 @@ from typing import Any, cast
 
 import engine
 from blackboard import SqlStore
+from listener_router import pipeline
 from listener_router._entry_points import plugin_classes
 from listener_router._gc import Collector, service_gc
 from listener_router._given import GivenSeams, HookListener
@@ -62,24 +63,8 @@ from listener_router.pipeline import (
     BatchObserver,
     BatchSizing,
     CommitExtension,
-    CommitStage,
-    Dispatcher,
-    ExecuteStage,
-    FinishStage,
-    GatherStage,
-    Holds,
-    InFlight,
-    InProcess,
-    Lane,
-    Loader,
-    Meter,
-    Observers,
     Runner,
-    Settlement,
     Stats,
-    WakeHeld,
-    make_lane,
-    prefetch_for,
 )
 from listener_router.store import ServiceStore, unavailable
 
@@ -129,18 +114,19 @@ class Service:
                        list(topology_listeners))
         self._given_plugins = [*([given] if given.any() else []), *plugins]
         self.plugins: list[Plugin] = []
-        self.observers = Observers()
+        self.observers = pipeline.Observers()
         self._sizing = sizing
         self._stopping = threading.Event()
         self._signals = 0
         self._started: list[_Part] = []
         self.link: Link | None = None
         self.store: ServiceStore | None = None
-        self.inflight: InFlight | None = None
+        self.inflight: pipeline.InFlight | None = None
         self.membership: Membership | None = None
         self.abandoned = 0                 # batches left running when run() returned
-        self._commit: CommitStage | None = None
-        self._finish: FinishStage | None = None
+        self.flow: pipeline.FlowWatch | None = None
+        self._commit: pipeline.CommitStage | None = None
+        self._finish: pipeline.FinishStage | None = None
         self._versions = PublishedVersions()
         self.collector: Collector | None = None   # while run() runs
 
@@ -166,6 +152,8 @@ class Service:
         yield _Part("membership", self._start_membership,
                     lambda: self.membership.stop() if self.membership else None)
         yield _Part("runs a crash interrupted", self._recover_runs)
+        yield _Part("flow control", self._watch_flow,
+                    lambda: self.flow.stop() if self.flow else None)
         for plugin in self.plugins:  # built above, in ``requires`` order
             yield _Part(f"plug-in {plugin.name}", plugin.start, plugin.stop)
 
@@ -254,23 +242,33 @@ class Service:
     def _open_inflight(self) -> None:
         assert self.store is not None
         lease = self.settings.lease_seconds
-        self.inflight = InFlight(functools.partial(self.store.renew_leases, owner=self.node,
+        self.inflight = pipeline.InFlight(functools.partial(self.store.renew_leases, owner=self.node,
                                                    lease_seconds=lease), lease / 3).start()
 
     def _open_link(self) -> None:
         s = self.settings
+        assert self.store is not None
         queues = self.listeners.queues
-        self.held = Holds(queues)
+        self.held = pipeline.Holds(queues)
         deliveries = DeliveriesByQueue(queues)
+        outputs = {q: pipeline.lane_outputs(s, self.listeners.for_queue(q)) for q in queues}
+        with unavailable():  # a paused lane's queue is not consumed from the start
+            paused = self.store.lanes.paused() & set(queues)
         link_class = ProcessLink if s.broker_process else AmqpLink
         link = self.link = link_class(
-            s.broker_url, prefetch=prefetch_for(s.listeners), consume=self.listeners.consumers(),
+            s.broker_url, prefetch=pipeline.prefetch_for(s.listeners), consume=self.listeners.consumers(),
             prepare=functools.partial(declare_all, settings=s, exchanges=plugin_exchanges(s)),
-            deliveries=deliveries).start()
-        self.lanes = [make_lane(queue, self.listeners.for_queue(queue),
+            deliveries=deliveries, paused=paused,
+            depth_of=[o for q in queues for o in outputs[q]
+                      if self.listeners.for_queue(q)[0].max_output_depth]).start()
+        self.lanes = [pipeline.make_lane(queue, self.listeners.for_queue(queue),
                                 deliveries.by_queue[queue], self.held.of(queue), link,
                                 sizing=self._sizing, local_below=s.local_below,
-                                observers=self.observers) for queue in queues]
+                                observers=self.observers, outputs=outputs[queue])
+                      for queue in queues]
+        for lane in self.lanes:
+            lane.paused = lane.queue in paused
+        self.cancelled = pipeline.Cancelled()
 
     def _open_finish(self) -> None:
         assert self.store is not None and self.link is not None
@@ -278,9 +276,9 @@ class Service:
             self.observers.add(self._sizing)
         for hook in hooked(self.plugins, "batch_finished"):
             self.observers.add(hook)
-        self.meter = Meter(self.stats)
-        self.loader = Loader(self.store, self.meter)
-        self._finish = FinishStage(
+        self.meter = pipeline.Meter(self.stats)
+        self.loader = pipeline.Loader(self.store, self.meter)
+        self._finish = pipeline.FinishStage(
             link=self.link, settings=self.settings, store=self.store, held=self.held,
             meter=self.meter, stats=self.stats, observers=self.observers,
             settle_messages=hooked(self.plugins, "settle_messages"), writer=self.node,
@@ -289,33 +287,38 @@ class Service:
     def _open_commit(self) -> None:
         s = self.settings
         assert self.store is not None and self.inflight is not None and self._finish is not None
-        settlement = Settlement(loader=self.loader, inflight=self.inflight, held=self.held,
-                                finish=self._finish, meter=self.meter)
-        commit = self._commit = CommitStage(router=Router(s.routers), store=self.store,
+        orders = {lane.queue: pipeline.Ordered(lane.queue, rule.ordered_by, self.store, self.inflight)
+                  for lane in self.lanes if (rule := lane.rules[0]).ordered_by}
+        settlement = pipeline.Settlement(loader=self.loader, inflight=self.inflight, held=self.held,
+                                finish=self._finish, meter=self.meter, orders=orders)
+        commit = self._commit = pipeline.CommitStage(router=Router(s.routers), store=self.store,
                                             loader=self.loader, settlement=settlement,
                                             meter=self.meter,
-                                            in_commit=hooked(self.plugins, "in_commit"))
-        self._in_process = InProcess(self.store, self.node)
-        self._execute = ExecuteStage(registry=self.registry, runner=self.runner,
+                                            in_commit=hooked(self.plugins, "in_commit"),
+                                            orders=orders, cancelled=self.cancelled)
+        self._in_process = pipeline.InProcess(self.store, self.node)
+        self._execute = pipeline.ExecuteStage(registry=self.registry, runner=self.runner,
                                      local_runner=self.local_runner, placement=None,
                                      batch_timeout=s.batch_timeout, loader=self.loader,
                                      commit=commit, settlement=settlement, meter=self.meter,
                                      in_process=self._in_process)
         for lane in self.lanes:
-            lane.gather = GatherStage(
+            lane.gather = pipeline.GatherStage(
                 link=self.link, deliveries=lane.deliveries,  # type: ignore[arg-type]
                 listeners=self.listeners, registry=self.registry, store=self.store,
                 loader=self.loader, inflight=self.inflight, held=lane.held,
                 gathering=lane.gathering, finish=self._finish, settlement=settlement,
                 meter=self.meter, owner=self.node, lease_seconds=s.lease_seconds,
-                stopping=self._stopping, name=f"chalk-gather-{lane.queue}")
-        self.dispatcher = Dispatcher(self.lanes, self._run_batch, slots=s.concurrent_batches)
+                stopping=self._stopping, name=f"chalk-gather-{lane.queue}",
+                cancelled=self.cancelled, ordered=orders.get(lane.queue))
+            lane.gather.set_paused(lane.paused)
+        self.dispatcher = pipeline.Dispatcher(self.lanes, self._run_batch, slots=s.concurrent_batches)
         assert self.store is not None
         self.membership = Membership(
             self.store, self.node, interval=s.heartbeat_seconds, ttl=s.ttl_seconds,
             properties={"version": _version(), "queues": list(self.listeners.queues),
                         "workflows": self.registry.names()},
-            listeners=[WakeHeld(self.held),
+            listeners=[pipeline.WakeHeld(self.held),
                        *(HookListener(h) for h in hooked(self.plugins, "topology_event"))],
             publish=self._finish.publish_orphans,
             on_view=hooked(self.plugins, "view_established"))
@@ -347,6 +350,13 @@ class Service:
     def _start_membership(self) -> None:
         assert self.membership is not None
         self.membership.start()
+
+    def _watch_flow(self) -> None:
+        """What operators set on the lanes (paused, cancelled, rates), read now and then
+        every second (``pipeline/_flow.py``)."""
+        assert self.store is not None
+        self.flow = pipeline.FlowWatch(self.store, self.lanes, self.cancelled, lambda: self.membership,
+                              self.dispatcher.wake).start()
 
     def _recover_runs(self) -> None:
         """Runs in this process that an earlier incarnation left (it died in them): their
@@ -451,7 +461,7 @@ class Service:
         if self.membership is not None:
             self.membership.advertise(workflows=self.registry.names())
 
-    def _run_batch(self, batch: Batch, lane: Lane) -> None:
+    def _run_batch(self, batch: Batch, lane: pipeline.Lane) -> None:
         self._execute.execute(batch, lane.placement)
 
     def publish_versions(self) -> None:

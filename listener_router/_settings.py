@@ -22,7 +22,7 @@ from listener_router._entry_points import plugin_classes
 from listener_router._errors import ConfigError
 from listener_router._keys import Key, Section, key_of, kind_of, rule_class, section_of, setting
 
-__all__ = ["CORE_SECTIONS", "DEFAULT_BROKER", "ListenerRule", "RouterRule", "Settings",
+__all__ = ["CORE_SECTIONS", "DEFAULT_BROKER", "LANE_KEYS", "ListenerRule", "RouterRule", "Settings",
            "configured", "default_features", "feature_sections", "rules_of", "settings_keys"]
 
 DEFAULT_BROKER = "amqp://guest:guest@localhost:5672/%2F"
@@ -82,6 +82,23 @@ class ListenerRule:
     create_missing: bool = setting(
         False, "a message naming a record with no attributes when no such record is stored "
         "creates it (false: the message is dead-lettered, 'record … does not exist')")
+    priority: int = setting(
+        0, "when lanes (queues) compete for the runner, a higher one goes first: each step up "
+        "gets twice the turns of the one below, so a lower lane is slowed, never starved")
+    rate_limit: float | None = setting(
+        None, "records per second the queue's messages are run at, at most, by the whole "
+        "cluster (each member takes its share); unset: no limit", minimum=0, positive=True)
+    ordered_by: str | None = setting(
+        None, "`record`, or a message header's name: two messages with the same key never run "
+        "at once and run in the order the queue delivered them, also across retries and "
+        "members (the queue gets a single active consumer); unset: no order")
+    max_output_depth: int | None = setting(
+        None, "the queue's lane takes no new batch while a queue its results are routed to "
+        "holds more ready messages than this (back-pressure); unset: no limit", minimum=1)
+
+    @property
+    def ordered_by_record(self) -> bool:
+        return self.ordered_by == "record"
 
 
 @dataclass(frozen=True)
@@ -240,8 +257,19 @@ class Settings:
             return (f"[node] ttl_seconds ({self.ttl_seconds:g}) must be more than "
                     f"heartbeat_seconds ({self.heartbeat_seconds:g}); three heartbeats or more "
                     "is safe")
+        for queue in dict.fromkeys(r.queue for r in self.listeners):
+            rules = [r for r in self.listeners if r.queue == queue]
+            for key in LANE_KEYS:
+                values = {getattr(r, key) for r in rules}
+                if len(values) > 1:
+                    return (f"[[listener]] rules on queue {queue!r} give {key} "
+                            f"{' and '.join(map(repr, sorted(values, key=repr)))}: it is the "
+                            "queue's (its lane's), one value for all of its rules")
         return None
 
+
+# A listener rule's keys that are its queue's (its lane's): every rule on a queue gives the same.
+LANE_KEYS = ("priority", "rate_limit", "ordered_by", "max_output_depth")
 
 _FIELDS = frozenset(f.name for f in dataclasses.fields(Settings))
 _dataclass_init = Settings.__init__

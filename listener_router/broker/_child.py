@@ -113,6 +113,10 @@ def _child(fd: int, parent: int) -> None:
                 link.reject_tags(command[1], requeue=command[2])
             elif kind == "cancel":
                 link.stop_consuming()
+            elif kind == "pause":
+                link.pause(command[1])
+            elif kind == "resume":
+                link.resume(command[1])
             elif kind == "stop":
                 break
     except (EOFError, OSError):  # the parent is gone: the broker redelivers what is unacked

@@ -79,10 +79,13 @@ class AmqpLink:
                  prepare: Callable[[pika.BlockingConnection], None] | None = None,
                  reconnect_max_delay: float = 10.0, first_generation: int = 0,
                  consume_arguments: Callable[[str], dict[str, Any]] | None = None,
-                 deliveries: Deliveries | None = None):
+                 deliveries: Deliveries | None = None, paused: Iterable[str] = (),
+                 depth_of: Sequence[str] = ()):
         self.url = url
         self.prefetch = prefetch
         self.queues = list(consume)
+        self.paused: set[str] = set(paused)   # queues not consumed until resumed
+        self.depth_of = [q for q in dict.fromkeys(depth_of) if q not in self.queues]
         self.prepare = prepare
         self.consume_arguments = consume_arguments
         self.reconnect_max_delay = reconnect_max_delay
@@ -102,7 +105,7 @@ class AmqpLink:
         self._conn: pika.SelectConnection | None = None
         self._consume_ch: Any = None
         self._publish_ch: Any = None
-        self._consumer_tags: list[str] = []
+        self._consumer_tags: dict[str, list[str]] = {}
         self._unacked: set[int] = set()
         self._seq = 0
         self._pending: dict[int, _Batch] = {}
@@ -170,6 +173,14 @@ class AmqpLink:
 
     def stop_consuming(self) -> None:
         self._call(self._cancel)
+
+    def pause(self, queue: str) -> None:
+        """Stop consuming ``queue`` (its unacked deliveries stay the caller's to settle)."""
+        self._call(lambda: self._pause(queue))
+
+    def resume(self, queue: str) -> None:
+        """Consume ``queue`` again."""
+        self._call(lambda: self._resume(queue))
 
     # -- I/O thread -------------------------------------------------------------
     def _run(self) -> None:
@@ -240,26 +251,50 @@ class AmqpLink:
     def _start_consuming(self) -> None:
         self.generation += 1
         self._unacked.clear()
-        self._consumer_tags = []
-        generation = self.generation
-        deliver = self._deliver
-        for name in self.queues:
-            def on_message(ch: Any, method: Any, props: Any, body: bytes, name: str = name) -> None:
-                self._unacked.add(method.delivery_tag)
-                deliver(generation, method.delivery_tag, name, body, props.message_id,
-                        dict(props.headers or {}), bool(method.redelivered),
-                        {"content_type": props.content_type, "timestamp": props.timestamp,
-                         "routing_key": method.routing_key, "exchange": method.exchange})
-            arguments = self.consume_arguments(name) if self.consume_arguments else None
-            self._consumer_tags.append(self._consume_ch.basic_consume(name, on_message,
-                                                                      arguments=arguments))
+        self._consumer_tags = {}
+        for name in dict.fromkeys(self.queues):
+            if name not in self.paused:
+                self._consume(name)
         self.last_error = None
         self.ready.set()
         self._state_changed(True)
-        log.info("connected to broker %s, consuming %s", self._safe_url(),
-                 ", ".join(self.queues) or "nothing")
-        if self.queues:
-            self._probe(generation)
+        consumed = [q for q in dict.fromkeys(self.queues) if q not in self.paused]
+        log.info("connected to broker %s, consuming %s%s", self._safe_url(),
+                 ", ".join(consumed) or "nothing",
+                 f" (paused: {', '.join(sorted(self.paused))})" if self.paused else "")
+        if self.queues or self.depth_of:
+            self._probe(self.generation)
+
+    def _consume(self, name: str) -> None:
+        """Start this queue's consumers (as many as it is listed in ``queues``)."""
+        generation = self.generation
+        deliver = self._deliver
+
+        def on_message(ch: Any, method: Any, props: Any, body: bytes) -> None:
+            self._unacked.add(method.delivery_tag)
+            deliver(generation, method.delivery_tag, name, body, props.message_id,
+                    dict(props.headers or {}), bool(method.redelivered),
+                    {"content_type": props.content_type, "timestamp": props.timestamp,
+                     "routing_key": method.routing_key, "exchange": method.exchange})
+
+        tags = self._consumer_tags.setdefault(name, [])
+        for _ in range(self.queues.count(name)):
+            arguments = self.consume_arguments(name) if self.consume_arguments else None
+            tags.append(self._consume_ch.basic_consume(name, on_message, arguments=arguments))
+
+    def _pause(self, queue: str) -> None:
+        self.paused.add(queue)
+        ch = self._consume_ch
+        for tag in self._consumer_tags.pop(queue, []):
+            if ch is not None and ch.is_open:
+                ch.basic_cancel(tag)
+
+    def _resume(self, queue: str) -> None:
+        self.paused.discard(queue)
+        ch = self._consume_ch
+        if queue in self.queues and queue not in self._consumer_tags and ch is not None \
+                and ch.is_open and self.ready.is_set():
+            self._consume(queue)
 
     # -- how many messages wait in the broker (I/O thread) -------------------------
     def _probe(self, generation: int) -> None:
@@ -275,8 +310,9 @@ class AmqpLink:
             self._probing = 0
             conn.channel(on_open_callback=self._on_probe_channel)
         elif not self._probing:
-            self._probing = len(self.queues)
-            for name in self.queues:
+            probed = [*dict.fromkeys(self.queues), *self.depth_of]
+            self._probing = len(probed)
+            for name in probed:
                 ch.queue_declare(name, passive=True,
                                  callback=functools.partial(self._on_depth, name))
         conn.ioloop.call_later(WAITING_EVERY, functools.partial(self._probe, generation))
@@ -389,10 +425,11 @@ class AmqpLink:
                 self._unacked.discard(tag)
 
     def _cancel(self) -> None:
-        for tag in self._consumer_tags:
-            if self._consume_ch is not None and self._consume_ch.is_open:
-                self._consume_ch.basic_cancel(tag)
-        self._consumer_tags = []
+        for tags in self._consumer_tags.values():
+            for tag in tags:
+                if self._consume_ch is not None and self._consume_ch.is_open:
+                    self._consume_ch.basic_cancel(tag)
+        self._consumer_tags = {}
 
     def _close(self) -> None:
         if self._conn is not None and (self._conn.is_open or self._conn.is_opening):

@@ -9,7 +9,7 @@ in a child process instead, which has an interpreter lock (and a core) of
 its own, and talks to it over a socket pair: one pickled message carries a
 whole batch of deliveries, publishes or acks.  It has the ``AmqpLink``
 surface the service uses (``deliveries``, ``ready``, ``generation``,
-``publish``, ``ack``, ``reject``, ``stop_consuming``, ``stop``).
+``publish``, ``ack``, ``reject``, ``stop_consuming``, ``pause``, ``resume``, ``stop``).
 
 Theory of operation.
 
@@ -62,10 +62,13 @@ class ProcessLink:
 
     def __init__(self, url: str, *, prefetch: int = 1000, consume: Sequence[str] = (),
                  prepare: Callable[[Any], None] | None = None,
-                 reconnect_max_delay: float = 10.0, deliveries: Deliveries | None = None):
+                 reconnect_max_delay: float = 10.0, deliveries: Deliveries | None = None,
+                 paused: Iterable[str] = (), depth_of: Sequence[str] = ()):
         self.url = url
+        self.paused: set[str] = set(paused)
         self._config = {"url": url, "prefetch": prefetch, "consume": list(consume),
-                        "prepare": prepare, "reconnect_max_delay": reconnect_max_delay}
+                        "prepare": prepare, "reconnect_max_delay": reconnect_max_delay,
+                        "paused": self.paused, "depth_of": list(depth_of)}
         self.reconnect_max_delay = reconnect_max_delay
         self.deliveries = Deliveries() if deliveries is None else deliveries
         self.ready = threading.Event()
@@ -149,6 +152,15 @@ class ProcessLink:
     def stop_consuming(self) -> None:
         self._send(("cancel",))
 
+    def pause(self, queue: str) -> None:
+        """Stop consuming ``queue`` (also after the child is started again)."""
+        self.paused.add(queue)
+        self._send(("pause", queue))
+
+    def resume(self, queue: str) -> None:
+        self.paused.discard(queue)
+        self._send(("resume", queue))
+
     # -- talking to the child ------------------------------------------------------------
     def _send(self, command: tuple[Any, ...]) -> bool:
         conn = self._conn
@@ -220,7 +232,8 @@ class ProcessLink:
         conn = Connection(ours.detach())
         self._conn = conn
         was_up = False
-        config = dict(self._config, first_generation=self._epoch * _EPOCH,
+        config = dict(self._config, paused=sorted(self.paused),
+                      first_generation=self._epoch * _EPOCH,
                       level=logging.getLogger().getEffectiveLevel())
         try:
             self._send(("config", config))

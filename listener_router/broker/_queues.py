@@ -78,12 +78,16 @@ class _Declarer:
 
 
 def declare_input(declarer: _Declarer | Any, queue: str, settings: Settings,
-                  backoff_ms: Iterable[int] = ()) -> None:
+                  backoff_ms: Iterable[int] = (), *, single_active: bool = False) -> None:
+    """Declare ``queue`` with its dead-letter and retry queues; ``single_active``: one
+    consumer of all takes its messages at a time (an ordered queue's)."""
     if not isinstance(declarer, _Declarer):  # a BlockingConnection
         declarer = _Declarer(declarer)
     kind = {"x-queue-type": settings.queue_type}
     args: dict[str, Any] = dict(kind, **{"x-dead-letter-exchange": "",
                                          "x-dead-letter-routing-key": dlq_name(queue)})
+    if single_active:
+        args["x-single-active-consumer"] = True
     if settings.queue_type == "quorum":
         args["x-delivery-limit"] = settings.delivery_limit
         # a message the broker dead-letters must arrive in Q.dlq even across restarts
@@ -116,7 +120,8 @@ def declare_all(connection: pika.BlockingConnection, settings: Settings,
     declarer = _Declarer(connection)
     inputs = list(settings.listeners if listeners is None else listeners)
     for rule in inputs:
-        declare_input(declarer, rule.queue, settings, rule.backoff_ms)
+        declare_input(declarer, rule.queue, settings, rule.backoff_ms,
+                      single_active=bool(rule.ordered_by))
     names = {rule.queue for rule in inputs}
     for router in settings.routers if routers is None else routers:
         if router.exchange and not router.exchange.startswith("amq."):

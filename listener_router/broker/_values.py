@@ -133,6 +133,10 @@ class Link(Protocol):
 
     def stop_consuming(self) -> None: ...
 
+    def pause(self, queue: str) -> None: ...
+
+    def resume(self, queue: str) -> None: ...
+
 
 class Deliveries(queue.Queue[Delivery]):
     """The queue deliveries arrive on; :meth:`get_batch` takes many under one lock,

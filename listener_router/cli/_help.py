@@ -35,6 +35,16 @@ HELP: dict[str, tuple[str, str]] = {
         "chalk process --workflow Demo --input records.jsonl --output out.jsonl\n"
         "chalk process --workflow Demo --input records.jsonl --local   # no Spark",
     ),
+    "queue": (
+        "Pause or resume a queue's lane on every member of the cluster, or list the lanes "
+        "with their flow control (priority, rate limit, order, back-pressure).  A paused lane "
+        "finishes its batches in flight and takes nothing new: its messages wait in "
+        "RabbitMQ, also across restarts, until it is resumed.",
+        "chalk queue list                         # every lane, paused or running\n"
+        "chalk queue pause orders.in --reason 'supplier API down'\n"
+        "chalk queue resume orders.in\n"
+        "chalk queue list --json                  # one JSON object per lane",
+    ),
     "validate": (
         "Check workflow files (one file, or every *.xml and *.bpel under a directory); "
         "prints each error as file:line: message and exits 1 when there is any.",
@@ -59,11 +69,18 @@ HELP: dict[str, tuple[str, str]] = {
     "jobs": (
         "The job log: each message's steps (received, each attempt, retried, dead-lettered, "
         "replayed, committed) and chalk process runs, oldest first, filtered by state, queue, "
-        "workflow, record, message and time; --follow then prints new entries as they come.",
+        "workflow, record, message and time; --follow then prints new entries as they come.  "
+        "chalk jobs cancel cancels messages (by ID, by record, or a scheduled job's tick) on "
+        "every member: one not yet run is acked without running, one in flight is failed "
+        "before its commit; the cancellation is kept, so neither a restart nor a redelivery "
+        "brings the message back.  chalk jobs uncancel withdraws it.",
         "chalk jobs\n"
         "chalk jobs --record doc-17               # every step of the messages naming doc-17\n"
         "chalk jobs --state dead,retrying --since 2h\n"
-        "chalk jobs --queue chalk.in --follow",
+        "chalk jobs --queue chalk.in --follow\n"
+        "chalk jobs cancel push:3f2a9c push:77b1e0   # these messages\n"
+        "chalk jobs cancel --record doc-17 --for 2h  # the messages naming doc-17, for 2 hours\n"
+        "chalk jobs cancel --schedule nightly --tick 2026-11-27T02:00:00Z   # one tick's messages",
     ),
     "schedules": (
         "List the scheduled jobs ([[schedule]] entries) with their queue, workflow, last run "

@@ -355,8 +355,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--records", type=int, default=1000, help="how many sample records (default 1000)")
     p.set_defaults(func=cmd_demo)
 
+    from listener_router.cli._flow import add_parsers as add_flow_parsers
     from listener_router.cli._journal import add_parsers
     add_parsers(sub, common)
+    add_flow_parsers(sub, common)
     describe(sub)
     return parser
 

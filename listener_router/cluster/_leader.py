@@ -26,7 +26,7 @@ from contextlib import AbstractContextManager
 from listener_router._errors import InfrastructureError, NotLeader
 from listener_router.broker import OutMessage
 from listener_router.cluster._membership import LeaderTransaction, Membership
-from listener_router.store import ServiceStore
+from listener_router.store import ServiceStore, unavailable
 
 __all__ = ["LeaderTask", "LeaderTasks", "ExpiredLeases", "OrphanedOutbox", "Retention",
            "ForgetDeadMembers", "MAINTAIN_EVERY", "ORPHAN_AGE"]
@@ -98,8 +98,8 @@ class OrphanedOutbox(LeaderTask):
 
 
 class Retention(LeaderTask):
-    """Drop sent outbox batches and inbox rows older than ``retention_days`` (a feature
-    with history of its own drops it with a task of its own)."""
+    """Drop sent outbox batches, inbox rows and cancellations older than ``retention_days``
+    (a feature with history of its own drops it with a task of its own)."""
 
     name = "retention"
 
@@ -109,7 +109,9 @@ class Retention(LeaderTask):
 
     def run(self) -> int:
         with self.fenced() as tx:
-            return self.store.outbox.purge(self.days * 86400.0, conn=tx.connection)
+            purged = self.store.outbox.purge(self.days * 86400.0, conn=tx.connection)
+        with self.store.writes, unavailable():
+            return purged + self.store.cancellations.purge(self.days * 86400.0)
 
 
 class ForgetDeadMembers(LeaderTask):

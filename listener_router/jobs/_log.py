@@ -61,7 +61,8 @@ REPLAYS_HEADER = "x-chalk-replays"    # set by ``chalk dlq replay``: the round o
 PROCESS_QUEUE = "(process)"           # the queue column of ``chalk process`` rows
 FLUSH_EVERY = 2.0
 
-_OUTCOMES = {State.RETRYING: "retrying", State.DEAD: "dead", State.DUPLICATE: "duplicate"}
+_OUTCOMES = {State.RETRYING: "retrying", State.DEAD: "dead", State.DUPLICATE: "duplicate",
+             State.CANCELLED: "cancelled"}
 
 Key = tuple[float, str, str, str]     # (period, queue, workflow, metric)
 Other = tuple[str, str, str, str, float]

@@ -133,7 +133,7 @@ job_stats = Table(
 )
 
 # States whose messages count in the statistics (and "records" for committed records).
-COUNTED_STATES = ("committed", "retrying", "dead", "duplicate", "processed", "failed",
+COUNTED_STATES = ("committed", "retrying", "dead", "duplicate", "processed", "failed", "cancelled",
                   "crashed")
 
 _COLUMNS = ("at", "state", "queue", "message_id", "round", "attempt", "workflow", "member",

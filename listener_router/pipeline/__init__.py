@@ -30,6 +30,7 @@ they are gathered again; ``_retries`` decides retry or dead letter;
 """
 
 from listener_router.pipeline._batch import Batch, BatchSizing, Gathering, Group
+from listener_router.pipeline._cancelled import Cancelled
 from listener_router.pipeline._commit import (
     Commit,
     CommitExtension,
@@ -46,6 +47,7 @@ from listener_router.pipeline._finish import (
     Settled,
     SettleMessages,
 )
+from listener_router.pipeline._flow import POLL, FlowWatch
 from listener_router.pipeline._gather import GatherStage
 from listener_router.pipeline._held import Held, Holds
 from listener_router.pipeline._in_process import CRASHED, InProcess
@@ -55,10 +57,13 @@ from listener_router.pipeline._lanes import (
     SLOW_AFTER,
     Dispatcher,
     Lane,
+    TokenBucket,
     WakeHeld,
+    lane_outputs,
     make_lane,
 )
 from listener_router.pipeline._loading import Loader
+from listener_router.pipeline._ordered import Ordered, RetryHold
 from listener_router.pipeline._report import (
     BatchObserver,
     BatchReport,
@@ -75,6 +80,13 @@ from listener_router.pipeline._states import TRANSITIONS, State, check_transitio
 from listener_router.pipeline._work import Work
 
 __all__ = [
+    "POLL",
+    "lane_outputs",
+    "TokenBucket",
+    "RetryHold",
+    "Ordered",
+    "FlowWatch",
+    "Cancelled",
     "BACKLOG",
     "CRASHED",
     "CONFIRM_TIMEOUT",

@@ -93,12 +93,18 @@ class Gathering:
         self.sizing = sizing
         self.waiting = waiting  # messages ready in the broker or not yet gathered
         self.on_added = on_added  # told (under the lock) when a chunk was added
+        self.cap: int | None = None   # messages a batch takes at most whatever the sizing says
         self.lock = threading.Condition()
         self.batch: Batch | None = None
 
+    def limit(self) -> int:
+        """Messages a batch takes at most now."""
+        size = self.sizing.size
+        return size if self.cap is None else min(size, self.cap)
+
     def room(self) -> int:
         """Messages the batch being gathered can still take (caller holds the lock)."""
-        return self.sizing.size - (len(self.batch.works) if self.batch is not None else 0)
+        return self.limit() - (len(self.batch.works) if self.batch is not None else 0)
 
     def current(self) -> Batch:
         """The batch being gathered, opened now when there is none (caller holds the lock)."""
@@ -147,7 +153,8 @@ class Gathering:
                 return None, None
             sizing = self.sizing
             age = time.monotonic() - batch.opened
-            if sizing.ready(len(batch.works), age, self.waiting()):
+            if len(batch.works) >= self.limit() or \
+                    sizing.ready(len(batch.works), age, self.waiting()):
                 self.batch = None
                 batch.report.size_limit = sizing.size
                 self.lock.notify_all()

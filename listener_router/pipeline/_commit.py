@@ -30,7 +30,9 @@ from listener_router._errors import ChalkServiceError, ExtensionFailed, Infrastr
 from listener_router._rules import Router
 from listener_router.broker import OutMessage
 from listener_router.pipeline._batch import Group
+from listener_router.pipeline._cancelled import Cancelled
 from listener_router.pipeline._loading import Loader
+from listener_router.pipeline._ordered import Ordered
 from listener_router.pipeline._report import BatchReport, Meter, hook_name
 from listener_router.pipeline._retries import fail
 from listener_router.pipeline._settlement import Settlement
@@ -117,13 +119,16 @@ class CommitStage:
     """Route and commit (see module doc); ``input`` is the stage's input."""
 
     def __init__(self, *, router: Router, store: ServiceStore, loader: Loader,
-                 settlement: Settlement, meter: Meter, in_commit: Iterable[InCommit] = ()):
+                 settlement: Settlement, meter: Meter, in_commit: Iterable[InCommit] = (),
+                 orders: dict[str, Ordered] | None = None, cancelled: Cancelled | None = None):
         self.router = router
         self.store = store
         self.loader = loader
         self.settlement = settlement
         self.meter = meter
         self.in_commit: list[InCommit] = list(in_commit)
+        self.orders = orders or {}
+        self.cancelled = cancelled
         self.input: StageInput[Executed] = StageInput("chalk-commit", self._handle)
 
     def _handle(self, executed: Executed) -> None:
@@ -144,8 +149,15 @@ class CommitStage:
         committing: list[tuple[Work, InstanceResult]] = []
         failed: list[Work] = []
         invalidated: list[str] = []
+        cancelled = self.cancelled
         for w, result in zip(works, results, strict=True):
-            if result.ok and self._route(name, bb, w, result):
+            why = cancelled.reason(w.message) if cancelled and w.message is not None else None
+            if why is not None:  # cancelled while it ran: nothing of it is committed
+                self.loader.invalidate(bb, result.record_ids)
+                invalidated += result.record_ids
+                w.to(State.CANCELLED, why)
+                failed.append(w)
+            elif result.ok and self._route(name, bb, w, result):
                 committing.append((w, result))
             else:
                 self.loader.invalidate(bb, result.record_ids)
@@ -185,6 +197,11 @@ class CommitStage:
 
         def in_transaction(conn: Connection) -> None:
             messages: list[tuple[str | None, OutMessage]] = list(outgoing)
+            if self.orders:  # a retry committed: its queue's order holds go with it
+                for w, _ in committing:
+                    ordered = self.orders.get(w.delivery.queue)
+                    if ordered is not None:
+                        ordered.freed(conn, [w])
             logged = None
             if self.in_commit:
                 commit = Commit(name, conn, [w for w, _ in committing], failed, commit_ids,

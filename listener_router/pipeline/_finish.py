@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 
 CONFIRM_TIMEOUT = 60.0
 
-_DONE = (State.COMMITTED, State.DUPLICATE, State.RETRYING, State.DEAD)
+_DONE = (State.COMMITTED, State.DUPLICATE, State.RETRYING, State.DEAD, State.CANCELLED)
 
 
 @dataclass(slots=True)

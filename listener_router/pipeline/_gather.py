@@ -29,10 +29,12 @@ from listener_router._rules import ListenerRules
 from listener_router._settings import ListenerRule
 from listener_router.broker import Deliveries, Delivery, Link
 from listener_router.pipeline._batch import Batch, Gathering, Group
+from listener_router.pipeline._cancelled import Cancelled
 from listener_router.pipeline._finish import FinishStage
 from listener_router.pipeline._held import Held
 from listener_router.pipeline._inflight import InFlight
 from listener_router.pipeline._loading import Loader
+from listener_router.pipeline._ordered import Ordered
 from listener_router.pipeline._report import Meter
 from listener_router.pipeline._settlement import Settlement
 from listener_router.pipeline._states import State
@@ -55,7 +57,8 @@ class GatherStage:
                  registry: engine.WorkflowRegistry, store: ServiceStore, loader: Loader,
                  inflight: InFlight, held: Held, gathering: Gathering, finish: FinishStage,
                  settlement: Settlement, meter: Meter, owner: str, lease_seconds: float,
-                 stopping: threading.Event, name: str = "chalk-gather"):
+                 stopping: threading.Event, name: str = "chalk-gather",
+                 cancelled: Cancelled | None = None, ordered: Ordered | None = None):
         self.link = link
         self.deliveries = deliveries
         self.name = name
@@ -73,7 +76,10 @@ class GatherStage:
         self.owner = owner
         self.lease_seconds = lease_seconds
         self._service_stopping = stopping
+        self.cancelled = cancelled
+        self.ordered = ordered
         self._stop = threading.Event()
+        self._paused = threading.Event()
         self._thread: threading.Thread | None = None
 
     # -- the thread ----------------------------------------------------------------------
@@ -98,11 +104,20 @@ class GatherStage:
             for group in batch.groups.values():
                 self.settlement.let_go(group)
 
+    def set_paused(self, paused: bool) -> None:
+        """Paused, the lane takes nothing: what it took but did not run goes back to the
+        queue (any thread; the gather thread does it)."""
+        (self._paused.set if paused else self._paused.clear)()
+
     def _stopped(self) -> bool:
         return self._stop.is_set() or self._service_stopping.is_set()
 
     def _loop(self) -> None:
         while not self._stopped():
+            if self._paused.is_set():
+                self._give_back()
+                self._stop.wait(0.2)
+                continue
             if not self.gathering.wait_for_room(self._stop):
                 return
             with self.gathering.lock:
@@ -116,6 +131,27 @@ class GatherStage:
                 log.exception("preparing %d message(s) failed; they are held and tried again",
                               len(deliveries))
                 self.held.hold(deliveries)
+
+    def _give_back(self) -> None:
+        """The lane is paused: the batch being gathered is let go, and every delivery the
+        lane holds goes back to the queue (a reject with requeue: for a quorum queue it
+        counts as a delivery)."""
+        with self.gathering.lock:
+            batch, self.gathering.batch = self.gathering.batch, None
+        if batch is not None:
+            for group in batch.groups.values():
+                self.settlement.let_go(group)
+        back = self.held.take()
+        while True:
+            more = self.deliveries.get_batch(1000, timeout=0)
+            if not more:
+                break
+            back += more
+        live = [d for d in back if d.generation == self.link.generation]
+        if live:
+            self.link.reject(live, requeue=True)
+            log.info("lane %s paused: %d message(s) it had taken went back to the queue",
+                     live[0].queue, len(live))
 
     def _take(self, room: int) -> list[Delivery]:
         """Held deliveries whose backoff has passed, then fresh ones, up to ``room``."""
@@ -168,7 +204,10 @@ class GatherStage:
             w.to(State.DEAD, str(e))
             return w
         w.rule = self.listeners.match(w.message)
-        if w.rule is None:
+        cancelled = self.cancelled.reason(w.message) if self.cancelled else None
+        if cancelled is not None:
+            w.to(State.CANCELLED, cancelled)
+        elif w.rule is None:
             w.to(State.DEAD, f"message {w.message.message_id}: no listener rule for queue "
                  f"{d.queue!r} matches (operation {w.message.operation})")
         elif w.rule.workflow not in self.registry:
@@ -183,12 +222,18 @@ class GatherStage:
         inflight = self.inflight
         report = batch.report
         fresh: list[Work] = []
+        ordered = self.ordered
+        if ordered is not None:
+            ordered.restore([w for w in works if w.state is State.RECEIVED])
         for w in works:
             if w.state is not State.RECEIVED:
                 continue
-            # Its message and records, taken for this batch; or parked on the first one
-            # a batch holds (this one too), until that batch lets it go.
-            if inflight.take_or_park(keys((w,)), batch, w.delivery, self.wake):
+            # Its message and records (and its order key), taken for this batch; or parked
+            # on the first one a batch holds (this one too), until that batch lets it go.
+            taken = keys((w,)) if ordered is None else ordered.keys(w)
+            if inflight.take_or_park(taken, batch, w.delivery, self.wake,
+                                     fifo=ordered is not None,
+                                     mine=None if ordered is None else ordered.hold_of(w)):
                 fresh.append(w)
             else:
                 w.parked = True

@@ -83,19 +83,33 @@ class InFlight:
             wake(items)
 
     def take_or_park(self, keys: list[Hashable], holder: object, item: Any,
-                     wake: Callable[[list[Any]], None]) -> bool:
+                     wake: Callable[[list[Any]], None], *, fifo: bool = False,
+                     mine: object = None) -> bool:
         """Reserve every one of ``keys`` for ``holder`` and return True; or, when any is held
         (by any batch, ``holder`` too), reserve none, park ``item`` on the first held one
-        (handed to ``wake([item, ...])`` when it is released) and return False."""
+        (handed to ``wake([item, ...])`` when it is released) and return False.
+
+        ``fifo``: a key with items parked on it counts as held (they were first).  A key
+        held by ``mine`` (a hold the item itself left, equal by value) is taken over."""
         held = self._held
+        parked = self._parked
         with self._cond:
             for key in keys:
-                if key in held:
-                    self._parked.setdefault(key, deque()).append((item, wake))
+                owner = held.get(key)
+                if owner is not None and mine is not None and owner == mine:
+                    continue  # its own hold (a retry's): it goes first
+                if owner is not None or (fifo and parked.get(key)):
+                    parked.setdefault(key, deque()).append((item, wake))
                     return False
             for key in keys:
                 held[key] = holder
         return True
+
+    def reserve_free(self, keys: Iterable[Hashable], holder: object) -> None:
+        """Reserve those of ``keys`` no one holds for ``holder``."""
+        with self._cond:
+            for key in keys:
+                self._held.setdefault(key, holder)
 
     def parked(self) -> int:
         """Items parked, waiting for a key to be released."""

@@ -25,9 +25,17 @@ weights are ``2 ** rank`` of the lanes' priorities (equal priorities share
 alike; each step up gets twice the turns of the one below, as RabbitMQ's
 queue priorities do), so a lower lane is slowed, never starved.
 
+A lane whose priority is above that of every lane running may take one slot
+more than ``slots``: a high lane never waits for a low lane's batch to end.
+A lane is passed over while it is *paused*, while its rate limit's bucket
+is empty (``_flow``), or while a queue its results go to holds more than its
+``max_output_depth`` ready messages (back-pressure, as the link samples the
+depths).
+
 The dispatcher waits on a condition that every added chunk and every
 finished batch signals; it wakes on a clock only for what is about time (a
-batch that becomes ready by its age, a batch that becomes slow).
+batch that becomes ready by its age, a batch that becomes slow, a rate
+limit's next token, an output queue's next sample).
 """
 
 from __future__ import annotations
@@ -40,7 +48,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from listener_router._settings import ListenerRule
+from listener_router._settings import ListenerRule, Settings
 from listener_router.broker import Deliveries, Link
 from listener_router.cluster import TopologyEvent, TopologyEventType, TopologyListener
 from listener_router.pipeline._batch import Batch, BatchSizing, Gathering
@@ -49,13 +57,50 @@ from listener_router.pipeline._held import Held, Holds
 from listener_router.pipeline._report import BatchReport, Observers
 from listener_router.pipeline._sizing import Placement, default_sizing
 
-__all__ = ["Dispatcher", "Lane", "MAX_WINDOW", "SLOW_AFTER", "WakeHeld", "make_lane"]
+__all__ = ["BACKED_UP_LOOK", "Dispatcher", "Lane", "MAX_WINDOW", "SLOW_AFTER", "TokenBucket",
+           "WakeHeld", "lane_outputs", "make_lane"]
 
 log = logging.getLogger(__name__)
 
 SLOW_AFTER = 2.0          # seconds after which a running batch no longer counts against the slots
 MAX_WINDOW = 4            # batches of one lane running at once at most (slow ones too)
 IDLE_LOOK = 0.2           # seconds between the loop's own looks (stop, until, idle, refresh)
+BACKED_UP_LOOK = 0.1      # seconds between looks at a backed-up lane's outputs (as sampled)
+
+
+class TokenBucket:
+    """Records a lane may run: ``rate`` per second, at most a second's worth saved up.
+
+    A batch takes its records at once (the bucket may go below nothing); the
+    next waits until it is above nothing again, so the rate holds on average
+    whatever the batches' sizes."""
+
+    def __init__(self, rate: float):
+        self.rate = rate
+        self.tokens = rate
+        self._at = time.monotonic()
+        self._lock = threading.Lock()
+
+    def _fill(self, now: float) -> None:
+        self.tokens = min(self.rate, self.tokens + (now - self._at) * self.rate)
+        self._at = now
+
+    def wait(self) -> float:
+        """Seconds until a batch may go (0: now)."""
+        with self._lock:
+            self._fill(time.monotonic())
+            return 0.0 if self.tokens > 0 else -self.tokens / self.rate + 0.001
+
+    def take(self, records: int) -> None:
+        with self._lock:
+            self._fill(time.monotonic())
+            self.tokens -= records
+
+    def set_rate(self, rate: float) -> None:
+        with self._lock:
+            self._fill(time.monotonic())
+            self.rate = rate
+            self.tokens = min(self.tokens, rate)
 
 
 @dataclass(eq=False)
@@ -70,7 +115,13 @@ class Lane:
     gathering: Gathering
     placement: Placement
     gather: GatherStage | None = None
+    link: Link | None = None
     priority: int = 0
+    rate_limit: float | None = None          # records/s for the whole cluster
+    bucket: TokenBucket | None = None        # this member's share of it
+    outputs: tuple[str, ...] = ()            # queues its results are routed to
+    max_output_depth: int | None = None
+    paused: bool = False
     weight: float = 1.0
     turn: float = 0.0
     running: list[Batch] = field(default_factory=list)
@@ -79,18 +130,54 @@ class Lane:
         """Batches of this lane running that are not slow yet."""
         return sum(1 for b in self.running if now - b.dispatched < SLOW_AFTER)
 
+    def backed_up(self) -> str | None:
+        """The output queue that holds more than ``max_output_depth`` ready messages, if
+        one does (as the link last sampled it)."""
+        if self.max_output_depth is None or self.link is None:
+            return None
+        depths = self.link.waiting_by_queue
+        return next((q for q in self.outputs if depths.get(q, 0) > self.max_output_depth),
+                    None)
+
+    def set_paused(self, paused: bool, reason: str | None = None) -> None:
+        """Pause: take nothing new (consumers cancelled, what was taken but not run goes
+        back to the queue); resume: consume again."""
+        self.paused = paused
+        if self.link is not None:
+            (self.link.pause if paused else self.link.resume)(self.queue)
+        if self.gather is not None:
+            self.gather.set_paused(paused)
+        log.warning("lane %s %s%s", self.queue, "paused" if paused else "resumed",
+                    f": {reason}" if reason else "")
+
 
 def make_lane(queue: str, rules: Sequence[ListenerRule], deliveries: Deliveries, held: Held,
               link: Link, *, sizing: BatchSizing | None, local_below: int | None,
-              observers: Observers) -> Lane:
+              observers: Observers, outputs: Sequence[str] = ()) -> Lane:
     """The lane of one queue: its own sizing (``sizing`` when one is given for every lane;
-    else adaptive, told about its own lane's batches), gathering, held messages, placement.
+    else adaptive, told about its own lane's batches), gathering, held messages, placement,
+    and the flow control its rules ask for (their lane keys agree: ``Settings.problem``).
     Its gather stage is made once the stages it hands on to are."""
     own = sizing or default_sizing(rules)
     if sizing is None:
         observers.add(functools.partial(_own_report, queue, own))
     gathering = Gathering(own, lambda: link.waiting_by_queue.get(queue, 0) + deliveries.qsize())
-    return Lane(queue, rules, deliveries, held, own, gathering, Placement(own, local_below))
+    first = rules[0]
+    lane = Lane(queue, rules, deliveries, held, own, gathering, Placement(own, local_below),
+                link=link, priority=first.priority, rate_limit=first.rate_limit,
+                outputs=tuple(outputs), max_output_depth=first.max_output_depth)
+    if first.rate_limit is not None:
+        lane.bucket = TokenBucket(first.rate_limit)
+        gathering.cap = max(1, int(first.rate_limit))
+    return lane
+
+
+def lane_outputs(settings: Settings, rules: Sequence[ListenerRule]) -> list[str]:
+    """The queues the results of these rules' workflows are routed to (by a rule's queue;
+    a record's ``nextDestination`` is not known ahead)."""
+    workflows = {rule.workflow for rule in rules}
+    return list(dict.fromkeys(r.queue for r in settings.routers if r.queue and not r.exchange
+                              and (r.workflow is None or r.workflow in workflows)))
 
 
 def _own_report(queue: str, sizing: BatchSizing, report: BatchReport) -> None:
@@ -157,25 +244,43 @@ class Dispatcher:
         may (None: only an event can change that)."""
         fast = sum(lane.fast(now) for lane in self.lanes)
         again: float | None = None
+
+        def soon(seconds: float) -> None:
+            nonlocal again
+            again = seconds if again is None else min(again, seconds)
+
         for running in (b for lane in self.lanes for b in lane.running):
             slow_in = SLOW_AFTER - (now - running.dispatched)
             if slow_in > 0:
-                again = slow_in if again is None else min(again, slow_in)
-        if fast >= self.slots:
-            return None, None, again
+                soon(slow_in)
+        # A lane above every lane running now may take a slot more: a high lane never
+        # waits for a low lane's batch to end.
+        top = max((lane.priority for lane in self.lanes if lane.fast(now)), default=None)
         for lane in sorted(self.lanes, key=lambda lane: lane.turn):
-            if lane.fast(now) or len(lane.running) >= MAX_WINDOW:
+            if lane.paused or lane.fast(now) or len(lane.running) >= MAX_WINDOW:
+                continue
+            if fast >= self.slots and not (top is not None and lane.priority > top
+                                           and fast < self.slots + 1):
+                continue
+            if lane.bucket is not None and (wait := lane.bucket.wait()) > 0:
+                soon(wait)
+                continue
+            if lane.backed_up() is not None:
+                soon(BACKED_UP_LOOK)
                 continue
             batch, ready_in = lane.gathering.take_ready()
             if batch is not None:
                 return batch, lane, None
             if ready_in is not None:
-                again = ready_in if again is None else min(again, ready_in)
+                soon(ready_in)
         return None, None, again
 
     def _dispatch(self, batch: Batch, lane: Lane, now: float) -> None:
         batch.dispatched = now
         batch.lane = batch.report.lane = lane.queue
+        if lane.bucket is not None:
+            lane.bucket.take(sum(len(w.message.record_ids) for w in batch.works
+                                 if w.message is not None))
         low = min(other.turn for other in self.lanes)
         lane.turn = max(lane.turn, low) + 1.0 / lane.weight
         with self.cond:

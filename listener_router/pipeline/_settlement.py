@@ -23,9 +23,10 @@ from listener_router.pipeline._finish import FinishStage
 from listener_router.pipeline._held import Holds
 from listener_router.pipeline._inflight import InFlight
 from listener_router.pipeline._loading import Loader
+from listener_router.pipeline._ordered import Ordered
 from listener_router.pipeline._report import Meter
 from listener_router.pipeline._states import State
-from listener_router.pipeline._work import keys
+from listener_router.pipeline._work import Work, keys
 
 __all__ = ["Settlement"]
 
@@ -36,12 +37,13 @@ class Settlement:
     """Ends groups and batches (see module doc)."""
 
     def __init__(self, *, loader: Loader, inflight: InFlight, held: Holds, finish: FinishStage,
-                 meter: Meter):
+                 meter: Meter, orders: dict[str, Ordered] | None = None):
         self.loader = loader
         self.inflight = inflight
         self.held = held
         self.finish = finish
         self.meter = meter
+        self.orders = orders or {}
 
     def group_done(self, group: Group) -> None:
         """The group is settled: its records leave, its messages go to the finish stage."""
@@ -58,8 +60,9 @@ class Settlement:
                 report.outcome.update((w.delivery.queue, w.state.value) for w in group.works)
         # On the finish stage's input before a duplicate of these messages can be gathered (that
         # needs the keys released): the duplicate then finds their outbox batch sent.
+        kept = self._keep_order(group.works)   # in the store before anything is acked
         self.finish.finish(group.works, batch)
-        self.inflight.release(keys(group.works))
+        self._release(group.works, kept)
         if batch is not None:
             self.part_done(batch)
 
@@ -69,9 +72,34 @@ class Settlement:
         leftover = group.bb.ids()
         if leftover:
             self.loader.invalidate(group.bb, leftover)
-        self.inflight.release(keys(group.works))
+        self._release(group.works, self._keep_order(group.works))
         self.held.hold_first([w.delivery for w in group.works])
         group.works = []
+
+    def _keep_order(self, works: list[Work]) -> set[int]:
+        """In an ordered queue, a message that will come again (retrying, deferred, let go)
+        keeps its order keys until it does, the store's holds of those that ended are
+        freed (``_ordered``); returns the kept messages (``id``)."""
+        kept: set[int] = set()
+        for queue, some in _by_queue(works).items():
+            ordered = self.orders.get(queue)
+            if ordered is None:
+                continue
+            ordered.settle(some)
+            again = [w for w in some if w.state is not State.COMMITTED and w.state not in _ENDED]
+            ordered.keep([w for w in again if w.state is State.RETRYING], stored=True)
+            ordered.keep([w for w in again if w.state is not State.RETRYING], stored=False)
+            kept.update(id(w) for w in again)
+        return kept
+
+    def _release(self, works: list[Work], kept: set[int]) -> None:
+        """Release the messages' keys, and the order keys of those not kept."""
+        released = keys(works)
+        for queue, some in _by_queue(works).items():
+            ordered = self.orders.get(queue)
+            if ordered is not None:
+                released += [k for w in some if id(w) not in kept for k in ordered.holds(w)]
+        self.inflight.release(released)
 
     def part_done(self, batch: Batch) -> None:
         """One part of the batch (its run, or a group) is settled; the last one logs it."""
@@ -91,3 +119,13 @@ class Settlement:
         # are freed now, by reference counting, not by a garbage-collector pass.
         batch.groups.clear()
         self.finish.report_if_finished(batch)
+
+
+_ENDED = (State.DEAD, State.DUPLICATE, State.CANCELLED)
+
+
+def _by_queue(works: list[Work]) -> dict[str, list[Work]]:
+    out: dict[str, list[Work]] = {}
+    for w in works:
+        out.setdefault(w.delivery.queue, []).append(w)
+    return out

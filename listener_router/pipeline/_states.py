@@ -15,7 +15,9 @@ matched it is *processing*.  It leaves processing in exactly one way:
   with the reason goes to the dead-letter queue, then the original is acked.
 - *deferred*: its records are locked by another owner, or the database or the
   broker failed; nothing was written; it is held unacked and gathered again
-  after a backoff (or delivered again when the connection is gone).
+  after a backoff (or delivered again when the connection is gone);
+- *cancelled*: an operator cancelled it (``chalk jobs cancel``), before it
+  ran or before its commit; nothing of it is committed, then it is acked.
 
 Nothing is acked before what it depends on is durable, so a crash at any
 point leaves a message either redelivered or done.
@@ -41,16 +43,20 @@ class State(str, Enum):
     RETRYING = "retrying"
     DEAD = "dead"
     DEFERRED = "deferred"
+    CANCELLED = "cancelled"
     ACKED = "acked"
 
 
 TRANSITIONS: dict[State, frozenset[State]] = {
-    State.RECEIVED: frozenset({State.PROCESSING, State.DUPLICATE, State.DEAD, State.DEFERRED}),
-    State.PROCESSING: frozenset({State.COMMITTED, State.RETRYING, State.DEAD, State.DEFERRED}),
+    State.RECEIVED: frozenset({State.PROCESSING, State.DUPLICATE, State.DEAD, State.DEFERRED,
+                               State.CANCELLED}),
+    State.PROCESSING: frozenset({State.COMMITTED, State.RETRYING, State.DEAD, State.DEFERRED,
+                                 State.CANCELLED}),
     State.COMMITTED: frozenset({State.ACKED, State.DEFERRED}),
     State.DUPLICATE: frozenset({State.ACKED, State.DEFERRED}),
     State.RETRYING: frozenset({State.ACKED, State.DEFERRED}),
     State.DEAD: frozenset({State.ACKED, State.DEFERRED}),
+    State.CANCELLED: frozenset({State.ACKED, State.DEFERRED}),
     State.DEFERRED: frozenset(),
     State.ACKED: frozenset(),
 }

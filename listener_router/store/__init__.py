@@ -6,7 +6,8 @@ workflow versions, runs in the service's process and the quarantine.
 inbox and the outbox, ``_nodes`` the members' heartbeats, ``_cluster`` the
 leader, its fencing epoch and the established view, ``_versions`` the
 workflow versions each process runs, ``_local_runs`` the runs in the
-service's process and the records that never run there again) and ``_schema`` creates and upgrades
+service's process and the records that never run there again, ``_flow`` what
+operators set on the lanes: paused queues, cancellations, ordered keys) and ``_schema`` creates and upgrades
 them (a feature's tables are its own: a :class:`Schema` next to the feature,
 reached with :meth:`ServiceStore.tables`).  Database errors become the
 service's :class:`~listener_router.StoreUnavailable` (retry later) or
@@ -14,6 +15,13 @@ service's :class:`~listener_router.StoreUnavailable` (retry later) or
 """
 
 from listener_router.store._cluster import ClusterRow, ClusterState
+from listener_router.store._flow import (
+    Cancellation,
+    Cancellations,
+    LaneState,
+    LaneStates,
+    OrderedKeys,
+)
 from listener_router.store._local_runs import LocalRun, LocalRuns, Quarantine, RunMessage
 from listener_router.store._nodes import Member, Nodes
 from listener_router.store._outbox import INBOX, InboxLog, InboxLogRow, Outbox
@@ -21,6 +29,7 @@ from listener_router.store._schema import CORE, Schema
 from listener_router.store._store import ServiceStore, commit_failure, unavailable
 from listener_router.store._versions import RunningVersion, WorkflowVersions
 
-__all__ = ["CORE", "INBOX", "ClusterRow", "ClusterState", "InboxLog", "InboxLogRow", "LocalRun", "LocalRuns", "Member", "Nodes",
+__all__ = ["CORE", "INBOX", "Cancellation", "Cancellations", "ClusterRow", "ClusterState",
+           "LaneState", "LaneStates", "OrderedKeys", "InboxLog", "InboxLogRow", "LocalRun", "LocalRuns", "Member", "Nodes",
            "Outbox", "Quarantine", "RunMessage", "RunningVersion", "Schema", "ServiceStore", "WorkflowVersions",
            "commit_failure", "unavailable"]

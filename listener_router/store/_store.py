@@ -37,6 +37,7 @@ from listener_router._errors import (
     StoreUnavailable,
 )
 from listener_router.store._cluster import ClusterState
+from listener_router.store._flow import Cancellations, LaneStates, OrderedKeys
 from listener_router.store._local_runs import LocalRuns, Quarantine
 from listener_router.store._nodes import Nodes
 from listener_router.store._outbox import Outbox
@@ -71,6 +72,9 @@ class ServiceStore:
         self.workflow_versions = WorkflowVersions(sql.engine)
         self.local_runs = LocalRuns(sql.engine)
         self.quarantine = Quarantine(sql.engine)
+        self.lanes = LaneStates(sql.engine)
+        self.cancellations = Cancellations(sql.engine)
+        self.ordered_keys = OrderedKeys(sql.engine)
         self._tables: dict[Any, Any] = {}
         self._tables_lock = threading.Lock()
         self.writes: contextlib.AbstractContextManager[object] = (

@@ -1,0 +1,52 @@
+"""The cancellations in force, as a member matches messages against them (``chalk jobs cancel``).
+
+A message cancelled before it runs is acked with a ``cancelled`` step and
+nothing committed (the gather stage asks); one cancelled while it runs is
+failed before its commit (the commit stage asks).  ``_flow`` keeps the set
+up to date from the store.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from listener_router._messages import Incoming
+from listener_router.store import Cancellation
+
+__all__ = ["Cancelled"]
+
+
+class Cancelled:
+    """The cancellations in force: message IDs, message-ID prefixes (a schedule's tick),
+    records (until a time)."""
+
+    def __init__(self) -> None:
+        self.messages: dict[str, Cancellation] = {}
+        self.prefixes: list[Cancellation] = []
+        self.records: dict[str, Cancellation] = {}
+
+    def update(self, cancellations: Sequence[Cancellation]) -> None:
+        self.messages = {c.value: c for c in cancellations if c.kind == "message"}
+        self.prefixes = [c for c in cancellations if c.kind == "prefix"]
+        self.records = {c.value: c for c in cancellations if c.kind == "record"}
+
+    def __bool__(self) -> bool:
+        return bool(self.messages or self.prefixes or self.records)
+
+    def reason(self, message: Incoming) -> str | None:
+        """Why ``message`` is cancelled, or None when it is not."""
+        mid = message.message_id
+        found = self.messages.get(mid) or next(
+            (c for c in self.prefixes if mid.startswith(c.value)), None)
+        if found is None and self.records:
+            now = time.time()
+            found = next((c for rid in message.record_ids
+                          if (c := self.records.get(rid)) is not None
+                          and (c.until is None or c.until > now)), None)
+        if found is None:
+            return None
+        what = {"message": "the message", "prefix": f"messages {found.value}*",
+                "record": f"messages naming record {found.value!r}"}[found.kind]
+        by = f" by {found.by}" if found.by else ""
+        return f"cancelled{by} ({what}, {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(found.at))})"

@@ -1,0 +1,252 @@
+"""Flow control an operator can trust: pause and resume, priorities, rate limits, order per
+key, cancellation — kept in the store, obeyed by every member, across restarts."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from listener_router_helpers import (
+    kill_group,
+    start_service,
+    stored_attributes,
+    stored_counts,
+    wait_until,
+    write_config,
+    write_test_workflows,
+)
+
+from listener_router import (
+    BatchObserver,
+    ConfigError,
+    ListenerRule,
+    RouterRule,
+    Service,
+    Settings,
+    push_records,
+)
+from listener_router.broker import AmqpLink, OutMessage
+from listener_router.cli import main
+from listener_router.pipeline import Cancelled, InFlight, TokenBucket
+from listener_router.store import Cancellation
+
+# -- the pieces ---------------------------------------------------------------------------
+
+
+def test_rules_on_one_queue_agree_on_its_lane_keys():
+    settings = Settings(listeners=(ListenerRule(name="a", queue="q", priority=2),
+                                   ListenerRule(name="b", queue="q", priority=1)))
+    assert "rules on queue 'q' give priority 1 and 2" in (settings.problem() or "")
+
+
+def test_a_token_bucket_keeps_the_rate_whatever_the_batch_sizes():
+    bucket = TokenBucket(100.0)
+    assert bucket.wait() == 0
+    bucket.take(250)                  # a batch larger than a second's worth
+    assert 1.4 < bucket.wait() < 1.6  # it pays for it before the next one
+    bucket.set_rate(50.0)
+    assert bucket.wait() > 2.9
+
+
+def test_a_cancellation_matches_by_message_by_tick_and_by_record_until_it_ends():
+    from listener_router import parse_message
+
+    def message(mid: str, *ids: str):
+        body = json.dumps({"records": [{"id": i} for i in ids]}).encode()
+        return parse_message(body, queue="q", message_id=mid, headers={})
+
+    cancelled = Cancelled()
+    now = time.time()
+    cancelled.update([Cancellation(1, "message", "m1", now, None, "ops"),
+                      Cancellation(2, "prefix", "schedule:nightly:2026-11-27T02:00:00Z:", now,
+                                   None, None),
+                      Cancellation(3, "record", "r9", now, now + 60, None),
+                      Cancellation(4, "record", "r8", now - 120, now - 60, None)])
+    assert "by ops" in (cancelled.reason(message("m1", "r1")) or "")
+    assert cancelled.reason(message("schedule:nightly:2026-11-27T02:00:00Z:3", "r1"))
+    assert cancelled.reason(message("schedule:nightly:2026-11-28T02:00:00Z:3", "r1")) is None
+    assert cancelled.reason(message("m2", "r1", "r9"))
+    assert cancelled.reason(message("m3", "r8")) is None      # that one ended
+
+
+def test_an_ordered_key_is_taken_in_order_and_a_retry_takes_its_own_hold_over():
+    inflight = InFlight(renew=lambda ids: None, interval=60.0)
+    woken: list[str] = []
+    retry = ("hold", "m1")
+    inflight.reserve([("order", "q", "k")], retry)                 # m1 waits for its retry
+    assert not inflight.take_or_park([("order", "q", "k")], "b1", "m2", woken.extend,
+                                     fifo=True, mine=("hold", "m2"))
+    assert inflight.take_or_park([("order", "q", "k")], "b2", "m1", woken.extend,
+                                 fifo=True, mine=retry)             # its retry copy goes first
+    inflight.release([("order", "q", "k")])
+    assert woken == ["m2"]
+    # With fifo, a free key that has messages parked on it is not free for a newcomer.
+    inflight.reserve([("order", "q", "j")], "b3")
+    assert not inflight.take_or_park([("order", "q", "j")], "b4", "m5", woken.extend, fifo=True)
+    assert inflight.take_or_park([("other", "j")], "b4", "m6", woken.extend, fifo=True)
+
+
+# -- with a service -----------------------------------------------------------------------
+
+
+class Lanes(BatchObserver):
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, float, int]] = []
+        self.changed = threading.Condition()
+
+    def batch_finished(self, report):
+        with self.changed:
+            self.seen.append((report.lane, time.monotonic(), report.states()["committed"]))
+            self.changed.notify_all()
+
+    def committed(self, lane: str) -> int:
+        return sum(n for q, _at, n in self.seen if q == lane)
+
+
+@pytest.mark.broker
+@pytest.mark.slow
+def test_a_high_lane_is_served_first_and_a_low_lane_still_progresses(
+        tmp_path, make_settings, qname, declare, spark):
+    workflows = write_test_workflows(tmp_path / "workflows")
+    low, high = qname("low"), qname("high")
+    settings = make_settings(workflows_dir=workflows, rules=(
+        ListenerRule(name="low", queue=low, workflow="Counting", max_wait_ms=20),
+        ListenerRule(name="high", queue=high, workflow="Counting", priority=5, max_wait_ms=5)),
+        routers=(RouterRule(queue=qname("out")),))
+    declare(settings)
+    tag = uuid.uuid4().hex[:6]
+    backlog = [{"id": f"l{tag}-{i}", "attributes": {"n": i}} for i in range(20_000)]
+    push_records(settings, low, backlog)
+    lanes = Lanes()
+    latencies: list[float] = []
+
+    def offer(service: Service) -> None:
+        for i in range(40):
+            rid = f"h{tag}-{i}"
+            started = time.monotonic()
+            push_records(settings, high, [{"id": rid, "attributes": {"n": i}}])
+            with lanes.changed:  # committed (and acked) when its batch is finished
+                assert lanes.changed.wait_for(lambda i=i: lanes.committed(high) > i, 60)
+            latencies.append(time.monotonic() - started)
+
+    with Service(settings, spark=spark, observers=[lanes]) as service:
+        producer = threading.Thread(target=offer, args=(service,))
+        producer.start()
+        service.run(until=lambda s: not producer.is_alive(), idle_exit=120)
+        producer.join()
+    latencies.sort()
+    low_done = lanes.committed(low)
+    assert len(latencies) == 40
+    # The high lane's messages do not wait behind the low lane's backlog: each is
+    # committed within about a batch of its own, not after 20,000 others.
+    assert latencies[int(len(latencies) * 0.99) - 1] < 5.0, latencies
+    assert low_done > 0                       # and the low lane was not starved meanwhile
+
+
+@pytest.mark.broker
+@pytest.mark.slow
+def test_pause_holds_a_backlog_across_a_kill_and_resume_commits_it_once(
+        tmp_path, broker_url, qname, broker, make_settings, capsys):
+    queue, out = qname("in"), qname("out")
+    db = f"sqlite:///{tmp_path / 'chalk.db'}"
+    log = tmp_path / "service.log"
+    config = write_config(tmp_path / "chalk.toml", db=db, broker=broker_url,
+                          workflows=write_test_workflows(tmp_path / "workflows"),
+                          engine={"runner": "local"},
+                          listeners=[{"name": "in", "queue": queue, "workflow": "Counting",
+                                      "batch_size": 50}],
+                          routers=[{"queue": out}])
+    settings = make_settings("Counting", rules=(ListenerRule(name="in", queue=queue,
+                                                             workflow="Counting"),),
+                             routers=(RouterRule(queue=out),)).with_overrides(blackboard_url=db)
+    ids = [f"p{i:04d}" for i in range(400)]
+    assert main(["queue", "pause", queue, "--reason", "maintenance", "--config",
+                 str(config)]) == 0
+    push_records(settings, queue, [{"id": rid, "attributes": {}} for rid in ids])
+
+    proc = start_service(config, log)
+    wait_for_log_text(log, "consuming")
+    time.sleep(3)
+    assert stored_counts(db, ids) == {None: 400}          # paused: nothing taken
+    assert broker.depth(queue) == 400                     # the messages wait in RabbitMQ
+    kill_group(proc)
+
+    proc = start_service(config, log)                     # started again: still paused
+    wait_for_log_text(log, "consuming", count=2)
+    time.sleep(2)
+    assert stored_counts(db, ids) == {None: 400}
+    capsys.readouterr()
+    assert main(["queue", "list", "--json", "--config", str(config)]) == 0
+    (row,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert row["paused"] and row["reason"] == "maintenance"
+
+    assert main(["queue", "resume", queue, "--config", str(config)]) == 0
+    wait_until(lambda: stored_counts(db, ids) == {1: 400}, 120, "everything committed")
+    kill_group(proc, 15)
+    assert proc.wait(timeout=60) == 0
+    assert len(broker.drain(out)) == 400                  # each routed once
+
+
+def wait_for_log_text(log: Path, text: str, count: int = 1, timeout: float = 120) -> None:
+    wait_until(lambda: log.exists() and log.read_text(errors="replace").count(text) >= count,
+               timeout, f"{text!r} in the service's log",
+               explain=lambda: log.read_text(errors="replace")[-3000:] if log.exists() else "")
+
+
+def _publish(settings: Settings, queue: str, messages: list[tuple[str, dict]]) -> None:
+    """Publish (message ID, body) pairs to ``queue`` with confirms, in order."""
+    link = AmqpLink(settings.broker_url, consume=()).start()
+    try:
+        link.publish([OutMessage(routing_key=queue, message_id=mid,
+                                 body=json.dumps(body).encode())
+                      for mid, body in messages]).result(timeout=60)
+    finally:
+        link.stop()
+
+
+@pytest.mark.broker
+@pytest.mark.slow
+def test_cancelled_messages_are_acked_without_running_before_and_after_a_restart(
+        tmp_path, make_settings, declare, spark, capsys):
+    workflows = write_test_workflows(tmp_path / "workflows")
+    settings = make_settings("Counting", workflows_dir=workflows, max_wait_ms=20)
+    declare(settings)
+    queue = settings.listeners[0].queue
+    tag = uuid.uuid4().hex[:6]
+    config = tmp_path / "chalk.toml"
+    config.write_text(f'[blackboard]\nurl = "{settings.blackboard_url}"\n')
+    ids = [f"c{tag}-{i}" for i in range(6)]
+    push_records(settings, queue, [{"id": rid, "attributes": {}} for rid in ids], store=True)
+    # Cancel two by message ID and one by record before anything runs.
+    with Service(settings, spark=spark) as service:
+        pass  # the tables exist
+    mids = {}
+    for rid in ids:  # the message IDs chalk push made are in the queue; publish our own too
+        mids[rid] = f"m{tag}-{rid}"
+    _publish(settings, queue, [(mids[rid], {"records": [{"id": rid, "attributes": {"x": 1}}]})
+                               for rid in ids])
+    assert main(["jobs", "cancel", mids[ids[0]], mids[ids[1]], "--config", str(config)]) == 0
+    assert main(["jobs", "cancel", "--record", ids[2], "--config", str(config)]) == 0
+    with Service(settings, spark=spark) as service:
+        service.run(until=lambda s: s["committed"] + s["cancelled"] >= 12, idle_exit=60)
+    counts = stored_attributes(settings.blackboard_url, ids, ["count"])
+    # ids[0] and ids[1]: their pushed message committed, ours was cancelled; ids[2]: both
+    # messages name the cancelled record; the others: both committed.
+    assert [counts[rid].get("count") for rid in ids] == [1, 1, None, 2, 2, 2]
+    assert service.stats["cancelled"] == 4
+    assert main(["jobs", "--state", "cancelled", "--config", str(config)]) == 0
+    shown = capsys.readouterr().out
+    assert shown.count("cancelled") >= 4
+    # A redelivery of a cancelled message (after a restart) is dropped again.
+    _publish(settings, queue, [(mids[ids[0]], {"records": [{"id": ids[0]}]})])
+    with Service(settings, spark=spark) as service:
+        service.run(until=lambda s: s["cancelled"] >= 1, idle_exit=60)
+    assert stored_attributes(settings.blackboard_url, [ids[0]], ["count"])[ids[0]] == \
+        {"count": 1}
+    with pytest.raises(ConfigError):
+        from listener_router.cli._flow import cancel
+        cancel(settings)
