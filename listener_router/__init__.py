@@ -76,6 +76,7 @@ if TYPE_CHECKING:
         BatchSizing,
         Commit,
         CommitExtension,
+        LaneView,
         Stats,
         WorkflowRun,
     )
@@ -83,7 +84,7 @@ if TYPE_CHECKING:
 
 _HOMES = {
     "ListenerRule": "_settings", "RouterRule": "_settings", "Settings": "_settings",
-    "load_settings": "_loader", "Host": "_plugin", "Plugin": "_plugin", "LiveView": "_live",
+    "load_settings": "_loader", "Host": "_plugin", "Plugin": "_plugin", "LiveView": "_live", "LaneView": "pipeline",
     "configuration_reference": "_reference", "section": "_keys", "setting": "_keys",
     "Schema": "store",
     "BadMessage": "_errors", "BrokerUnavailable": "_errors", "ChalkServiceError": "_errors",
@@ -123,6 +124,7 @@ __all__ = [
     "Incoming",
     "InfrastructureError",
     "LeaderTask",
+    "LaneView",
     "ListenerRule",
     "LiveView",
     "NotLeader",

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     import engine
     from listener_router._settings import Settings
     from listener_router.cluster import Membership
-    from listener_router.pipeline import Stats
+    from listener_router.pipeline import LaneView, Stats
     from listener_router.store import ServiceStore
 
 __all__ = ["LiveView"]
@@ -26,7 +26,9 @@ __all__ = ["LiveView"]
 class LiveView:
     """The running service as plug-ins see it.
 
-    ``batch_size()`` is the messages the batch sizing lets a batch take now,
+    ``batch_size()`` is the messages the batch sizing lets a batch take now
+    (the largest of the lanes'), ``lanes()`` each lane's state (paused, rate,
+    back-pressure, batches running),
     ``in_flight()`` the record and message IDs held by batches in flight,
     ``snapshot()`` every plug-in's ``Plugin.snapshot`` merged (taken on the
     caller's thread: call it off the pipeline's).
@@ -42,3 +44,4 @@ class LiveView:
     batch_size: Callable[[], int]
     in_flight: Callable[[], int]
     snapshot: Callable[[], Mapping[str, Any]]
+    lanes: Callable[[], list[LaneView]] = lambda: []

@@ -256,7 +256,8 @@ class Service:
             paused = self.store.lanes.paused() & set(queues)
         link_class = ProcessLink if s.broker_process else AmqpLink
         link = self.link = link_class(
-            s.broker_url, prefetch=pipeline.prefetch_for(s.listeners), consume=self.listeners.consumers(),
+            s.broker_url, prefetch=pipeline.prefetch_by_queue(s.listeners),
+            consume=self.listeners.consumers(),
             prepare=functools.partial(declare_all, settings=s, exchanges=plugin_exchanges(s)),
             deliveries=deliveries, paused=paused,
             depth_of=[o for q in queues for o in outputs[q]
@@ -333,7 +334,7 @@ class Service:
             store=self.store, registry=self.registry, membership=self.membership,
             batch_size=lambda: max(lane.sizing.size for lane in lanes),
             in_flight=lambda: len(inflight) if inflight is not None else 0,
-            snapshot=self.snapshot)
+            snapshot=self.snapshot, lanes=lambda: [lane.view() for lane in lanes])
         host = Host(settings=self.settings, node=self.node, store=self.store, link=self.link,
                     registry=self.registry, membership=self.membership, stats=self.stats,
                     live=self.live, publish=self._finish.publish_orphans,

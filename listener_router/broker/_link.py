@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -62,7 +62,8 @@ class _Batch:
 class AmqpLink:
     """One broker connection on an I/O thread: consume, ack, publish with confirms.
 
-    ``prepare`` (called on the I/O thread before each (re)connect, with a
+    ``prefetch`` is every consumer's, or each queue's (a mapping).  ``prepare`` (called on
+    the I/O thread before each (re)connect, with a
     BlockingConnection) declares the topology.  ``consume`` names the queues
     to consume; deliveries arrive on :attr:`deliveries`.
     ``consume_arguments(queue)``, when given, is asked for each queue's
@@ -75,14 +76,15 @@ class AmqpLink:
 
     coalesce = True
 
-    def __init__(self, url: str, *, prefetch: int = 1000, consume: Sequence[str] = (),
+    def __init__(self, url: str, *, prefetch: int | Mapping[str, int] = 1000,
+                 consume: Sequence[str] = (),
                  prepare: Callable[[pika.BlockingConnection], None] | None = None,
                  reconnect_max_delay: float = 10.0, first_generation: int = 0,
                  consume_arguments: Callable[[str], dict[str, Any]] | None = None,
                  deliveries: Deliveries | None = None, paused: Iterable[str] = (),
                  depth_of: Sequence[str] = ()):
         self.url = url
-        self.prefetch = prefetch
+        self.prefetch = prefetch        # for every consumer, or by queue
         self.queues = list(consume)
         self.paused: set[str] = set(paused)   # queues not consumed until resumed
         self.depth_of = [q for q in dict.fromkeys(depth_of) if q not in self.queues]
@@ -233,7 +235,9 @@ class AmqpLink:
     def _on_consume_channel(self, channel: Any) -> None:
         self._consume_ch = channel
         channel.add_on_close_callback(self._on_channel_closed)
-        channel.basic_qos(prefetch_count=self.prefetch, callback=lambda _f: self._open_publisher())
+        first = self.prefetch if isinstance(self.prefetch, int) else \
+            max(self.prefetch.values(), default=1000)
+        channel.basic_qos(prefetch_count=first, callback=lambda _f: self._open_publisher())
 
     def _open_publisher(self) -> None:
         assert self._conn is not None
@@ -278,6 +282,8 @@ class AmqpLink:
                      "routing_key": method.routing_key, "exchange": method.exchange})
 
         tags = self._consumer_tags.setdefault(name, [])
+        if not isinstance(self.prefetch, int):  # this queue's, for the consumers made next
+            self._consume_ch.basic_qos(prefetch_count=self.prefetch.get(name, 1000))
         for _ in range(self.queues.count(name)):
             arguments = self.consume_arguments(name) if self.consume_arguments else None
             tags.append(self._consume_ch.basic_consume(name, on_message, arguments=arguments))

@@ -41,7 +41,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -60,7 +60,8 @@ _EPOCH = 1_000_000  # generations per child: a child's connections never reach t
 class ProcessLink:
     """An :class:`AmqpLink` run in a child process (see module doc); same arguments."""
 
-    def __init__(self, url: str, *, prefetch: int = 1000, consume: Sequence[str] = (),
+    def __init__(self, url: str, *, prefetch: int | Mapping[str, int] = 1000,
+                 consume: Sequence[str] = (),
                  prepare: Callable[[Any], None] | None = None,
                  reconnect_max_delay: float = 10.0, deliveries: Deliveries | None = None,
                  paused: Iterable[str] = (), depth_of: Sequence[str] = ()):

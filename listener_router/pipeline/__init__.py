@@ -57,6 +57,7 @@ from listener_router.pipeline._lanes import (
     SLOW_AFTER,
     Dispatcher,
     Lane,
+    LaneView,
     TokenBucket,
     WakeHeld,
     lane_outputs,
@@ -74,7 +75,13 @@ from listener_router.pipeline._report import (
     hook_name,
 )
 from listener_router.pipeline._settlement import Settlement
-from listener_router.pipeline._sizing import AdaptiveSizing, Placement, default_sizing, prefetch_for
+from listener_router.pipeline._sizing import (
+    AdaptiveSizing,
+    Placement,
+    default_sizing,
+    prefetch_by_queue,
+    prefetch_for,
+)
 from listener_router.pipeline._stage_input import BACKLOG, StageInput
 from listener_router.pipeline._states import TRANSITIONS, State, check_transition
 from listener_router.pipeline._work import Work
@@ -113,6 +120,7 @@ __all__ = [
     "InFlight",
     "InProcess",
     "Lane",
+    "LaneView",
     "MAX_WINDOW",
     "SLOW_AFTER",
     "InCommit",
@@ -136,5 +144,6 @@ __all__ = [
     "default_sizing",
     "hang_watch",
     "make_lane",
+    "prefetch_by_queue",
     "prefetch_for",
 ]

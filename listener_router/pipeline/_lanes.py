@@ -57,7 +57,7 @@ from listener_router.pipeline._held import Held, Holds
 from listener_router.pipeline._report import BatchReport, Observers
 from listener_router.pipeline._sizing import Placement, default_sizing
 
-__all__ = ["BACKED_UP_LOOK", "Dispatcher", "Lane", "MAX_WINDOW", "SLOW_AFTER", "TokenBucket",
+__all__ = ["BACKED_UP_LOOK", "Dispatcher", "Lane", "LaneView", "MAX_WINDOW", "SLOW_AFTER", "TokenBucket",
            "WakeHeld", "lane_outputs", "make_lane"]
 
 log = logging.getLogger(__name__)
@@ -103,6 +103,22 @@ class TokenBucket:
             self.tokens = min(self.tokens, rate)
 
 
+@dataclass(frozen=True)
+class LaneView:
+    """One lane (input queue) as it is now: its flow control and what it does."""
+
+    queue: str
+    paused: bool
+    priority: int
+    rate_limit: float | None        # records/s for the cluster
+    share: float | None             # this member's share of it
+    ordered_by: str | None
+    backed_up: str | None           # the output queue over max_output_depth, if one is
+    running: int                    # its batches running now
+    batch_size: int                 # messages its batches take at most now
+    waiting: int                    # messages ready for it in the broker (last sample)
+
+
 @dataclass(eq=False)
 class Lane:
     """One input queue's way into the pipeline (see the module doc)."""
@@ -129,6 +145,14 @@ class Lane:
     def fast(self, now: float) -> int:
         """Batches of this lane running that are not slow yet."""
         return sum(1 for b in self.running if now - b.dispatched < SLOW_AFTER)
+
+    def view(self) -> LaneView:
+        """The lane as the dashboard and the metrics show it."""
+        return LaneView(self.queue, self.paused, self.priority, self.rate_limit,
+                        self.bucket.rate if self.bucket is not None else None,
+                        self.rules[0].ordered_by, self.backed_up(), len(self.running),
+                        self.gathering.limit(),
+                        self.link.waiting_by_queue.get(self.queue, 0) if self.link else 0)
 
     def backed_up(self) -> str | None:
         """The output queue that holds more than ``max_output_depth`` ready messages, if

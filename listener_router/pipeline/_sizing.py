@@ -67,7 +67,7 @@ from listener_router.pipeline._work import Work
 
 __all__ = ["AdaptiveSizing", "DEFAULT_MAX_WAIT", "FIXED_SHARE", "MAX_LOCAL", "MAX_PREFETCH", "MAX_RUN",
            "MAX_SIZE", "MIN_SIZE", "Placement", "PREFETCH_BATCHES", "RunCost", "default_sizing",
-           "prefetch_for"]
+           "prefetch_by_queue", "prefetch_for"]
 
 log = logging.getLogger(__name__)
 
@@ -184,13 +184,23 @@ def default_sizing(rules: Sequence[ListenerRule]) -> AdaptiveSizing:
 
 
 def prefetch_for(rules: Sequence[ListenerRule]) -> int:
-    """The link's prefetch: the largest a rule gives, else room for ``PREFETCH_BATCHES``
-    batches of the largest size."""
+    """A queue's prefetch: the largest its rules give, else room for ``PREFETCH_BATCHES``
+    batches of the largest size; a rate-limited queue's, two seconds of its limit (a member
+    must not take what its share cannot run soon: the others would have none)."""
     given = [rule.prefetch for rule in rules if rule.prefetch is not None]
     if given:
         return max(given)
+    limits = [rule.rate_limit for rule in rules if rule.rate_limit is not None]
+    if limits:
+        return max(10, min(MAX_PREFETCH, int(2 * min(limits))))
     largest = max((rule.batch_size or MAX_SIZE) for rule in rules)
     return min(MAX_PREFETCH, PREFETCH_BATCHES * largest)
+
+
+def prefetch_by_queue(rules: Sequence[ListenerRule]) -> dict[str, int]:
+    """Each queue's prefetch (``prefetch_for`` of its rules)."""
+    queues = dict.fromkeys(rule.queue for rule in rules)
+    return {q: prefetch_for([r for r in rules if r.queue == q]) for q in queues}
 
 
 class Placement:

@@ -22,7 +22,7 @@ from listener_router_helpers import (
 from sqlalchemy import text
 
 from listener_router import ListenerRule, Settings, push_records
-from listener_router.broker import AmqpLink, OutMessage
+from listener_router.broker import AmqpLink, OutMessage, connect, declare_all
 from listener_router.store import ServiceStore
 
 pytestmark = [pytest.mark.postgres, pytest.mark.broker, pytest.mark.slow]
@@ -165,6 +165,13 @@ def test_updates_of_a_record_commit_in_order_through_retries_and_kills(
         for rid in rng.sample(ids, len(ids)):
             updates.append((f"{rid}-{v:02d}", {"records": [{"id": rid, "attributes": {
                 "v": v, "flaky": rng.random() < 0.1}}]}))
+    settings = Settings(broker_url=broker_url, blackboard_url=pg_url, listeners=(ListenerRule(
+        name="ordered", queue=queue, workflow="Ordered", ordered_by="record"),))
+    conn = connect(broker_url)
+    try:
+        declare_all(conn, settings)          # with its single active consumer
+    finally:
+        conn.close()
     _publish(broker_url, queue, updates)
     for name in NAMES:
         cluster.start(name)
