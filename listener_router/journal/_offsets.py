@@ -40,6 +40,7 @@ from sqlalchemy import (
     Table,
     Text,
     insert,
+    inspect,
     select,
     update,
 )
@@ -48,7 +49,7 @@ from sqlalchemy.engine import Engine
 from listener_router._errors import InfrastructureError, UserError
 
 __all__ = ["Position", "PositionMoved", "SubscriberState", "NotBlocked", "advance", "block",
-           "create_tables", "load_state", "record_error", "register", "request_retry",
+           "create_tables", "load_state", "peek_state", "record_error", "register", "request_retry",
            "request_rewind", "request_skip", "subscriber_state", "set_running"]
 
 metadata = MetaData()
@@ -168,6 +169,14 @@ def subscriber_state(engine: Engine, journal: str, subscriber: str) -> Subscribe
     """The subscriber's row, or None when it never ran against this database."""
     create_tables(engine)
     with engine.connect().execution_options(chalk_readonly=True) as conn:
+        return load_state(conn, journal, subscriber)
+
+
+def peek_state(engine: Engine, journal: str, subscriber: str) -> SubscriberState | None:
+    """The subscriber's row, read without making the tables (None: never ran there)."""
+    with engine.connect().execution_options(chalk_readonly=True) as conn:
+        if not inspect(conn).has_table(subscribers.name):
+            return None
         return load_state(conn, journal, subscriber)
 
 
