@@ -49,34 +49,38 @@ HELP: dict[str, tuple[str, str]] = {
         "chalk graph workflows/demo.xml -o demo.svg",
     ),
     "status": (
-        "Show queue depths and rates, the store (records, processed and unsent messages, "
+        "Show queue depths and rates (a dead-letter queue counts its letters in the queue and "
+        "those moved into the store), the store (records, processed and unsent messages, "
         "leases), the cluster's members and leader, each workflow's running version, and the "
-        "job log's statistics per queue and workflow.",
+        "job log's statistics per queue and workflow.  --json prints it all as one object.",
         "chalk status\n"
         "chalk status --since 30m\n"
-        "chalk status --config prod.toml",
+        "chalk status --config prod.toml --json",
     ),
     "jobs": (
         "The job log: each message's steps (received, each attempt, retried, dead-lettered, "
         "replayed, committed) and chalk process runs, oldest first, filtered by state, queue, "
-        "workflow, record, message and time; --follow then prints new entries as they come.",
+        "workflow, record, message and time; --follow then prints new entries as they come.  "
+        "Attempts are numbered from 1; --json prints one object per step.",
         "chalk jobs\n"
         "chalk jobs --record doc-17               # every step of the messages naming doc-17\n"
         "chalk jobs --state dead,retrying --since 2h\n"
-        "chalk jobs --queue chalk.in --follow",
+        "chalk jobs --queue chalk.in --follow --json",
     ),
     "schedules": (
         "List the scheduled jobs ([[schedule]] entries) with their queue, workflow, last run "
-        "and next run; the cluster's leader runs them.",
+        "and next run; the cluster's leader runs them.  --json prints one object per schedule.",
         "chalk schedules\n"
-        "chalk schedules --config prod.toml",
+        "chalk schedules --config prod.toml --json",
     ),
     "dlq": (
         "Dead letters of the listener queues: list, show one in full, replay (back to its "
         "queue, attempts reset) or purge.  Browsing moves them into the store; nothing is "
-        "redelivered by looking.",
+        "redelivered by looking.  A message ID may be given by a unique start of it (whole, "
+        "or after a ':'); list and show take --json (one object per line).",
         "chalk dlq list\n"
-        "chalk dlq show 3f2a9c                    # one dead letter by message ID\n"
+        "chalk dlq list --json\n"
+        "chalk dlq show 3f2a9c                    # one dead letter by (the start of) its ID\n"
         "chalk dlq replay --queue chalk.in        # after fixing the cause\n"
         "chalk dlq purge --queue chalk.in",
     ),
@@ -106,7 +110,9 @@ HELP: dict[str, tuple[str, str]] = {
         "chalk subscribe --subscriber index --idle-exit 5",
     ),
     "journal": (
-        "Look after journal subscribers: status (offset, lag, blocked, errors, last seen), "
+        "Look after journal subscribers: status (running, blocked, stopped or silent; offset, "
+        "lag, errors, last seen; a [[subscriber]] of the configuration is shown stopped, with "
+        "its lag, while no agent runs it), "
         "rewind one to a point (first, last, next, an offset or a time; it applies again "
         "from there, once), skip or retry the entry a blocked one is stuck on, list its "
         "errors.",
@@ -114,7 +120,7 @@ HELP: dict[str, tuple[str, str]] = {
         "chalk journal status --journal search --json\n"
         "chalk journal rewind --subscriber index --to first\n"
         "chalk journal skip --subscriber index\n"
-        "chalk journal errors --subscriber index --limit 20",
+        "chalk journal errors --subscriber index --limit 20 --json",
     ),
 }
 

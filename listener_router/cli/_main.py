@@ -163,9 +163,15 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 # -- chalk status / jobs / dlq --------------------------------------------------------
 def cmd_status(args: argparse.Namespace) -> int:
-    from listener_router.cli._admin import status
     from listener_router.cli._jobs import parse_time
-    status(settings_for(args), since=parse_time(args.since))
+    from listener_router.cli._show import Out
+    from listener_router.cli._status import print_status, status_report
+    report = status_report(settings_for(args), since=parse_time(args.since))
+    out = Out(args.json)
+    if args.json:
+        out.record(report, indent=2)
+    else:
+        print_status(report, out)
     return 0
 
 
@@ -179,25 +185,26 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     jobs(settings_for(args), states=_listed(args.state), queues=_listed(args.queue),
          workflows=_listed(args.workflow), record=args.record, message=args.message,
          since=parse_time(args.since), until=parse_time(args.until), limit=args.limit,
-         follow=args.follow)
+         follow=args.follow, as_json=args.json)
     return 0
 
 
 def cmd_schedules(args: argparse.Namespace) -> int:
     from listener_router.cli._jobs import schedules
-    schedules(settings_for(args))
+    schedules(settings_for(args), as_json=args.json)
     return 0
 
 
 def cmd_dlq(args: argparse.Namespace) -> int:
     from listener_router.cli import _admin
+    from listener_router.cli._show import Out
     settings = settings_for(args)
     queues = [args.queue] if args.queue else [r.queue for r in settings.listeners]
     where = ", ".join(f"{q}.dlq" for q in queues)
     if args.action == "list":
-        _admin.dlq_list(settings, queues, limit=args.limit)
+        _admin.dlq_list(settings, queues, limit=args.limit, out=Out(args.json))
     elif args.action == "show":
-        if not _admin.dlq_show(settings, queues, args.message_id):
+        if not _admin.dlq_show(settings, queues, args.message_id, out=Out(args.json)):
             what = f"with message ID {args.message_id!r}" if args.message_id else "at all"
             print(f"no dead letter {what} (looked in {where})", file=sys.stderr)
             return 1
@@ -243,6 +250,9 @@ def _version() -> str:
         return version("chalk")
     except PackageNotFoundError:  # a source tree that was never installed
         return "unknown (not installed)"
+
+
+_JSON_LINES = "print JSON, one object per line (docs/guide.md)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -308,6 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="queues (depth, rates), store, cluster members and job statistics")
     p.add_argument("--since", metavar="TIME",
                    help="statistics since: an age (30m, 2h, 1d) or an ISO time (default 1h)")
+    p.add_argument("--json", action="store_true", help="print one JSON object (docs/guide.md)")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("jobs", parents=[common],
@@ -325,19 +336,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=50, metavar="N",
                    help="show the N most recent entries (default 50)")
     p.add_argument("-f", "--follow", action="store_true", help="then print new entries as they come")
+    p.add_argument("--json", action="store_true", help=_JSON_LINES)
     p.set_defaults(func=cmd_jobs)
 
     p = sub.add_parser("schedules", parents=[common],
                        help="scheduled jobs ([[schedule]]) with their last and next run")
+    p.add_argument("--json", action="store_true", help=_JSON_LINES)
     p.set_defaults(func=cmd_schedules)
 
     p = sub.add_parser("dlq", parents=[common],
                        help="dead letters: list, show (from the job log), replay, purge")
     p.add_argument("action", choices=["list", "show", "replay", "purge"])
-    p.add_argument("message_id", nargs="?", help="for show/replay: one message ID")
+    p.add_argument("message_id", nargs="?", help="for show/replay: one message ID, or a unique "
+                   "start of it (whole, or after a ':': 7bdb77b1 for push:7bdb77b1…)")
     p.add_argument("--queue", help="input queue whose dead letters to use (default: every listener queue)")
     p.add_argument("--limit", type=int, default=50, metavar="N",
                    help="for list: show at most N dead letters, oldest first (default 50)")
+    p.add_argument("--json", action="store_true", help="for list and show: " + _JSON_LINES)
     p.set_defaults(func=cmd_dlq)
 
     p = sub.add_parser("events", parents=[common],
@@ -375,6 +390,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `chalk jobs | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except Exception as e:  # every error ends as one clear line (traceback with -v)
         if args.verbose:
             log.exception("chalk %s failed", args.command)
