@@ -43,8 +43,9 @@ HELP: dict[str, tuple[str, str]] = {
     ),
     "graph": (
         "Draw a workflow's control-flow graph; the output file's extension picks the format "
-        "(.dot, .svg, .png).  A workflow with errors is drawn too, its faulty activities in "
-        "red with the error.",
+        "(.dot, .svg, .png).  A workflow with errors is drawn too, each error on the activity "
+        "it is in (an <if> with a bad <condition>) in red, and exits 1 as chalk validate "
+        "does; errors in no activity (a <variable>) are in a note.",
         "chalk graph workflows/demo.xml           # dot text on stdout\n"
         "chalk graph workflows/demo.xml -o demo.svg",
     ),

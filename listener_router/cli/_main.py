@@ -158,7 +158,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
         print(f"wrote {args.output}" + (f" ({len(errors)} error(s) marked)" if errors else ""))
     else:
         print(engine.to_dot(graph))
-    return 0
+    return 1 if errors else 0   # as chalk validate: a script sees the workflow is not valid
 
 
 # -- chalk status / jobs / dlq --------------------------------------------------------
@@ -311,7 +311,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("graph", parents=[common], help="draw a workflow's control-flow graph")
     p.add_argument("file", help="workflow file")
     p.add_argument("-o", "--output", help="out.dot, out.svg or out.png, by the extension (default: "
-                   "dot text on stdout); errors go to stderr and into the drawing")
+                   "dot text on stdout); errors go to stderr and into the drawing, and the exit "
+                   "code is 1")
     p.set_defaults(func=cmd_graph)
 
     p = sub.add_parser("status", parents=[common],
