@@ -24,9 +24,11 @@ log = logging.getLogger("chalk")
 
 # -- chalk run ------------------------------------------------------------------------
 def cmd_run(args: argparse.Namespace) -> int:
+    from listener_router._rules import check_conditions
     from listener_router._service import Service
     from listener_router.broker import ensure_local_broker
     settings = settings_for(args)
+    check_conditions(settings)   # every bad condition, with its file and line, before Spark
     ensure_local_broker(settings.broker_url)
     with Service(settings) as service:
         service.install_signal_handlers()
