@@ -132,5 +132,5 @@ class EventsPlugin(Plugin):
         self.events.emit(tx, EventKind.TOPOLOGY_CHANGED, None, {
             "cluster_id": change.cluster_id, "seq": change.seq, "leader": change.leader,
             "epoch": change.epoch, "members": list(change.members), "left": list(change.left),
-            "joined": list(change.joined),
+            "joined": list(change.joined), "restarted": list(change.restarted),
         }, key=(change.cluster_id, str(change.seq)))
