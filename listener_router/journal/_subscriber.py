@@ -152,6 +152,8 @@ class Subscriber:
             registry = self._registry or engine_pkg.WorkflowRegistry(
                 self.settings.workflows_dir, aliases=self.settings.aliases,
                 services=self.settings.services)
+            for problem in registry.errors:   # the registry reports none itself
+                log.error("%s", problem)
             self.workflow = registry.get(rule.workflow)
             self.runner = self._runner or make_runner(self.settings)
         self.link = self._new_link()
