@@ -112,14 +112,18 @@ _TEMPLATES = {
 <span class="error">broker unreachable at the last sample</span>{% endif %}</p>{% endif %}
 """,
     "batches.html": """{% if not batches %}<p class="muted">no batch finished yet</p>{% else %}
-<table id="batch-table"><tr><th>finished</th><th>messages</th><th>states</th><th>records</th>
-<th>published</th><th>gather</th><th>load</th><th>run</th><th>commit</th><th>publish</th>
+<table id="batch-table"><tr><th>finished</th>
+<th title="messages in the batch, and the most the batch sizing let it take then">messages</th>
+<th>states</th><th>records</th>
+<th title="messages the router rules sent on">routed</th>
+<th title="events published with the batch (record.committed, record.invalidated, message.dead_lettered)">events</th>
+<th>gather</th><th>load</th><th>run</th><th>commit</th><th>publish</th>
 <th>total</th><th>runs</th></tr>
 {% for b in batches %}<tr><td>{{ b.finished | clock }}</td><td class="num">{{ b.messages }}
-{%- if b.size_limit %} <span class="muted">/ {{ b.size_limit }}</span>{% endif %}</td>
+{%- if b.size_limit %} <span class="muted">of {{ b.size_limit }} allowed</span>{% endif %}</td>
 <td>{% for s, n in b.states | dictsort %}{{ s }} {{ n }}{% if not loop.last %}, {% endif %}{% endfor %}</td>
 <td>{% for key, n in b.records | dictsort %}{{ key[0] }}: {{ key[1] }} {{ n }}{% if not loop.last %}<br>{% endif %}{% endfor %}</td>
-<td class="num">{{ b.published }}</td>
+<td class="num routed">{{ b.routed }}</td><td class="num events">{{ b.published.events }}</td>
 {% for s in ("stage", "load", "run", "commit", "publish", "batch") %}<td class="num">{{ b.seconds.get(s) | ms }}</td>{% endfor %}
 <td>{% for run in b.runs %}{{ run.workflow }} {{ run.runner }} {{ run.seconds | ms }}{% if not loop.last %}<br>{% endif %}{% endfor %}</td></tr>
 {% endfor %}</table>{% endif %}

@@ -17,6 +17,8 @@ import engine
 from listener_router import BatchReport, ConfigError, Service, load_settings, push_records
 from listener_router.dead_letters import dead_letters
 from listener_router.watch import METRICS, Live, Metrics, layered_svg
+from listener_router.watch._history import History
+from listener_router.watch._pages import render
 from listener_router.watch._panels import job_log
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,6 +81,30 @@ def test_a_batch_report_becomes_counters_and_histograms():
     assert _value(text, "chalk_batch_size_limit") == 500
     assert _value(text, "chalk_in_flight") == 7
     assert _value(text, "chalk_queue_depth") is None  # nothing sampled yet: nothing claimed
+
+
+def test_events_are_not_counted_as_routed_messages_on_the_page_or_in_the_metrics():
+    # 3 records committed and routed to "out", with their 3 record.committed events; one
+    # message retried, one dead: their copies, and 2 failure events published with them
+    report = BatchReport(messages=5, size_limit=497)
+    report.outcome.update({("in", "committed"): 3, ("in", "retrying"): 1, ("in", "dead"): 1})
+    report.count_sent(["out"] * 3 + ["chalk.events/record.committed.Demo"] * 3)
+    report.published = 6 + 2 + 2
+    metrics = Metrics(_live(), side_exchanges={"chalk.events"})
+    metrics.batch_finished(report)
+    text = metrics.exposition().decode()
+    assert _value(text, "chalk_messages_out_total", queue="out") == 3
+    assert "chalk.events/record.committed.Demo" not in text
+    assert _value(text, "chalk_events_published_total") == 5
+
+    history = History(side_exchanges={"chalk.events"})
+    history.batch_finished(report)
+    (batch,) = history.batches()
+    assert (batch.routed, batch.published.events, batch.published.copies) == (3, 5, 2)
+    assert history.totals()[1] == {"out": 3}
+    html = render("batches.html", batches=[batch])
+    assert '<td class="num routed">3</td><td class="num events">5</td>' in html
+    assert "of 497 allowed" in html and "/ 497" not in html
 
 
 def test_every_metric_in_the_table_is_documented_on_the_watching_page():
