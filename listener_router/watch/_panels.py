@@ -62,6 +62,8 @@ class QueueRow:
     in_rate: float | None      # messages/s taken from it by this process (last minute)
     out_rate: float | None     # messages/s routed to it by this process
     chart: str                 # SVG: rates and depth over the last hour
+    under: str | None = None   # a dead-letter or retry queue: its input queue (folded under it)
+    waiting: int = 0           # an input queue: its dead letters (in .dlq and kept), the latest
 
 
 def known_queues(settings: Settings, history: History) -> list[tuple[str, str]]:
@@ -100,6 +102,11 @@ def queues(settings: Settings, history: History, sampler: Sampler) -> list[Queue
     latest = samples[-1] if samples else None
     end = time.time()
     start = min(samples[0].at, end - 60) if samples else end - 60
+    under: dict[str, str] = {}
+    for rule in settings.listeners:
+        under.setdefault(dlq_name(rule.queue), rule.queue)
+        for step in range(1, len(rule.backoff_ms) + 1):
+            under.setdefault(retry_name(rule.queue, step), rule.queue)
     rows = []
     for queue, role in known_queues(settings, history):
         taken, sent, depth = [], [], []
@@ -121,8 +128,16 @@ def queues(settings: Settings, history: History, sampler: Sampler) -> list[Queue
             consumers=latest.consumers.get(queue) if latest else None,
             in_rate=_rate(samples, latest, queue, sent=False),
             out_rate=_rate(samples, latest, queue, sent=True),
-            chart=line_chart(series, start=start, end=end)))
+            chart=line_chart(series, start=start, end=end), under=under.get(queue),
+            waiting=_waiting(latest, queue) if role == "input" else 0))
     return rows
+
+
+def _waiting(sample: Sample | None, queue: str) -> int:
+    """Dead letters of input ``queue`` at the sample: in its .dlq and kept in the store."""
+    if sample is None:
+        return 0
+    return (sample.depth.get(dlq_name(queue)) or 0) + (sample.kept or {}).get(queue, 0)
 
 
 # -- batches -------------------------------------------------------------------------
