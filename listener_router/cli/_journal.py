@@ -12,7 +12,7 @@ import pika
 import pika.exceptions
 
 from listener_router._errors import BrokerUnavailable
-from listener_router._messages import ERROR_HEADER
+from listener_router._messages import ATTEMPTS_HEADER, ERROR_HEADER
 from listener_router._settings import Settings
 from listener_router.broker import connect
 from listener_router.cli._common import cmd_with_settings
@@ -20,6 +20,7 @@ from listener_router.cli._show import Out, iso
 from listener_router.journal import (
     SubscriberRule,
     SubscriberView,
+    attempts_in,
     journal_rule,
     journal_status,
     parse_start,
@@ -144,6 +145,7 @@ def _to_error_queue(settings: Settings, rule: SubscriberRule, state: Any) -> Non
                                       message_id=f"{rule.journal}:{state.blocked_seq}:{rule.id}",
                                       headers={ERROR_HEADER: "skipped by an operator; it had "
                                                f"failed: {state.blocked_reason}"[:2000],
+                                               ATTEMPTS_HEADER: attempts_in(state.blocked_reason),
                                                "x-chalk-offset": state.blocked_offset}))
         finally:
             if conn.is_open:

@@ -234,6 +234,13 @@ def test_with_block_the_subscriber_stops_at_the_entry_until_chalk_journal_skip(
                       journal.rule.name, "--subscriber", "s")
         assert done.returncode == 0, done.stderr
         assert "skipped the entry at offset 7" in done.stdout
+        listed = _chalk("journal", "errors", "--config", str(config), "--journal",
+                        journal.rule.name, "--subscriber", "s", "--json")
+        assert listed.returncode == 0, listed.stderr
+        (error,) = [json.loads(line) for line in listed.stdout.splitlines()]
+        # the skipped entry names its record, and the two attempts it failed
+        assert (error["offset"], error["record"], error["attempts"]) == (7, "doc-7", 2)
+        assert error["reason"].startswith("skipped by an operator; it had failed: ")
         wait_until(lambda: running.stats.applied >= 19, what="the rest applied")
     finally:
         stats = running.stop()
@@ -244,6 +251,7 @@ def test_with_block_the_subscriber_stops_at_the_entry_until_chalk_journal_skip(
     [(props, body)] = broker.drain(journal.rule.error_queue("s"))
     assert json.loads(body)["id"] == "doc-7"
     assert "skipped by an operator" in props.headers["x-chalk-error"]
+    assert props.headers["x-chalk-attempts"] == 2
 
 
 def _blocked_view(journal: Journal) -> Any:
