@@ -10,7 +10,6 @@ the topology shows every field the cluster's member rows have.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from listener_router._settings import Settings
 from listener_router.broker import dlq_name, retry_name
 from listener_router.dead_letters import dead_letters as stored_dead_letters
+from listener_router.dead_letters import record_ids
 from listener_router.dead_letters import replay as replay_letters
 from listener_router.jobs import JobLogTables, LogEntry
 from listener_router.store import ServiceStore
@@ -175,24 +175,12 @@ class DeadLetter:
     records: tuple[str, ...]
 
 
-def _record_ids(body: bytes) -> tuple[str, ...]:
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return ()
-    if not isinstance(data, dict):
-        return ()
-    if isinstance(data.get("records"), list):
-        return tuple(str(r.get("id")) for r in data["records"] if isinstance(r, dict))
-    return (str(data["id"]),) if "id" in data else ()
-
-
 def dead_letters(settings: Settings, limit: int = 50) -> list[DeadLetter]:
     """Dead letters of every input queue, as ``chalk dlq list`` reads them (moved off
     ``Q.dlq`` into the store: looking redelivers nothing)."""
     queues = list(dict.fromkeys(rule.queue for rule in settings.listeners))
     return [DeadLetter(d.queue, d.message_id, str(d.attempts), d.workflow, d.error,
-                       _record_ids(d.body))
+                       tuple(record_ids(d.body)))
             for d in stored_dead_letters(settings, queues, limit=limit)]
 
 
