@@ -227,12 +227,15 @@ class WorkflowRegistry:
     run while another thread calls ``refresh``.
 
     A process name belongs to one file.  When two files define the same name,
-    both get an error naming the other, and neither replaces the version of
-    that workflow that was running (at start, when none ran, neither runs);
-    once one of them is renamed or removed, the other is loaded.  A file that
-    fails validation leaves the last good version of its workflow running.
-    Each version loaded is logged with the first 12 hex digits of its
-    :attr:`Workflow.version`; :meth:`versions` lists what runs.
+    the one that takes it over (at start, the later one by path) gets an error
+    naming the other (one problem, one error), and neither replaces the
+    version of that workflow that was running (at start, when none ran,
+    neither runs); once one of them is renamed or removed, the other is
+    loaded.  A file that fails validation leaves the last good version of its
+    workflow running.  Each version loaded is logged with the first 12 hex
+    digits of its :attr:`Workflow.version`; :meth:`versions` lists what runs.
+    Errors are not logged here: :attr:`errors` and :meth:`refresh` give them
+    to the caller, who reports each once (the service logs them).
     """
 
     def __init__(self, directory: str | os.PathLike[str], *, aliases: Mapping[str, str] | None = None,
@@ -295,29 +298,39 @@ class WorkflowRegistry:
                 found[str(entry)] = (st.st_mtime, st.st_size)
         return found
 
-    def _clashes(self) -> dict[str, list[str]]:
-        """Errors for files whose process name another file defines too, by path."""
+    def _clashes(self) -> tuple[dict[str, list[str]], set[str]]:
+        """Errors for process names more than one file defines, by path, and every path
+        that takes part in a clash.
+
+        One clash is one problem, so one error: on each file that takes a name over
+        (not the one whose version runs; at start, every one but the first), naming the
+        file that has it."""
         claims: dict[str, list[str]] = {}
         for path, state in sorted(self._files.items()):
             if state.name:
                 claims.setdefault(state.name, []).append(path)
         errors: dict[str, list[str]] = {}
+        clashing: set[str] = set()
         for name, paths in claims.items():
             if len(paths) < 2:
                 continue
+            clashing.update(paths)
             running = self._workflows.get(name)
+            holder = running.path if running is not None and running.path in paths else paths[0]
             keeps = (f"version {running.version[:12]} from {running.path} keeps running"
                      if running is not None else "neither runs")
             for path in paths:
+                if path == holder:
+                    continue
                 state = self._files[path]
                 line = state.workflow.body.line if state.workflow is not None else 1
-                others = ", ".join(p for p in paths if p != path)
-                errors[path] = [f"{path}:{line}: process name {name!r} is also defined in "
-                                f"{others}; rename or remove one of them ({keeps})"]
-        return errors
+                errors[path] = [f"{path}:{line}: process name {name!r} is already defined in "
+                                f"{holder}; rename or remove one of them ({keeps})"]
+        return errors, clashing
 
     def refresh(self) -> list[str]:
-        """Reload new and changed files; return the errors found now (each new one once).
+        """Reload new and changed files; return the errors found now (each new one once,
+        for the caller to report).
 
         A file that fails keeps the last good version of its workflow running;
         a process name two files define keeps its running version (see the
@@ -339,12 +352,12 @@ class WorkflowRegistry:
                 self._files[path] = _FileState(stamp, loaded.workflow if not errors else None,
                                                errors, loaded.name)
                 loaded_now.append(path)
-            dup_errors = self._clashes()
+            dup_errors, clashing_paths = self._clashes()
             previous = self._workflows
             candidates: dict[str, Workflow] = {}
             for path, state in sorted(self._files.items()):
                 wf = state.workflow
-                if wf is not None and path not in dup_errors:
+                if wf is not None and path not in clashing_paths:
                     candidates[wf.name] = wf
             # the last good version stays (for its invokers too) while its file is bad or
             # its name is claimed twice
@@ -352,7 +365,7 @@ class WorkflowRegistry:
                 if name in candidates:
                     continue
                 state = self._files.get(wf.path)
-                clashing = any(self._files[p].name == name for p in dup_errors)
+                clashing = any(self._files[p].name == name for p in clashing_paths)
                 if clashing or (state is not None and state.workflow is None):
                     candidates[name] = wf
             failed = {
@@ -362,7 +375,8 @@ class WorkflowRegistry:
             errors_by_file: dict[str, list[str]] = {}
             for path, state in self._files.items():
                 errs = list(state.errors) + dup_errors.get(path, [])
-                if state.workflow is not None and state.workflow.name in sub_errors and path not in dup_errors:
+                if state.workflow is not None and state.workflow.name in sub_errors \
+                        and path not in clashing_paths:
                     errs += sub_errors[state.workflow.name]
                 if errs:
                     errors_by_file[path] = errs
@@ -377,10 +391,11 @@ class WorkflowRegistry:
             self._errors = errors_by_file
             new_errors = [e for p, errs in errors_by_file.items() for e in errs
                           if p in loaded_now or e not in old_errors.get(p, ())]
-            for e in new_errors:
-                log.error("%s", e)
+            # The errors are returned, not logged: the caller reports them, once each (the
+            # service logs them, chalk process prints them).  A clash's error already says
+            # what keeps running.
             troubled = {self._files[p].name for p, errs in errors_by_file.items()
-                        if any(e in new_errors for e in errs)}
+                        if any(e in new_errors for e in errs if e not in dup_errors.get(p, ()))}
             for name in sorted(n for n in troubled if n and n in current and previous.get(n) is current[n]):
                 wf = current[name]
                 log.warning("workflow %s: version %s from %s keeps running", name,

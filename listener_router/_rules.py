@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,14 +25,21 @@ import engine
 from blackboard import Blackboard, BlackboardError
 from listener_router._errors import ConfigError
 from listener_router._messages import Incoming, outgoing_id
-from listener_router._settings import ListenerRule, RouterRule
+from listener_router._settings import ListenerRule, RouterRule, Settings
 from listener_router.broker import OutMessage
 
-__all__ = ["ListenerRules", "Router"]
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["ListenerRules", "Router", "check_conditions"]
 
 log = logging.getLogger(__name__)
 
 NEXT_DESTINATION = "nextDestination"
+_HEADER = re.compile(r"^\s*\[\[\s*([A-Za-z0-9_.-]+)\s*\]\]|^\s*\[")
+_CONDITION = re.compile(r"^\s*[\"']?condition[\"']?\s*=")
 
 
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
@@ -114,11 +122,73 @@ class ListenerRules:
         return None
 
 
-def _compile_condition(expression: str, position: int) -> Any:
+def _compile_condition(expression: str, position: int, where: str = "") -> Any:
     try:
         return engine.compile_condition(expression)
     except engine.WorkflowDefinitionError as e:
-        raise ConfigError(f"router rule #{position + 1}: condition {expression!r}: {e}") from e
+        raise ConfigError(f"{where or 'router rule'} #{position + 1}: condition {expression!r}: "
+                          f"{e}") from e
+
+
+def _condition_lines(source: str | None, section: str) -> list[tuple[str | None, int | None]]:
+    """For each ``[[section]]`` table of the file: its ``name`` and the line of its
+    ``condition`` (of its header when it has none); empty when there is no file."""
+    if source is None:
+        return []
+    try:
+        text = open(source, encoding="utf-8").read()   # noqa: SIM115 - read at once
+        tables = tomllib.loads(text).get(section, [])
+    except (OSError, ValueError):
+        return []
+    found: list[tuple[str | None, int | None]] = []
+    inside = False
+    for number, line in enumerate(text.splitlines(), 1):
+        header = _HEADER.match(line)
+        if header:
+            inside = header.group(1) == section
+            if inside:
+                found.append((None, number))
+        elif inside and _CONDITION.match(line):
+            found[-1] = (None, number)
+    return [(table.get("name") if isinstance(table, dict) else None, line)
+            for table, (_none, line) in zip(tables, found, strict=False)]
+
+
+def check_conditions(settings: Settings) -> None:
+    """Compile every listener and router condition of ``settings``, each problem named with
+    its place in the configuration file (``chalk.toml:12: [[router]] #1 condition …``).
+
+    Raises:
+        ConfigError: every condition that does not compile, at once.
+    """
+    problems: list[str] = []
+    file = settings.source
+
+    def place(lines: list[tuple[str | None, int | None]], index: int | None) -> str:
+        line = lines[index][1] if index is not None and index < len(lines) else None
+        return f"{file}:{line}: " if file and line else f"{file}: " if file else ""
+
+    listeners = _condition_lines(file, "listener")
+    names = [name or f"listener{i + 1}" for i, (name, _line) in enumerate(listeners)]
+    for rule in settings.listeners:
+        if rule.condition:
+            try:
+                etree.XPath(rule.condition)
+            except etree.XPathSyntaxError as e:
+                index = names.index(rule.name) if rule.name in names else None
+                problems.append(f"{place(listeners, index)}[[listener]] {rule.name!r}: "
+                                f"condition {rule.condition!r} is not valid XPath: {e}")
+    routers = _condition_lines(file, "router")
+    for position, router in enumerate(settings.routers):
+        if router.condition:
+            try:
+                _compile_condition(router.condition, position,
+                                   f"{place(routers, position)}[[router]]")
+            except ConfigError as e:
+                problems.append(str(e))
+    if problems:
+        raise ConfigError(problems[0] if len(problems) == 1 else
+                          f"{len(problems)} problems:\n  " + "\n  ".join(problems))
 
 
 class Router:

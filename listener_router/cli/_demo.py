@@ -15,8 +15,8 @@ from listener_router._loader import load_settings
 from listener_router._records import push_records
 from listener_router._service import Service
 from listener_router._settings import ListenerRule, RouterRule
-from listener_router.broker import declare_all, ensure_local_broker
-from listener_router.cli._admin import channel, depth
+from listener_router.broker import connect, declare_all, ensure_local_broker
+from listener_router.cli._status import queue_depths
 
 __all__ = ["run_demo", "sample_records"]
 
@@ -53,10 +53,15 @@ def run_demo(records: int = 1000, config: str | None = None) -> int:
     console.print(f"[bold]Chalk demo[/]: {records} records → {IN_QUEUE} → workflow Demo "
                   f"(Spark {settings.spark_master}) → {OUT_QUEUE}")
     ensure_local_broker(settings.broker_url)
-    with channel(settings) as ch:
-        declare_all(ch.connection, settings)
+    conn = connect(settings.broker_url)
+    try:
+        declare_all(conn, settings)
+        channel = conn.channel()
         for name in (IN_QUEUE, OUT_QUEUE, f"{IN_QUEUE}.dlq"):
-            ch.queue_purge(name)
+            channel.queue_purge(name)
+    finally:
+        if conn.is_open:
+            conn.close()
     data = sample_records(records)
     t0 = time.monotonic()
     push_records(settings, IN_QUEUE, data)
@@ -75,8 +80,9 @@ def run_demo(records: int = 1000, config: str | None = None) -> int:
         t_run = time.monotonic() - t1
     finally:
         service.close()
-    out_depth = depth(settings, OUT_QUEUE) or 0
-    dead = depth(settings, f"{IN_QUEUE}.dlq") or 0
+    depths = queue_depths(settings, [OUT_QUEUE, f"{IN_QUEUE}.dlq"])
+    out_depth = depths[OUT_QUEUE] or 0
+    dead = depths[f"{IN_QUEUE}.dlq"] or 0
     with Blackboard.connect(settings.blackboard_url) as bb:
         sample = data[0]["id"]
         bb.load(sample)

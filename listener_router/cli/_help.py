@@ -53,23 +53,26 @@ HELP: dict[str, tuple[str, str]] = {
     ),
     "graph": (
         "Draw a workflow's control-flow graph; the output file's extension picks the format "
-        "(.dot, .svg, .png).  A workflow with errors is drawn too, its faulty activities in "
-        "red with the error.",
+        "(.dot, .svg, .png).  A workflow with errors is drawn too, each error on the activity "
+        "it is in (an <if> with a bad <condition>) in red, and exits 1 as chalk validate "
+        "does; errors in no activity (a <variable>) are in a note.",
         "chalk graph workflows/demo.xml           # dot text on stdout\n"
         "chalk graph workflows/demo.xml -o demo.svg",
     ),
     "status": (
-        "Show queue depths and rates, the store (records, processed and unsent messages, "
+        "Show queue depths and rates (a dead-letter queue counts its letters in the queue and "
+        "those moved into the store), the store (records, processed and unsent messages, "
         "leases), the cluster's members and leader, each workflow's running version, and the "
-        "job log's statistics per queue and workflow.",
+        "job log's statistics per queue and workflow.  --json prints it all as one object.",
         "chalk status\n"
         "chalk status --since 30m\n"
-        "chalk status --config prod.toml",
+        "chalk status --config prod.toml --json",
     ),
     "jobs": (
         "The job log: each message's steps (received, each attempt, retried, dead-lettered, "
         "replayed, committed) and chalk process runs, oldest first, filtered by state, queue, "
         "workflow, record, message and time; --follow then prints new entries as they come.  "
+        "Attempts are numbered from 1; --json prints one object per step.  "
         "chalk jobs cancel cancels messages (by ID, by record, or a scheduled job's tick) on "
         "every member: one not yet run is acked without running, one in flight is failed "
         "before its commit; the cancellation is kept, so neither a restart nor a redelivery "
@@ -77,23 +80,25 @@ HELP: dict[str, tuple[str, str]] = {
         "chalk jobs\n"
         "chalk jobs --record doc-17               # every step of the messages naming doc-17\n"
         "chalk jobs --state dead,retrying --since 2h\n"
-        "chalk jobs --queue chalk.in --follow\n"
+        "chalk jobs --queue chalk.in --follow --json\n"
         "chalk jobs cancel push:3f2a9c push:77b1e0   # these messages\n"
         "chalk jobs cancel --record doc-17 --for 2h  # the messages naming doc-17, for 2 hours\n"
         "chalk jobs cancel --schedule nightly --tick 2026-11-27T02:00:00Z   # one tick's messages",
     ),
     "schedules": (
         "List the scheduled jobs ([[schedule]] entries) with their queue, workflow, last run "
-        "and next run; the cluster's leader runs them.",
+        "and next run; the cluster's leader runs them.  --json prints one object per schedule.",
         "chalk schedules\n"
-        "chalk schedules --config prod.toml",
+        "chalk schedules --config prod.toml --json",
     ),
     "dlq": (
         "Dead letters of the listener queues: list, show one in full, replay (back to its "
         "queue, attempts reset) or purge.  Browsing moves them into the store; nothing is "
-        "redelivered by looking.",
+        "redelivered by looking.  A message ID may be given by a unique start of it (whole, "
+        "or after a ':'); list and show take --json (one object per line).",
         "chalk dlq list\n"
-        "chalk dlq show 3f2a9c                    # one dead letter by message ID\n"
+        "chalk dlq list --json\n"
+        "chalk dlq show 3f2a9c                    # one dead letter by (the start of) its ID\n"
         "chalk dlq replay --queue chalk.in        # after fixing the cause\n"
         "chalk dlq purge --queue chalk.in",
     ),
@@ -123,7 +128,9 @@ HELP: dict[str, tuple[str, str]] = {
         "chalk subscribe --subscriber index --idle-exit 5",
     ),
     "journal": (
-        "Look after journal subscribers: status (offset, lag, blocked, errors, last seen), "
+        "Look after journal subscribers: status (running, blocked, stopped or silent; offset, "
+        "lag, errors, last seen; a [[subscriber]] of the configuration is shown stopped, with "
+        "its lag, while no agent runs it), "
         "rewind one to a point (first, last, next, an offset or a time; it applies again "
         "from there, once), skip or retry the entry a blocked one is stuck on, list its "
         "errors.",
@@ -131,7 +138,7 @@ HELP: dict[str, tuple[str, str]] = {
         "chalk journal status --journal search --json\n"
         "chalk journal rewind --subscriber index --to first\n"
         "chalk journal skip --subscriber index\n"
-        "chalk journal errors --subscriber index --limit 20",
+        "chalk journal errors --subscriber index --limit 20 --json",
     ),
 }
 

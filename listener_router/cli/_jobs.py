@@ -1,29 +1,30 @@
-"""Operator commands over the job log: jobs, schedules, and the statistics of status."""
+"""Operator commands over the job log: ``chalk jobs`` and ``chalk schedules``.
+
+Each builds its rows as plain values (what ``--json`` prints, one object a
+line) and prints them through :class:`~listener_router.cli._show.Out`.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 import time
 from collections.abc import Callable, Sequence
-
-from rich.console import Console
-from rich.table import Table
+from typing import Any
 
 from listener_router._errors import ConfigError
 from listener_router._settings import Settings
-from listener_router.jobs import JobLogTables, Step, statistics, steps
+from listener_router.cli._show import Out, iso
+from listener_router.jobs import JobLogTables, Step, steps
 from listener_router.schedules import Schedules, Selection, Ticks, tick_label
 from listener_router.store import ServiceStore
 
-__all__ = ["jobs", "schedules", "print_statistics",
-           "parse_time", "STAGES"]
+__all__ = ["jobs", "parse_time", "schedule_rows", "schedules", "step_record"]
 
-console = Console()
-
-STAGES = ("latency", "stage:run", "stage:commit", "stage:publish", "stage:batch")
 _RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)\s*$")
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_SHOWN_STAGES = ("run", "commit", "publish", "batch")
 
 
 def parse_time(value: str | None, *, now: float | None = None) -> float | None:
@@ -57,6 +58,22 @@ def _seconds(value: float | None) -> str:
 
 
 # -- chalk jobs -------------------------------------------------------------------------
+def _print(line: str) -> None:
+    print(line, flush=True)
+
+
+def step_record(step: Step) -> dict[str, Any]:
+    """One step as ``chalk jobs --json`` prints it (attempts numbered from 1)."""
+    e = step.entry
+    return {"at": iso(step.at), "step": step.what, "message_id": e.message_id, "queue": e.queue,
+            "attempt": e.attempt, "replay": e.round, "workflow": e.workflow,
+            "member": e.member, "record": e.record, "record_count": e.records,
+            "outgoing": e.outgoing, "batch": e.batch,
+            "seconds": {k: v for k, v in (step.seconds or {}).items() if k in _SHOWN_STAGES}
+            if step.what != "received" else {},
+            "reason": e.reason, "resolved": e.resolved, "resolved_at": iso(e.resolved_at)}
+
+
 def _line(step: Step) -> str:
     e = step.entry
     parts = [_when(step.at), f"{step.what:<10}", e.message_id, e.queue,
@@ -71,7 +88,7 @@ def _line(step: Step) -> str:
             parts.append(f"{e.outgoing} outgoing")
         if step.seconds:
             shown = ", ".join(f"{k} {_seconds(v)}" for k, v in step.seconds.items()
-                              if k in ("run", "commit", "publish", "batch"))
+                              if k in _SHOWN_STAGES)
             parts.append(f"batch {e.batch[:8] if e.batch else '-'} ({shown})")
         if e.reason:
             parts.append(f"— {e.reason}")
@@ -83,19 +100,26 @@ def _line(step: Step) -> str:
 def jobs(settings: Settings, *, states: Sequence[str] = (), queues: Sequence[str] = (),
          workflows: Sequence[str] = (), record: str | None = None, message: str | None = None,
          since: float | None = None, until: float | None = None, limit: int = 50,
-         follow: bool = False, poll: float = 1.0, out: Callable[[str], None] = print,
-         stop: Callable[[], bool] | None = None) -> int:
-    """Print matching job-log steps, oldest first; ``follow``: then new ones as they come.
-    Returns how many entries were printed."""
+         follow: bool = False, poll: float = 1.0, out: Callable[[str], None] | None = None,
+         stop: Callable[[], bool] | None = None, as_json: bool = False) -> int:
+    """Print matching job-log steps, oldest first; ``follow``: then new ones as they come
+    (``as_json``: one JSON object a step, :func:`step_record`).  ``out`` takes each line
+    (default: stdout).  Returns how many entries were printed."""
+    write = out or _print
+
+    def show(found: list[Any]) -> None:
+        for step in steps(store, found):
+            write(json.dumps(step_record(step), ensure_ascii=False, default=str) if as_json
+                  else _line(step))
+
     store = ServiceStore.connect(settings.blackboard_url)
     filters = dict(states=states, queues=queues, workflows=workflows, record=record,
                    message_id=message, until=until)
     try:
         entries = store.tables(JobLogTables).entries(since=since, limit=limit, **filters)  # type: ignore[arg-type]
-        if not entries and not follow:
-            out("no job-log entries match")
-        for step in steps(store, entries):
-            out(_line(step))
+        if not entries and not follow and not as_json:
+            write("no job-log entries match")
+        show(entries)
         shown = len(entries)
         if not follow:
             return shown
@@ -110,8 +134,7 @@ def jobs(settings: Settings, *, states: Sequence[str] = (), queues: Sequence[str
             time.sleep(poll)
             fresh = [e for e in store.tables(JobLogTables).entries(since=newest - 30, limit=10_000, **filters)  # type: ignore[arg-type]
                      if e.id not in seen]
-            for step in steps(store, fresh):
-                out(_line(step))
+            show(fresh)
             for e in fresh:
                 seen[e.id] = e.at
                 newest = max(newest, e.at)
@@ -123,62 +146,65 @@ def jobs(settings: Settings, *, states: Sequence[str] = (), queues: Sequence[str
 
 
 # -- chalk schedules ----------------------------------------------------------------------
-def schedules(settings: Settings) -> None:
-    if not settings.section("schedule"):
-        console.print("no [[schedule]] entries in the configuration")
-        return
+def schedule_rows(settings: Settings, now: float | None = None) -> list[dict[str, Any]]:
+    """Each ``[[schedule]]`` with its last and next run, as ``schedules --json`` prints it."""
+    now = time.time() if now is None else now
     store = ServiceStore.connect(settings.blackboard_url)
     try:
         states = store.tables(Schedules).all()
-        table = Table(title="schedules")
-        for column in ("schedule", "when", "publishes", "to", "last run", "next run", "catch up"):
-            table.add_column(column, overflow="fold")
-        now = time.time()
+        rows = []
         for rule in settings.section("schedule"):
             ticks = Ticks(rule)
             state = states.get(rule.name)
-            if state is None or state.started_at is None:
-                last = "never"
-            elif state.done:
-                last = (f"{tick_label(state.tick)}: {state.messages} message(s), "
-                        f"{state.records} record(s), by {state.member}")
-            else:
-                last = (f"{tick_label(state.tick)}: running, {state.messages} message(s) "
-                        f"so far ({state.member})")
-            if state is not None and state.skipped:
-                last += f"; {state.skipped} missed tick(s) skipped in all"
-            if state is not None and not state.done:
-                following = "running"
-            else:
-                due = ticks.after(now if state is None else state.tick)
-                following = tick_label(due) + (" (due now)" if due <= now else "")
-            table.add_row(rule.name, ticks.describe(),
-                          f"{Selection(rule, store.sql).describe()}, {rule.batch_size} per message",
-                          rule.queue + (f" → {rule.workflow}" if rule.workflow else ""),
-                          last, following, rule.catch_up)
-        console.print(table)
+            last = None
+            if state is not None and state.started_at is not None:
+                last = {"tick": tick_label(state.tick), "done": state.done,
+                        "messages": state.messages, "records": state.records,
+                        "member": state.member, "started_at": iso(state.started_at),
+                        "finished_at": iso(state.finished_at)}
+            running = state is not None and not state.done
+            due = None if running else ticks.after(now if state is None else state.tick)
+            rows.append({
+                "schedule": rule.name, "when": ticks.describe(),
+                "publishes": f"{Selection(rule, store.sql).describe()}, {rule.batch_size} per "
+                             "message",
+                "queue": rule.queue, "workflow": rule.workflow, "last": last,
+                "skipped": state.skipped if state is not None else 0,
+                "next": None if due is None else tick_label(due),
+                "due": due is not None and due <= now, "running": running,
+                "catch_up": rule.catch_up})
+        return rows
     finally:
         store.close()
 
 
-# -- chalk status: statistics and topology ------------------------------------------------
-def print_statistics(store: ServiceStore, since: float, *, now: float | None = None) -> None:
-    now = time.time() if now is None else now
-    found = statistics(store, since)
-    if not found:
-        console.print(f"statistics: nothing since {_when(since)}")
+def _last(row: dict[str, Any]) -> str:
+    last = row["last"]
+    if last is None:
+        text = "never"
+    elif last["done"]:
+        text = (f"{last['tick']}: {last['messages']} message(s), {last['records']} record(s), "
+                f"by {last['member']}")
+    else:
+        text = f"{last['tick']}: running, {last['messages']} message(s) so far ({last['member']})"
+    if row["skipped"]:
+        text += f"; {row['skipped']} missed tick(s) skipped in all"
+    return text
+
+
+def schedules(settings: Settings, as_json: bool = False) -> None:
+    out = Out(as_json)
+    if not settings.section("schedule"):
+        out.text("no [[schedule]] entries in the configuration")
         return
-    table = Table(title=f"statistics since {_when(since)} (all members)")
-    for column in ("queue", "workflow", "committed", "retried", "dead", "dup", "records", "msg/s",
-                   *(f"{m.split(':')[-1]} p50/p99" for m in STAGES)):
-        table.add_column(column, justify="right" if column not in ("queue", "workflow") else "left")
-    for (queue, workflow), s in sorted(found.items()):
-        committed = s.counts.get("committed", 0) + s.counts.get("processed", 0)
-        dead = s.counts.get("dead", 0) + s.counts.get("failed", 0)
-        table.add_row(queue, workflow or "-", str(committed), str(s.counts.get("retrying", 0)),
-                      str(dead), str(s.counts.get("duplicate", 0)),
-                      str(s.counts.get("records", 0)),
-                      f"{(committed / max(now - (s.first or now), 1.0)):.1f}",
-                      *(f"{_seconds(s.percentile(m, 0.5))} / {_seconds(s.percentile(m, 0.99))}"
-                        for m in STAGES))
-    console.print(table)
+    rows = schedule_rows(settings)
+    if as_json:
+        for row in rows:
+            out.record(row)
+        return
+    out.table("schedules", ["schedule", "when", "publishes", "to", "last run", "next run",
+                            "catch up"],
+              [[r["schedule"], r["when"], r["publishes"],
+                r["queue"] + (f" → {r['workflow']}" if r["workflow"] else ""), _last(r),
+                "running" if r["running"] else r["next"] + (" (due now)" if r["due"] else ""),
+                r["catch_up"]] for r in rows])

@@ -3,24 +3,24 @@
 from __future__ import annotations
 
 import argparse
-import json
+import dataclasses
 import logging
 import signal
-import time
 from typing import Any
 
 import pika
 import pika.exceptions
-from rich.console import Console
-from rich.table import Table
 
 from listener_router._errors import BrokerUnavailable
-from listener_router._messages import ERROR_HEADER
+from listener_router._messages import ATTEMPTS_HEADER, ERROR_HEADER
 from listener_router._settings import Settings
 from listener_router.broker import connect
 from listener_router.cli._common import cmd_with_settings
+from listener_router.cli._show import Out, iso
 from listener_router.journal import (
     SubscriberRule,
+    SubscriberView,
+    attempts_in,
     journal_rule,
     journal_status,
     parse_start,
@@ -35,7 +35,6 @@ from listener_router.journal import (
 __all__ = ["add_parsers", "cmd_journal", "cmd_subscribe"]
 
 log = logging.getLogger("chalk")
-console = Console()
 
 
 def _rule(settings: Settings, args: argparse.Namespace) -> SubscriberRule:
@@ -109,17 +108,25 @@ def cmd_journal(settings: Settings, args: argparse.Namespace) -> int:
         print(f"subscriber {rule.id} of journal {rule.journal}: trying offset "
               f"{before.blocked_offset} again")
     elif action == "errors":
-        rows = recent_errors(engine, rule.journal, rule.id, args.limit)
-        table = Table(title=f"{rule.journal}/{rule.id}: failed, skipped and missing entries")
-        for column in ("offset", "seq", "record", "attempts", "when", "reason"):
-            table.add_column(column)
-        for row in rows:
-            table.add_row(str(row.offset), str(row.seq or ""), row.record_id or "",
-                          str(row.attempts), time.strftime("%Y-%m-%d %H:%M:%S",
-                                                           time.localtime(row.failed_at)),
-                          row.reason)
-        console.print(table)
+        _errors(engine, rule, args.limit, Out(args.json))
     return 0
+
+
+def _errors(engine: Any, rule: SubscriberRule, limit: int, out: Out) -> None:
+    """A subscriber's failed, skipped and missing entries, newest first."""
+    rows = [{"offset": row.offset, "seq": row.seq, "record": row.record_id,
+             "attempts": row.attempts, "failed_at": iso(row.failed_at, "seconds"),
+             "reason": row.reason}
+            for row in recent_errors(engine, rule.journal, rule.id, limit)]
+    if out.json:
+        for row in rows:
+            out.record(row)
+        return
+    out.table(f"{rule.journal}/{rule.id}: failed, skipped and missing entries",
+              ["offset", "seq", "record", "attempts", "when", "reason"],
+              [[r["offset"], r["seq"] or "", r["record"] or "", r["attempts"],
+                r["failed_at"][:19].replace("T", " "), r["reason"]] for r in rows],
+              right=("offset", "seq", "attempts"))
 
 
 def _to_error_queue(settings: Settings, rule: SubscriberRule, state: Any) -> None:
@@ -138,6 +145,7 @@ def _to_error_queue(settings: Settings, rule: SubscriberRule, state: Any) -> Non
                                       message_id=f"{rule.journal}:{state.blocked_seq}:{rule.id}",
                                       headers={ERROR_HEADER: "skipped by an operator; it had "
                                                f"failed: {state.blocked_reason}"[:2000],
+                                               ATTEMPTS_HEADER: attempts_in(state.blocked_reason),
                                                "x-chalk-offset": state.blocked_offset}))
         finally:
             if conn.is_open:
@@ -147,32 +155,39 @@ def _to_error_queue(settings: Settings, rule: SubscriberRule, state: Any) -> Non
                                 f"{journal.error_queue(rule.id)} failed: {e}") from e
 
 
+def _state(view: SubscriberView) -> str:
+    if view.state == "blocked":
+        return f"BLOCKED: {view.blocked_reason}"
+    why = view.blocked_reason and f"blocked: {view.blocked_reason}" or view.note
+    return f"{view.state} ({why})" if why else view.state
+
+
 def _status(settings: Settings, args: argparse.Namespace) -> int:
+    out = Out(args.json)
     names = [args.journal] if args.journal else [j.name for j in settings.section("journal")]
     if not names:
-        print("no [[journal]] in the configuration")
+        out.text("no [[journal]] in the configuration")
+        if args.json:
+            out.record({})
         return 0
-    out: dict[str, Any] = {}
+    found: dict[str, Any] = {}
     for name in names:
         head, views = journal_status(settings, name)
-        out[name] = {"head": None if head is None else head.__dict__,
-                     "subscribers": [v.__dict__ for v in views]}
+        found[name] = {"head": None if head is None else dataclasses.asdict(head),
+                       "subscribers": [dataclasses.asdict(v) for v in views]}
         if args.json:
             continue
         title = (f"journal {name}: " + ("empty" if head is None else
                                         f"last offset {head.offset}, entry {head.seq}"))
-        table = Table(title=title)
-        for column in ("subscriber", "state", "offset", "lag (entries)", "lag (s)", "errors",
-                       "last seen", "host"):
-            table.add_column(column)
-        for v in views:
-            state = v.state if v.state != "blocked" else f"BLOCKED: {v.blocked_reason}"
-            table.add_row(v.subscriber, state, "-" if v.offset is None else str(v.offset),
-                          str(v.lag_entries), f"{v.lag_seconds:.1f}", str(v.errors),
-                          f"{v.last_seen:.0f} s ago", v.host)
-        console.print(table)
+        out.table(title, ["subscriber", "state", "offset", "lag (entries)", "lag (s)", "errors",
+                          "last seen", "host"],
+                  [[v.subscriber, _state(v), "-" if v.offset is None else v.offset,
+                    v.lag_entries, f"{v.lag_seconds:.1f}", v.errors,
+                    "-" if v.last_seen is None else f"{v.last_seen:.0f} s ago", v.host or "-"]
+                   for v in views],
+                  right=("offset", "lag (entries)", "lag (s)", "errors"))
     if args.json:
-        print(json.dumps(out, indent=2))
+        out.record(found, indent=2)
     return 0
 
 
@@ -213,7 +228,9 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     a = actions.add_parser("status", parents=[common],
                            help="subscribers seen lately: lag, blocked, errors, last seen")
     a.add_argument("--journal", help="one journal (default: every [[journal]])")
-    a.add_argument("--json", action="store_true", help="print JSON")
+    a.add_argument("--json", action="store_true",
+                   help="print one JSON object: each journal's head and subscribers "
+                        "(docs/journal.md)")
     a = actions.add_parser("rewind", parents=[common, who],
                            help="start a subscriber over from a point; it applies again from there")
     a.add_argument("--to", required=True,
@@ -227,4 +244,6 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
                            help="a subscriber's failed, skipped and missing entries")
     a.add_argument("--limit", type=int, default=50, metavar="N",
                    help="show at most N entries, newest first (default 50)")
+    a.add_argument("--json", action="store_true",
+                   help="print JSON, one object per line (docs/guide.md)")
     p.set_defaults(func=cmd_with_settings(cmd_journal))

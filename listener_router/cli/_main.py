@@ -24,9 +24,11 @@ log = logging.getLogger("chalk")
 
 # -- chalk run ------------------------------------------------------------------------
 def cmd_run(args: argparse.Namespace) -> int:
+    from listener_router._rules import check_conditions
     from listener_router._service import Service
     from listener_router.broker import ensure_local_broker
     settings = settings_for(args)
+    check_conditions(settings)   # every bad condition, with its file and line, before Spark
     ensure_local_broker(settings.broker_url)
     with Service(settings) as service:
         service.install_signal_handlers()
@@ -158,14 +160,20 @@ def cmd_graph(args: argparse.Namespace) -> int:
         print(f"wrote {args.output}" + (f" ({len(errors)} error(s) marked)" if errors else ""))
     else:
         print(engine.to_dot(graph))
-    return 0
+    return 1 if errors else 0   # as chalk validate: a script sees the workflow is not valid
 
 
 # -- chalk status / jobs / dlq --------------------------------------------------------
 def cmd_status(args: argparse.Namespace) -> int:
-    from listener_router.cli._admin import status
     from listener_router.cli._jobs import parse_time
-    status(settings_for(args), since=parse_time(args.since))
+    from listener_router.cli._show import Out
+    from listener_router.cli._status import print_status, status_report
+    report = status_report(settings_for(args), since=parse_time(args.since))
+    out = Out(args.json)
+    if args.json:
+        out.record(report, indent=2)
+    else:
+        print_status(report, out)
     return 0
 
 
@@ -179,25 +187,26 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     jobs(settings_for(args), states=_listed(args.state), queues=_listed(args.queue),
          workflows=_listed(args.workflow), record=args.record, message=args.message,
          since=parse_time(args.since), until=parse_time(args.until), limit=args.limit,
-         follow=args.follow)
+         follow=args.follow, as_json=args.json)
     return 0
 
 
 def cmd_schedules(args: argparse.Namespace) -> int:
     from listener_router.cli._jobs import schedules
-    schedules(settings_for(args))
+    schedules(settings_for(args), as_json=args.json)
     return 0
 
 
 def cmd_dlq(args: argparse.Namespace) -> int:
     from listener_router.cli import _admin
+    from listener_router.cli._show import Out
     settings = settings_for(args)
     queues = [args.queue] if args.queue else [r.queue for r in settings.listeners]
     where = ", ".join(f"{q}.dlq" for q in queues)
     if args.action == "list":
-        _admin.dlq_list(settings, queues, limit=args.limit)
+        _admin.dlq_list(settings, queues, limit=args.limit, out=Out(args.json))
     elif args.action == "show":
-        if not _admin.dlq_show(settings, queues, args.message_id):
+        if not _admin.dlq_show(settings, queues, args.message_id, out=Out(args.json)):
             what = f"with message ID {args.message_id!r}" if args.message_id else "at all"
             print(f"no dead letter {what} (looked in {where})", file=sys.stderr)
             return 1
@@ -243,6 +252,9 @@ def _version() -> str:
         return version("chalk")
     except PackageNotFoundError:  # a source tree that was never installed
         return "unknown (not installed)"
+
+
+_JSON_LINES = "print JSON, one object per line (docs/guide.md)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -301,13 +313,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("graph", parents=[common], help="draw a workflow's control-flow graph")
     p.add_argument("file", help="workflow file")
     p.add_argument("-o", "--output", help="out.dot, out.svg or out.png, by the extension (default: "
-                   "dot text on stdout); errors go to stderr and into the drawing")
+                   "dot text on stdout); errors go to stderr and into the drawing, and the exit "
+                   "code is 1")
     p.set_defaults(func=cmd_graph)
 
     p = sub.add_parser("status", parents=[common],
                        help="queues (depth, rates), store, cluster members and job statistics")
     p.add_argument("--since", metavar="TIME",
                    help="statistics since: an age (30m, 2h, 1d) or an ISO time (default 1h)")
+    p.add_argument("--json", action="store_true", help="print one JSON object (docs/guide.md)")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("jobs", parents=[common],
@@ -325,19 +339,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=50, metavar="N",
                    help="show the N most recent entries (default 50)")
     p.add_argument("-f", "--follow", action="store_true", help="then print new entries as they come")
+    p.add_argument("--json", action="store_true", help=_JSON_LINES)
     p.set_defaults(func=cmd_jobs)
 
     p = sub.add_parser("schedules", parents=[common],
                        help="scheduled jobs ([[schedule]]) with their last and next run")
+    p.add_argument("--json", action="store_true", help=_JSON_LINES)
     p.set_defaults(func=cmd_schedules)
 
     p = sub.add_parser("dlq", parents=[common],
                        help="dead letters: list, show (from the job log), replay, purge")
     p.add_argument("action", choices=["list", "show", "replay", "purge"])
-    p.add_argument("message_id", nargs="?", help="for show/replay: one message ID")
+    p.add_argument("message_id", nargs="?", help="for show/replay: one message ID, or a unique "
+                   "start of it (whole, or after a ':': 7bdb77b1 for push:7bdb77b1…)")
     p.add_argument("--queue", help="input queue whose dead letters to use (default: every listener queue)")
     p.add_argument("--limit", type=int, default=50, metavar="N",
                    help="for list: show at most N dead letters, oldest first (default 50)")
+    p.add_argument("--json", action="store_true", help="for list and show: " + _JSON_LINES)
     p.set_defaults(func=cmd_dlq)
 
     p = sub.add_parser("events", parents=[common],
@@ -377,6 +395,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `chalk jobs | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except Exception as e:  # every error ends as one clear line (traceback with -v)
         if args.verbose:
             log.exception("chalk %s failed", args.command)

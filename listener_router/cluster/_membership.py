@@ -252,6 +252,7 @@ class Membership:
         gone = [name for name, incarnation in state.view_members
                 if (name, incarnation) not in alive]
         failed = FailedOver()
+        restarted = [name for name in gone if any(m.name == name for m in live)]
         with self.fenced() as tx:
             for name in gone:
                 back = next((m for m in live if m.name == name), None)
@@ -264,22 +265,39 @@ class Membership:
                 before = set(state.view_members)
                 change = ViewChange(
                     state.cluster_id, seq, self.name, epoch or 0,
-                    tuple(_advertised(m) for m in live), tuple(gone),
-                    tuple(n for n, i in pairs if (n, i) not in before))
+                    tuple(_advertised(m) for m in live),
+                    tuple(n for n in gone if n not in restarted),
+                    tuple(n for n, i in pairs if (n, i) not in before and n not in restarted),
+                    tuple(restarted))
                 for hook in self.on_view:
                     hook(tx, change)
         if failed.members:
-            lapsed = {m.name for m in rows}  # a clean leave deleted its row
-            if failed.leases or failed.batches or lapsed & set(failed.members):
-                log.warning("failover of %s: %d record lease(s) released, %d unsent outbox "
-                            "batch(es) to publish", ", ".join(failed.members), failed.leases,
-                            len(failed.batches))
-            else:
-                log.info("%s left the cluster", ", ".join(failed.members))
+            lapsed = {m.name for m in rows} - set(restarted)  # a clean leave deleted its row
+            self._report(failed, restarted, lapsed)
             if failed.batches:
                 self._hand_over(failed.batches)
         with unavailable():
             return self.cluster.read()
+
+    @staticmethod
+    def _report(failed: FailedOver, restarted: Sequence[str], lapsed: set[str]) -> None:
+        """A failover is worth a warning when it released something a gone member held; a
+        member that left (cleanly, or its heartbeat lapsed) or came back as a new incarnation
+        (a restart), leaving nothing behind, is news."""
+        if failed.leases or failed.batches:
+            log.warning("failover of %s: %d record lease(s) released, %d unsent outbox "
+                        "batch(es) to publish", ", ".join(failed.members), failed.leases,
+                        len(failed.batches))
+            return
+        back = [n for n in failed.members if n in restarted]
+        gone = [n for n in failed.members if n not in restarted]
+        if back:
+            log.info("%s restarted (a new incarnation; nothing of the earlier one was left to "
+                     "release)", ", ".join(back))
+        if gone:
+            log.info("%s left the cluster%s", ", ".join(gone),
+                     " (heartbeat lapsed; nothing was left to release)" if lapsed & set(gone)
+                     else "")
 
     def _observe(self, rows: list[Member], live: list[Member], state: ClusterRow) -> None:
         """Compare the established view with the one this member knew; tell the listeners."""

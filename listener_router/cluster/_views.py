@@ -107,7 +107,11 @@ class ClusterView:
 @dataclass(frozen=True)
 class ViewChange:
     """A view the leader establishes, as written in its fenced transaction: who leads at
-    which epoch, the live members (their advertised rows), who left and who joined."""
+    which epoch, the live members (their advertised rows), who left and who joined.
+
+    A member that came back under its name as a new incarnation (a restart) is in
+    ``restarted``, and neither in ``left`` nor in ``joined``.
+    """
 
     cluster_id: str
     seq: int
@@ -116,6 +120,7 @@ class ViewChange:
     members: tuple[dict[str, Any], ...]
     left: tuple[str, ...]
     joined: tuple[str, ...]
+    restarted: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

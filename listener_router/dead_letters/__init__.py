@@ -15,29 +15,36 @@ from listener_router._lazy import lazy_names
 
 if TYPE_CHECKING:
     from listener_router.dead_letters._letters import (
+        AmbiguousMessageId,
         collect,
         dead_letters,
         logged,
+        message_id_of,
         purge,
+        record_ids,
         replay,
     )
     from listener_router.dead_letters._plugin import DeadLettersPlugin
     from listener_router.dead_letters._tables import DeadLetter, DeadLetters
 
 _HOMES = {
+    "AmbiguousMessageId": "_letters", "message_id_of": "_letters", "record_ids": "_letters",
     "collect": "_letters", "dead_letters": "_letters", "logged": "_letters",
     "purge": "_letters", "replay": "_letters", "DeadLettersPlugin": "_plugin",
     "DeadLetter": "_tables", "DeadLetters": "_tables",
 }
 
 __all__ = [
+    "AmbiguousMessageId",
     "DeadLetter",
     "DeadLetters",
     "DeadLettersPlugin",
     "collect",
     "dead_letters",
     "logged",
+    "message_id_of",
     "purge",
+    "record_ids",
     "replay",
 ]
 

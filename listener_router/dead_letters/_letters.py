@@ -28,6 +28,7 @@ from typing import Any
 import pika
 import pika.exceptions
 
+from listener_router._errors import UserError
 from listener_router._messages import (
     ATTEMPTS_HEADER,
     ERROR_HEADER,
@@ -41,7 +42,8 @@ from listener_router.dead_letters._tables import DeadLetter, DeadLetters
 from listener_router.jobs import REPLAYS_HEADER, JobLogTables, LogEntry
 from listener_router.store import ServiceStore
 
-__all__ = ["DeadLetter", "collect", "dead_letters", "logged", "purge", "replay"]
+__all__ = ["AmbiguousMessageId", "DeadLetter", "collect", "dead_letters", "logged",
+           "message_id_of", "purge", "record_ids", "replay"]
 
 CHUNK = 500        # dead letters moved per transaction
 
@@ -120,18 +122,45 @@ def collect(settings: Settings, store: ServiceStore, queues: Sequence[str]) -> i
     return moved
 
 
+class AmbiguousMessageId(UserError, LookupError):
+    """A short message ID that starts the IDs of several dead letters."""
+
+
+def message_id_of(table: DeadLetters, queues: Sequence[str], given: str) -> str:
+    """The message ID ``given`` stands for among ``queues``' dead letters: itself, or the one
+    ID it is a unique start of (whole or after a ``:``, as ``git`` takes a short hash);
+    ``given`` when none matches (nothing is found under it).
+
+    Raises:
+        AmbiguousMessageId: it starts several IDs (they are named, a few of them).
+    """
+    found = table.ids_like(queues, given)
+    if given in found or not found:
+        return given
+    if len(found) == 1:
+        return found[0]
+    shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+    raise AmbiguousMessageId(f"{given!r} starts {len(found)} dead letters' message IDs "
+                             f"({shown}); give more of it")
+
+
 def dead_letters(settings: Settings, queues: Sequence[str], *, limit: int | None = None,
                  message_id: str | None = None) -> list[DeadLetter]:
-    """The dead letters of ``queues``, oldest first (``message_id``'s only, when given)."""
+    """The dead letters of ``queues``, oldest first (``message_id``'s only, when given: a
+    whole ID or a unique start of one, :func:`message_id_of`)."""
     store = ServiceStore.connect(settings.blackboard_url)
     try:
         collect(settings, store, queues)
-        return store.tables(DeadLetters).list(queues, limit=limit, message_id=message_id)
+        table = store.tables(DeadLetters)
+        if message_id is not None:
+            message_id = message_id_of(table, queues, message_id)
+        return table.list(queues, limit=limit, message_id=message_id)
     finally:
         store.close()
 
 
-def _record_ids(body: bytes) -> list[str]:
+def record_ids(body: bytes) -> list[str]:
+    """The record IDs a message body names (none for a body that is not a message)."""
     try:
         data = json.loads(body)
     except ValueError:
@@ -147,7 +176,7 @@ def logged(store: ServiceStore, letter: DeadLetter) -> tuple[list[str], list[Log
     log = store.tables(JobLogTables)
     history = log.entries(queues=(letter.queue,), message_id=letter.message_id, limit=1000)
     dead = [e for e in history if e.state == "dead"]
-    return (log.record_ids(dead[-1]) if dead else _record_ids(letter.body)), history
+    return (log.record_ids(dead[-1]) if dead else record_ids(letter.body)), history
 
 
 def _replays(letter: DeadLetter) -> int:
@@ -163,13 +192,15 @@ _DROPPED = ("x-chalk-", "x-death", "x-first-death", "x-last-death", "x-delivery-
 def replay(settings: Settings, queues: Sequence[str], message_id: str | None = None, *,
            by: str = "chalk dlq replay") -> int:
     """Publish dead letters back to their queue (attempts reset, reason dropped), with
-    confirms, then forget them; the job log says they were replayed ``by`` whom.  A crash in
+    confirms, then forget them (``message_id``: one, or the one it is a unique start of); the job log says they were replayed ``by`` whom.  A crash in
     between publishes one again on the next replay: it carries its message ID, so the service
     takes it once."""
     store = ServiceStore.connect(settings.blackboard_url)
     try:
         table, log = store.tables(DeadLetters), store.tables(JobLogTables)
         collect(settings, store, queues)
+        if message_id is not None:
+            message_id = message_id_of(table, queues, message_id)
         letters = table.list(queues, message_id=message_id)
         if not letters:
             return 0

@@ -4,7 +4,7 @@ Browsing a queue means taking messages and giving them back, and on a
 quorum queue every message given back counts as a delivery: with a
 delivery limit (the queue's, or a policy's), browsing would drop dead
 letters.  So ``chalk dlq`` moves them out of the queue into this table
-(``listener_router/cli/_dead_letters.py``) and reads them here.  A row is
+(``_letters``) and reads them here.  A row is
 keyed by the input queue and the message ID: taking the same dead letter
 twice (the mover died between its commit and its ack) writes the same row,
 and a message dead-lettered again after a replay replaces its old row.
@@ -28,6 +28,7 @@ from sqlalchemy import (
     Text,
     delete,
     func,
+    or_,
     select,
 )
 from sqlalchemy.engine import Engine
@@ -112,6 +113,20 @@ class DeadLetters:
             query = query.limit(limit)
         with self.engine.connect() as conn:
             return [_letter(row) for row in conn.execute(query)]
+
+    def ids_like(self, queues: Sequence[str], given: str) -> tuple[str, ...]:
+        """The message IDs of ``queues``' dead letters that are ``given`` or start with it,
+        whole or after a ``:`` (``7bdb77b1`` is the start of ``push:7bdb77b1…``), sorted."""
+        escaped = given.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        c = dead_letters.c
+        query = select(c.message_id).distinct().where(
+            c.queue.in_(list(queues)),
+            or_(c.message_id.like(f"{escaped}%", escape="\\"),
+                c.message_id.like(f"%:{escaped}%", escape="\\")))
+        with self.engine.connect() as conn:
+            found = conn.execute(query.order_by(c.message_id)).scalars().all()
+        return tuple(m for m in found if m == given or m.startswith(given)
+                     or any(part.startswith(given) for part in m.split(":")[1:]))
 
     def count(self, queues: Sequence[str]) -> int:
         return sum(self.counts(queues).values())

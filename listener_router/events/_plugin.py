@@ -110,19 +110,20 @@ class EventsPlugin(Plugin):
             queue = w.delivery.queue
             mid = message.message_id if message is not None else (
                 w.delivery.message_id or derive_message_id(w.delivery.body))
-            attempt = str(message.attempts if message is not None else 0)
+            made = message.attempts if message is not None else 0   # x-chalk-attempts: before
+            attempt = str(made)     # in the event ID, as before: copies keep their IDs
             error = (w.error or "")[:1000]
             if invalidated and w.loaded and message is not None and w.workflow:
                 for rid in message.record_ids:
                     out.append(events.build(EventKind.INVALIDATED, w.workflow, {
                         "workflow": w.workflow, "record": rid, "queue": queue,
-                        "message_id": mid, "attempt": int(attempt), "state": state.value,
+                        "message_id": mid, "attempt": made + 1, "state": state.value,
                         "error": error,
                     }, key=(queue, mid, attempt, rid)))
             if dead_lettered and state is State.DEAD:
                 out.append(events.build(EventKind.DEAD_LETTERED, queue, {
                     "queue": queue, "message_id": mid, "workflow": w.workflow,
-                    "attempt": int(attempt), "error": error,
+                    "attempt": made + 1, "error": error,
                 }, key=(queue, mid, attempt)))
         return out
 
@@ -131,5 +132,5 @@ class EventsPlugin(Plugin):
         self.events.emit(tx, EventKind.TOPOLOGY_CHANGED, None, {
             "cluster_id": change.cluster_id, "seq": change.seq, "leader": change.leader,
             "epoch": change.epoch, "members": list(change.members), "left": list(change.left),
-            "joined": list(change.joined),
+            "joined": list(change.joined), "restarted": list(change.restarted),
         }, key=(change.cluster_id, str(change.seq)))

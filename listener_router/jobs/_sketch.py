@@ -74,16 +74,21 @@ class Sketch:
         return self
 
     def quantile(self, q: float) -> float | None:
-        """The value below which a fraction ``q`` of the samples lie (None: no samples)."""
+        """The ``q`` quantile by nearest rank: the smallest sample (within the accuracy) that
+        at least a fraction ``q`` of the samples do not exceed (None: no samples).
+
+        Nearest rank, not the lower neighbour of ``q * (count - 1)``: p99 of 2 to 100
+        samples is their largest, so one slow batch among a few fast ones shows in p99.
+        """
         if self.count == 0:
             return None
-        rank = q * (self.count - 1)
+        rank = max(1, math.ceil(q * self.count - 1e-9))   # 1-based
         seen = self.zero
-        if rank < seen:
+        if rank <= seen:
             return 0.0
         for index in sorted(self.buckets):
             seen += self.buckets[index]
-            if rank < seen:
+            if rank <= seen:
                 return 2 * _GAMMA ** index / (_GAMMA + 1)
         return 2 * _GAMMA ** max(self.buckets) / (_GAMMA + 1)
 

@@ -78,7 +78,7 @@ job_log = Table(
     Column("queue", String(255), nullable=False),
     Column("message_id", String(255), nullable=False),
     Column("round", Integer, nullable=False),         # replays before this attempt
-    Column("attempt", Integer, nullable=False),       # x-chalk-attempts when received
+    Column("attempt", Integer, nullable=False),       # x-chalk-attempts when received (read: +1)
     Column("workflow", String(255), nullable=True),
     Column("member", String(255), nullable=True),
     Column("batch", String(32), nullable=True),       # chalk_job_batches.id
@@ -159,7 +159,14 @@ LogRow = tuple[float, str, str, str, int, int, str | None, str | None, str | Non
 @dataclass(frozen=True)
 class LogEntry:
     """A job-log entry as read back.  ``id`` is a step's row ID, or for a commit (logged on
-    its inbox row) a negative number made from the row's key: unique, the same at every read."""
+    its inbox row) a negative number made from the row's key: unique, the same at every read.
+
+    ``attempt`` is the attempt's number, 1 for the first delivery: the rows keep
+    ``x-chalk-attempts`` as the message carried it (the attempts made before), and
+    reading adds one, so the log, ``chalk dlq show``, the events and the dead letter's
+    ``x-chalk-attempts`` (the attempts made in all) and reason ("after 2 attempt(s)")
+    count alike.
+    """
 
     id: int
     at: float
@@ -199,7 +206,9 @@ def _sql(conn: Connection, sql: str) -> str:
 
 
 def _entry(row: Any) -> LogEntry:
-    return LogEntry(**{name: getattr(row, name) for name in LogEntry.__dataclass_fields__})
+    values = {name: getattr(row, name) for name in LogEntry.__dataclass_fields__}
+    values["attempt"] = (row.attempt or 0) + 1
+    return LogEntry(**values)
 
 
 # A logged commit, read from its inbox row as a log entry.
@@ -218,7 +227,7 @@ def _committed_id(queue: str, message_id: str) -> int:
 def _committed(row: Any) -> LogEntry:
     return LogEntry(id=_committed_id(row.queue, row.message_id), at=row.processed_at,
                     state="committed", queue=row.queue, message_id=row.message_id,
-                    round=row.round or 0, attempt=row.attempt or 0, workflow=row.workflow,
+                    round=row.round or 0, attempt=(row.attempt or 0) + 1, workflow=row.workflow,
                     member=row.member, batch=row.log_batch, received_at=row.received_at,
                     record=row.record, records=row.records or 0, outgoing=row.outgoing or 0,
                     reason=None, resolved=None, resolved_at=None)

@@ -76,7 +76,7 @@ class Failures:
                         sub.rule.id, what, attempts, retries + 1, delay, error)
             sub.retry_at = time.monotonic() + delay
             return
-        reason = f"{error} (after {attempts} attempt{'s' if attempts > 1 else ''})"
+        reason = offsets.given_up(error, attempts)
         if sub.rule.on_error == "block":
             self.block(item, reason)
         else:

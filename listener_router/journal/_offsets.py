@@ -25,6 +25,7 @@ a running agent notices the new epoch within a second.
 from __future__ import annotations
 
 import datetime
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -40,15 +41,18 @@ from sqlalchemy import (
     Table,
     Text,
     insert,
+    inspect,
     select,
     update,
 )
 from sqlalchemy.engine import Engine
 
 from listener_router._errors import InfrastructureError, UserError
+from listener_router.journal._entries import Entry
 
-__all__ = ["Position", "PositionMoved", "SubscriberState", "NotBlocked", "advance", "block",
-           "create_tables", "load_state", "record_error", "register", "request_retry",
+__all__ = ["Position", "PositionMoved", "SubscriberState", "NotBlocked", "advance", "attempts_in",
+           "block", "given_up",
+           "create_tables", "load_state", "peek_state", "record_error", "register", "request_retry",
            "request_rewind", "request_skip", "subscriber_state", "set_running"]
 
 metadata = MetaData()
@@ -171,6 +175,14 @@ def subscriber_state(engine: Engine, journal: str, subscriber: str) -> Subscribe
         return load_state(conn, journal, subscriber)
 
 
+def peek_state(engine: Engine, journal: str, subscriber: str) -> SubscriberState | None:
+    """The subscriber's row, read without making the tables (None: never ran there)."""
+    with engine.connect().execution_options(chalk_readonly=True) as conn:
+        if not inspect(conn).has_table(subscribers.name):
+            return None
+        return load_state(conn, journal, subscriber)
+
+
 def register(engine: Engine, journal: str, subscriber: str, start: str) -> SubscriberState:
     """The subscriber's row, made with ``start`` (and ``not_before`` for a time) when new."""
     with engine.begin() as conn:
@@ -270,6 +282,30 @@ def request_rewind(engine: Engine, journal: str, subscriber: str, start: str) ->
         return _state(_row(conn, journal, subscriber))
 
 
+_AFTER = re.compile(r"\(after (\d+) attempts?\)$")
+
+
+def given_up(error: str, attempts: int) -> str:
+    """The reason an entry given up on is stored with: the error and the attempts made."""
+    return f"{error} (after {attempts} attempt{'s' if attempts > 1 else ''})"
+
+
+def attempts_in(reason: str | None) -> int:
+    """The attempts a reason made by :func:`given_up` names (0: none named)."""
+    found = _AFTER.search(reason or "")
+    return int(found.group(1)) if found else 0
+
+
+def _record_of(offset: int | None, entry: str | None) -> str | None:
+    """The record ID of a stored entry (None: no entry, or one that is no journal entry)."""
+    if entry is None:
+        return None
+    try:
+        return Entry.parse(offset or 0, entry.encode()).id
+    except ValueError:
+        return None
+
+
 def request_skip(engine: Engine, journal: str, subscriber: str) -> SubscriberState:
     """Unblock a blocked subscriber by passing over what blocks it: the entry (recorded as
     an error, skipped by the operator) or the gap (accepted).  Returns the row before."""
@@ -285,9 +321,10 @@ def request_skip(engine: Engine, journal: str, subscriber: str) -> SubscriberSta
             offset, seq = row.blocked_offset, max(row.seq, row.blocked_seq or 0)
             conn.execute(insert(errors).values(
                 journal=journal, subscriber=subscriber, offset=row.blocked_offset,
-                seq=row.blocked_seq, record_id=None,
+                seq=row.blocked_seq, record_id=_record_of(row.blocked_offset, row.blocked_entry),
                 reason=f"skipped by an operator; it had failed: {row.blocked_reason}",
-                attempts=0, failed_at=time.time(), entry=row.blocked_entry))
+                attempts=attempts_in(row.blocked_reason), failed_at=time.time(),
+                entry=row.blocked_entry))
         conn.execute(update(subscribers).where(_key(journal, subscriber)).values(
             offset=offset, seq=seq, state="running", blocked_kind=None, blocked_offset=None,
             blocked_seq=None, blocked_reason=None, blocked_entry=None, blocked_at=None,

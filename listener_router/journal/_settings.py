@@ -83,8 +83,9 @@ class JournalRule:
     segment_bytes: int = setting(100_000_000, "the stream's segment size "
                                  "(`x-stream-max-segment-size-bytes`), retention's unit",
                                  minimum=0, positive=True)
-    forget_after: float = setting(60.0, "seconds after which a silent subscriber leaves the "
-                                  "status view", minimum=0, positive=True)
+    forget_after: float = setting(60.0, "seconds after which a subscriber not in the "
+                                  "configuration, and silent, leaves the status view",
+                                  minimum=0, positive=True)
 
     def __post_init__(self) -> None:
         if not self.stream and self.name:

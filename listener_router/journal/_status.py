@@ -2,14 +2,23 @@
 
 Each subscriber agent publishes a status message to the journal's status
 stream every ``status_every`` seconds and whenever its state changes (the
-discovery message: its last processed offset, running or blocked,
-its error count).  The publisher's side needs no registry of subscribers:
-:func:`journal_status` reads the status stream from ``forget_after``
-seconds ago, keeps each subscriber's latest message, reads the head of the
-journal (its last entry), and computes per subscriber the lag in entries
-(stream offsets) and in seconds (how much older the subscriber's last
-applied entry is than the head's), blocked or not, last seen.  A
-subscriber silent for longer than ``forget_after`` has left the view.
+discovery message: its last processed offset, running or blocked, its
+error count), and a last one saying ``stopped`` when it stops.  The
+publisher's side needs no registry of subscribers: :func:`journal_status`
+reads the status stream from ``forget_after`` seconds ago, keeps each
+subscriber's latest message, reads the head of the journal (its last
+entry), and computes per subscriber the lag in entries (stream offsets) and
+in seconds (how much older the subscriber's last applied entry is than the
+head's), its state, last seen.  A running agent not heard from for three
+of its status intervals is ``silent`` (it died without a word).
+
+A subscriber of the configuration (``[[subscriber]]`` of this journal, with
+its ``store``) is always in the view, stopped or not: when no agent spoke
+lately, its row in its own database says where it is (``stopped``, or
+``blocked``), so one that stopped with a backlog stays visible, with its
+lag, until it is removed from the configuration.  One run without a
+``[[subscriber]]`` entry is known only by its messages: it leaves the view
+after ``forget_after`` seconds of silence.
 """
 
 from __future__ import annotations
@@ -24,10 +33,12 @@ from typing import Any
 import orjson
 import pika
 import pika.exceptions
+from sqlalchemy import create_engine
 
 from listener_router._errors import BrokerUnavailable, ConfigError
 from listener_router._settings import Settings
 from listener_router.broker import connect
+from listener_router.journal._offsets import peek_state
 from listener_router.journal._settings import JournalRule, SubscriberRule
 
 __all__ = ["Head", "SubscriberView", "journal_rule", "journal_status", "read_head",
@@ -51,14 +62,15 @@ class SubscriberView:
     """One subscriber as the publisher's side sees it."""
 
     subscriber: str
-    state: str                    # running | blocked
+    state: str                    # running | blocked | stopped | silent
     offset: int | None            # last offset it consumed
     lag_entries: int              # stream entries after its offset
     lag_seconds: float            # how much older its last applied entry is than the head's
     errors: int                   # entries it sent to its error queue
-    last_seen: float              # seconds since its last status message
+    last_seen: float | None       # seconds since its last status message (None: none lately)
     blocked_reason: str | None
     host: str
+    note: str | None = None       # why the state, when it is not plain (a store not readable)
 
 
 def journal_rule(settings: Settings, name: str) -> JournalRule:
@@ -158,10 +170,60 @@ def _since(seconds_ago: float) -> datetime.datetime:
                                            tz=datetime.timezone.utc)
 
 
+SILENT_AFTER = 3               # status intervals without a message: a running agent is silent
+
+
+def _lag(head: Head | None, offset: int | None, entry_at: float | None,
+         now: float) -> tuple[int, float]:
+    """Entries after ``offset`` and how much older the last applied entry is than the head."""
+    if head is None:
+        return 0, 0.0
+    lag = head.offset - (-1 if offset is None else int(offset))
+    if lag <= 0:
+        return 0, 0.0
+    seconds = head.published_at - float(entry_at) if entry_at else now - head.published_at
+    return lag, max(0.0, seconds)
+
+
+def _heard(name: str, status: dict[str, Any], head: Head | None, now: float) -> SubscriberView:
+    """The view of a subscriber from its latest status message."""
+    seen = now - float(status.get("at", 0.0))
+    state = str(status.get("state", "?"))
+    every = float(status.get("every") or 0.0)
+    if state in ("running", "blocked") and every and seen > SILENT_AFTER * every:
+        state = "silent"
+    offset = status.get("offset")
+    lag, lag_seconds = _lag(head, offset, status.get("entry_at"), now)
+    return SubscriberView(
+        subscriber=name, state=state, offset=offset, lag_entries=lag, lag_seconds=lag_seconds,
+        errors=int(status.get("errors", 0)), last_seen=seen,
+        blocked_reason=status.get("blocked_reason"), host=str(status.get("host", "")))
+
+
+def _stored(rule: SubscriberRule, head: Head | None, now: float) -> SubscriberView:
+    """The view of a configured subscriber no agent spoke for lately: its row, in its store."""
+    state, reason = None, None
+    try:
+        engine = create_engine(rule.store)
+        try:
+            state = peek_state(engine, rule.journal, rule.id)
+        finally:
+            engine.dispose()
+    except Exception as e:  # its database is not reachable from here: say so
+        reason = f"its store cannot be read: {type(e).__name__}: {e}"
+    if state is None:
+        return SubscriberView(rule.id, "unknown" if reason else "never run", None, 0, 0.0, 0,
+                              None, None, "", reason)
+    lag, lag_seconds = _lag(head, state.offset, state.entry_at, now)
+    return SubscriberView(rule.id, "blocked" if state.blocked else "stopped", state.offset, lag,
+                          lag_seconds, state.errors, None, state.blocked_reason, "")
+
+
 def journal_status(settings: Settings, journal: str, *,
                    forget_after: float | None = None) -> tuple[Head | None, list[SubscriberView]]:
-    """The journal's head and its subscribers seen within ``forget_after`` seconds
-    (default: the journal's ``forget_after``), by name."""
+    """The journal's head and its subscribers, by name: those heard from within
+    ``forget_after`` seconds (default: the journal's ``forget_after``) and every
+    ``[[subscriber]]`` of the configuration for it (see the module doc)."""
     rule = journal_rule(settings, journal)
     window = rule.forget_after if forget_after is None else forget_after
     head = read_head(settings.broker_url, rule.stream)
@@ -174,23 +236,12 @@ def journal_status(settings: Settings, journal: str, *,
         except (orjson.JSONDecodeError, KeyError, TypeError):
             continue
     now = time.time()
-    views = []
-    for name, status in sorted(latest.items()):
-        seen = now - float(status.get("at", 0.0))
-        if seen > window:
-            continue
-        offset = status.get("offset")
-        lag = 0 if head is None else head.offset - (-1 if offset is None else int(offset))
-        lag_seconds = 0.0
-        if head is not None and lag > 0:
-            lag_seconds = max(0.0, head.published_at - float(status.get("entry_at") or 0.0)) \
-                if status.get("entry_at") else max(0.0, now - head.published_at)
-        views.append(SubscriberView(
-            subscriber=name, state=str(status.get("state", "?")), offset=offset,
-            lag_entries=max(0, lag), lag_seconds=lag_seconds,
-            errors=int(status.get("errors", 0)), last_seen=seen,
-            blocked_reason=status.get("blocked_reason"), host=str(status.get("host", ""))))
-    return head, views
+    views = {name: _heard(name, status, head, now) for name, status in latest.items()
+             if now - float(status.get("at", 0.0)) <= window}
+    for configured in settings.section("subscriber"):
+        if configured.journal == journal and configured.id not in views and configured.store:
+            views[configured.id] = _stored(configured, head, now)
+    return head, [views[name] for name in sorted(views)]
 
 
 def subscriber_rule(settings: Settings, subscriber: str, journal: str | None = None,

@@ -152,6 +152,8 @@ class Subscriber:
             registry = self._registry or engine_pkg.WorkflowRegistry(
                 self.settings.workflows_dir, aliases=self.settings.aliases,
                 services=self.settings.services)
+            for problem in registry.errors:   # the registry reports none itself
+                log.error("%s", problem)
             self.workflow = registry.get(rule.workflow)
             self.runner = self._runner or make_runner(self.settings)
         self.link = self._new_link()
@@ -169,7 +171,7 @@ class Subscriber:
 
     def close(self) -> None:
         if self.link is not None:
-            self.publish_status(wait=True)
+            self.publish_status(wait=True, stopped=True)
             self.link.stop()
         if self.source is not None:
             self.source.close()
@@ -415,7 +417,8 @@ class Subscriber:
         self.link.ack([i.delivery for i in items if i.delivery is not None])
 
     # -- status ------------------------------------------------------------------------------
-    def publish_status(self, wait: bool = False) -> None:
+    def publish_status(self, wait: bool = False, *, stopped: bool = False) -> None:
+        """Tell the status stream where this subscriber is (``stopped``: its last word)."""
         link = self.link
         if link is None or not link.ready.is_set():
             return
@@ -424,7 +427,9 @@ class Subscriber:
             blocked = (self.state.blocked_offset, self.state.blocked_reason)
         body = status_body(
             journal=self.rule.journal, subscriber=self.rule.id, offset=self.believed.offset,
-            seq=self.seq, entry_at=self.entry_at, state="blocked" if self.blocked else "running",
+            seq=self.seq, entry_at=self.entry_at,
+            state="stopped" if stopped else "blocked" if self.blocked else "running",
+            every=self.rule.status_every,
             blocked_offset=blocked[0] if blocked else None,
             blocked_reason=blocked[1] if blocked else None, errors=self.errors,
             applied=self.stats.applied, at=time.time(), host=self.host)

@@ -186,24 +186,24 @@ class Scheduler(LeaderTask):
     def _page(self, rule: ScheduleRule, state: ScheduleState) -> int:
         ids, cursor, over = self.selections[rule.name].page(state.cursor)
         messages = scheduled_messages(rule, state.tick, state.messages, ids)
-        if over:
-            messages += job_finished_events(self.events, rule, state.tick, state.messages + len(messages),
-                                            state.records + len(ids), self.member)
+        sent = state.messages + len(messages)   # the tick's messages so far (events aside)
+        # the job.finished event goes out with the last page but is none of the tick's messages
+        events = job_finished_events(self.events, rule, state.tick, sent,
+                                     state.records + len(ids), self.member) if over else []
         batches: list[str | None] = []
 
         def page(conn: Connection) -> None:
             self._checked(self.tables.advance(
                 conn, state, cursor, len(messages), len(ids), over, self.member))
-            batches.append(Outbox.write(conn, (), [(None, m) for m in messages]))
+            batches.append(Outbox.write(conn, (), [(None, m) for m in messages + events]))
         if not self._write(page):
             return 0
         batch = batches[0]
         if batch is not None:
-            self.publish({batch: messages})
+            self.publish({batch: messages + events})
         if over:
             log.info("schedule %s: tick %s done: %d message(s), %d record(s)", rule.name,
-                     tick_label(state.tick), state.messages + len(messages),
-                     state.records + len(ids))
+                     tick_label(state.tick), sent, state.records + len(ids))
         return len(messages)
 
     @staticmethod

@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,11 +26,41 @@ import pika.exceptions
 from listener_router.broker import connection_parameters
 from listener_router.pipeline import BatchObserver, BatchReport, WorkflowRun
 
-__all__ = ["BatchSummary", "History", "Sample", "Sampler", "HOUR"]
+__all__ = ["BatchSummary", "History", "Published", "Sample", "Sampler", "HOUR"]
 
 log = logging.getLogger(__name__)
 
 HOUR = 3600.0
+
+
+@dataclass(frozen=True)
+class Published:
+    """What a batch published, told apart: messages routed by the router rules (by target),
+    events (on a plug-in's exchange: ``record.committed`` with the commit, the failure
+    events with the settling), and copies (a retry copy or a dead letter per message that
+    failed)."""
+
+    routed: dict[str, int]
+    events: int
+    copies: int
+
+    @classmethod
+    def of(cls, report: BatchReport, side_exchanges: Collection[str] = ()) -> Published:
+        """From ``report`` (call under its lock): ``side_exchanges`` are the exchanges
+        plug-ins publish to (``Plugin.exchanges``); a report counts every message it
+        published, and by target those published with the commits (routed and events)."""
+        routed: dict[str, int] = {}
+        events = 0
+        for target, n in report.sent.items():
+            if "/" in target and target.split("/", 1)[0] in side_exchanges:
+                events += n
+            else:
+                routed[target] = n
+        states = report.states()
+        copies = states.get("retrying", 0) + states.get("dead", 0)
+        # the rest went out with the settling: the plug-ins' messages about failures
+        events += max(0, report.published - sum(report.sent.values()) - copies)
+        return cls(routed, events, copies)
 
 
 @dataclass(frozen=True)
@@ -43,37 +73,44 @@ class BatchSummary:
     size_limit: int
     states: dict[str, int]
     records: dict[tuple[str, str], int]
-    published: int
+    published: Published
     seconds: dict[str, float]
     runs: tuple[WorkflowRun, ...]
 
+    @property
+    def routed(self) -> int:
+        return sum(self.published.routed.values())
+
     @classmethod
-    def of(cls, report: BatchReport) -> BatchSummary:
+    def of(cls, report: BatchReport, side_exchanges: Collection[str] = ()) -> BatchSummary:
         with report.lock:
             return cls(opened=report.opened, finished=report.finished, messages=report.messages,
                        size_limit=report.size_limit, states=dict(report.states()),
-                       records=dict(report.records), published=report.published,
+                       records=dict(report.records),
+                       published=Published.of(report, side_exchanges),
                        seconds=dict(report.seconds), runs=tuple(report.runs))
 
 
 class History(BatchObserver):
-    """The last ``keep`` batches and message totals by queue (see module doc)."""
+    """The last ``keep`` batches and message totals by queue (see module doc);
+    ``side_exchanges`` are the plug-ins' exchanges, whose messages are not routed ones."""
 
-    def __init__(self, keep: int = 50):
+    def __init__(self, keep: int = 50, side_exchanges: Collection[str] = ()):
         self._lock = threading.Lock()
         self._batches: deque[BatchSummary] = deque(maxlen=keep)
         self._in: Counter[str] = Counter()
         self._out: Counter[str] = Counter()
+        self.side_exchanges = frozenset(side_exchanges)
         self.last_batch: float | None = None
 
     def batch_finished(self, report: BatchReport) -> None:
-        summary = BatchSummary.of(report)
+        summary = BatchSummary.of(report, self.side_exchanges)
         with self._lock:
             self._batches.append(summary)
             for (queue, state), n in report.outcome.items():
                 if state != "deferred":  # held, and counted when it is settled for good
                     self._in[queue] += n
-            self._out.update(report.sent)
+            self._out.update(summary.published.routed)
             self.last_batch = summary.finished
 
     def batches(self) -> list[BatchSummary]:

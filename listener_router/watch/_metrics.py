@@ -20,7 +20,7 @@ one), so several services in one process do not collide.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -30,7 +30,7 @@ from prometheus_client.registry import Collector
 
 from listener_router.broker import dlq_name
 from listener_router.pipeline import BatchObserver, BatchReport
-from listener_router.watch._history import Sample
+from listener_router.watch._history import Published, Sample
 
 __all__ = ["Live", "Metrics", "METRICS", "STAGES"]
 
@@ -47,8 +47,10 @@ _SIZES = (1, 5, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000)
 METRICS: dict[str, str] = {
     "chalk_messages_in_total": "Messages taken from the queue and settled (committed, duplicate, "
                                "retrying or dead), by queue",
-    "chalk_messages_out_total": "Routed messages published, by target queue (exchange/key for an "
-                                "exchange)",
+    "chalk_messages_out_total": "Routed messages published (by the router rules), by target "
+                                "queue (exchange/key for an exchange); events are not counted here",
+    "chalk_events_published_total": "Events published with the batches (record.committed, "
+                                    "record.invalidated, message.dead_lettered)",
     "chalk_messages_retried_total": "Messages whose instance failed and that wait in a delay queue "
                                     "for another attempt, by input queue",
     "chalk_messages_dead_lettered_total": "Messages sent to the dead-letter queue, by input queue",
@@ -144,7 +146,8 @@ class _LiveCollector(Collector):
 class Metrics(BatchObserver):
     """The service's metrics (see module doc); ``exposition()`` is what ``/metrics`` serves."""
 
-    def __init__(self, live: Live):
+    def __init__(self, live: Live, side_exchanges: Collection[str] = ()):
+        self.side_exchanges = frozenset(side_exchanges)   # the plug-ins': events, not routed
         registry = self.registry = CollectorRegistry()
         ProcessCollector(registry=registry)
 
@@ -153,6 +156,7 @@ class Metrics(BatchObserver):
 
         self.messages_in = counter("chalk_messages_in_total", ("queue",))
         self.messages_out = counter("chalk_messages_out_total", ("queue",))
+        self.events = counter("chalk_events_published_total")
         self.retried = counter("chalk_messages_retried_total", ("queue",))
         self.dead = counter("chalk_messages_dead_lettered_total", ("queue",))
         self.messages = counter("chalk_messages_total", ("queue", "state"))
@@ -182,8 +186,12 @@ class Metrics(BatchObserver):
                 self.retried.labels(queue).inc(n)
             elif state == "dead":
                 self.dead.labels(queue).inc(n)
-        for target, n in report.sent.items():
+        with report.lock:
+            published = Published.of(report, self.side_exchanges)
+        for target, n in published.routed.items():
             self.messages_out.labels(target).inc(n)
+        if published.events:
+            self.events.inc(published.events)
         for (workflow, kind), n in report.records.items():
             (self.committed if kind == "committed" else self.invalidated).labels(workflow).inc(n)
         for key, seconds in report.seconds.items():

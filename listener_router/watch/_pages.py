@@ -43,11 +43,31 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 svg text.axis, svg text.legend { font: 10px sans-serif; fill: #555; }
 svg text.node { font: 11px sans-serif; } svg text.edge { font: 10px sans-serif; }
 code { font-size: 12px; }
+tr.under td:first-child { padding-left: 1.6em; }
+button.fold { font-size: 11px; padding: 0 .4em; }
 """
 
 _SCRIPT = """
 (function () {
   var record = new URLSearchParams(location.search).get('record') || '';
+  var unfolded = new Set();   // inputs whose dead-letter and retry queues are shown
+  function folds(root) {
+    root.querySelectorAll('tr[data-under]').forEach(function (tr) {
+      tr.hidden = !unfolded.has(tr.dataset.under);
+    });
+    root.querySelectorAll('button[data-fold]').forEach(function (b) {
+      var open = unfolded.has(b.dataset.fold);
+      b.setAttribute('aria-expanded', String(open));
+      b.textContent = (open ? '\u25BE ' : '\u25B8 ') + b.dataset.label;
+    });
+  }
+  document.addEventListener('click', function (e) {
+    var b = e.target.closest && e.target.closest('button[data-fold]');
+    if (!b) { return; }
+    if (unfolded.has(b.dataset.fold)) { unfolded.delete(b.dataset.fold); }
+    else { unfolded.add(b.dataset.fold); }
+    folds(document);
+  });
   document.querySelectorAll('[data-panel]').forEach(function (el) {
     var every = 1000 * Number(el.dataset.every || 5);
     function refresh() {
@@ -55,7 +75,7 @@ _SCRIPT = """
       fetch(url, {cache: 'no-store'}).then(function (r) {
         return r.ok ? r.text() : null;
       }).then(function (text) {
-        if (text !== null) { el.innerHTML = text; el.dataset.updated = String(Date.now()); }
+        if (text !== null) { el.innerHTML = text; folds(el); el.dataset.updated = String(Date.now()); }
       }).catch(function () {}).then(function () { setTimeout(refresh, every); });
     }
     setTimeout(refresh, every);
@@ -104,22 +124,32 @@ _TEMPLATES = {
     "queues.html": """{% if not rows %}<p class="muted">no queues</p>{% else %}
 <table id="queue-table"><tr><th>queue</th><th>role</th><th>depth</th><th>consumers</th>
 <th>in/s</th><th>out/s</th><th>last hour</th></tr>
-{% for q in rows %}<tr data-queue="{{ q.name }}"><td><code>{{ q.name }}</code></td><td>{{ q.role }}</td>
+{% for q in rows %}{% set folded = rows | selectattr("under", "equalto", q.name) | list %}
+<tr data-queue="{{ q.name }}"{% if q.under %} data-under="{{ q.under }}" class="under" hidden{% endif %}>
+<td><code>{{ q.name }}</code>{% if folded %} <button type="button" class="fold"
+ data-fold="{{ q.name }}" data-label="{{ folded | length }} more" aria-expanded="false"
+ title="its dead-letter and retry queues">▸ {{ folded | length }} more</button>{% endif %}</td>
+<td>{{ q.role }}{% if q.waiting %} <span class="error">· {{ q.waiting }} dead letter(s)</span>{% endif %}</td>
 <td class="num depth">{{ q.depth | count }}</td><td class="num">{{ q.consumers | count }}</td>
 <td class="num">{{ q.in_rate | rate }}</td><td class="num">{{ q.out_rate | rate }}</td>
 <td>{{ q.chart | safe }}</td></tr>{% endfor %}</table>
-<p class="muted">depths sampled from the broker every {{ every }} s{% if not broker_up %};
+<p class="muted">each input's dead-letter and retry queues fold under it;
+depths sampled from the broker every {{ every }} s{% if not broker_up %};
 <span class="error">broker unreachable at the last sample</span>{% endif %}</p>{% endif %}
 """,
     "batches.html": """{% if not batches %}<p class="muted">no batch finished yet</p>{% else %}
-<table id="batch-table"><tr><th>finished</th><th>messages</th><th>states</th><th>records</th>
-<th>published</th><th>gather</th><th>load</th><th>run</th><th>commit</th><th>publish</th>
+<table id="batch-table"><tr><th>finished</th>
+<th title="messages in the batch, and the most the batch sizing let it take then">messages</th>
+<th>states</th><th>records</th>
+<th title="messages the router rules sent on">routed</th>
+<th title="events published with the batch (record.committed, record.invalidated, message.dead_lettered)">events</th>
+<th>gather</th><th>load</th><th>run</th><th>commit</th><th>publish</th>
 <th>total</th><th>runs</th></tr>
 {% for b in batches %}<tr><td>{{ b.finished | clock }}</td><td class="num">{{ b.messages }}
-{%- if b.size_limit %} <span class="muted">/ {{ b.size_limit }}</span>{% endif %}</td>
+{%- if b.size_limit %} <span class="muted">of {{ b.size_limit }} allowed</span>{% endif %}</td>
 <td>{% for s, n in b.states | dictsort %}{{ s }} {{ n }}{% if not loop.last %}, {% endif %}{% endfor %}</td>
 <td>{% for key, n in b.records | dictsort %}{{ key[0] }}: {{ key[1] }} {{ n }}{% if not loop.last %}<br>{% endif %}{% endfor %}</td>
-<td class="num">{{ b.published }}</td>
+<td class="num routed">{{ b.routed }}</td><td class="num events">{{ b.published.events }}</td>
 {% for s in ("stage", "load", "run", "commit", "publish", "batch") %}<td class="num">{{ b.seconds.get(s) | ms }}</td>{% endfor %}
 <td>{% for run in b.runs %}{{ run.workflow }} {{ run.runner }} {{ run.seconds | ms }}{% if not loop.last %}<br>{% endif %}{% endfor %}</td></tr>
 {% endfor %}</table>{% endif %}

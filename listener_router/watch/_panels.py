@@ -10,7 +10,6 @@ the topology shows every field the cluster's member rows have.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from listener_router._settings import Settings
 from listener_router.broker import dlq_name, retry_name
 from listener_router.dead_letters import dead_letters as stored_dead_letters
+from listener_router.dead_letters import record_ids
 from listener_router.dead_letters import replay as replay_letters
 from listener_router.jobs import JobLogTables, LogEntry
 from listener_router.store import ServiceStore
@@ -62,6 +62,8 @@ class QueueRow:
     in_rate: float | None      # messages/s taken from it by this process (last minute)
     out_rate: float | None     # messages/s routed to it by this process
     chart: str                 # SVG: rates and depth over the last hour
+    under: str | None = None   # a dead-letter or retry queue: its input queue (folded under it)
+    waiting: int = 0           # an input queue: its dead letters (in .dlq and kept), the latest
 
 
 def known_queues(settings: Settings, history: History) -> list[tuple[str, str]]:
@@ -100,6 +102,11 @@ def queues(settings: Settings, history: History, sampler: Sampler) -> list[Queue
     latest = samples[-1] if samples else None
     end = time.time()
     start = min(samples[0].at, end - 60) if samples else end - 60
+    under: dict[str, str] = {}
+    for rule in settings.listeners:
+        under.setdefault(dlq_name(rule.queue), rule.queue)
+        for step in range(1, len(rule.backoff_ms) + 1):
+            under.setdefault(retry_name(rule.queue, step), rule.queue)
     rows = []
     for queue, role in known_queues(settings, history):
         taken, sent, depth = [], [], []
@@ -121,8 +128,16 @@ def queues(settings: Settings, history: History, sampler: Sampler) -> list[Queue
             consumers=latest.consumers.get(queue) if latest else None,
             in_rate=_rate(samples, latest, queue, sent=False),
             out_rate=_rate(samples, latest, queue, sent=True),
-            chart=line_chart(series, start=start, end=end)))
+            chart=line_chart(series, start=start, end=end), under=under.get(queue),
+            waiting=_waiting(latest, queue) if role == "input" else 0))
     return rows
+
+
+def _waiting(sample: Sample | None, queue: str) -> int:
+    """Dead letters of input ``queue`` at the sample: in its .dlq and kept in the store."""
+    if sample is None:
+        return 0
+    return (sample.depth.get(dlq_name(queue)) or 0) + (sample.kept or {}).get(queue, 0)
 
 
 # -- batches -------------------------------------------------------------------------
@@ -160,24 +175,12 @@ class DeadLetter:
     records: tuple[str, ...]
 
 
-def _record_ids(body: bytes) -> tuple[str, ...]:
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return ()
-    if not isinstance(data, dict):
-        return ()
-    if isinstance(data.get("records"), list):
-        return tuple(str(r.get("id")) for r in data["records"] if isinstance(r, dict))
-    return (str(data["id"]),) if "id" in data else ()
-
-
 def dead_letters(settings: Settings, limit: int = 50) -> list[DeadLetter]:
     """Dead letters of every input queue, as ``chalk dlq list`` reads them (moved off
     ``Q.dlq`` into the store: looking redelivers nothing)."""
     queues = list(dict.fromkeys(rule.queue for rule in settings.listeners))
     return [DeadLetter(d.queue, d.message_id, str(d.attempts), d.workflow, d.error,
-                       _record_ids(d.body))
+                       tuple(record_ids(d.body)))
             for d in stored_dead_letters(settings, queues, limit=limit)]
 
 

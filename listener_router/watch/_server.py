@@ -18,7 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from listener_router._errors import ConfigError
-from listener_router._plugin import Host, Plugin
+from listener_router._plugin import Host, Plugin, plugin_classes
 from listener_router.watch._settings import HttpSettings, parse_listen
 
 if TYPE_CHECKING:  # the web stack is imported when the plug-in is installed, not before
@@ -58,14 +58,16 @@ class Watch(Plugin):
         from listener_router.watch._metrics import Live, Metrics
         from listener_router.watch._panels import known_queues
 
-        self.history = History()
         live = self.live = host.live
+        settings = live.settings
+        # messages to the plug-ins' exchanges are events, not routed messages
+        side = {name for cls in plugin_classes() for name, _kind in cls.exchanges(settings)}  # type: ignore[attr-defined]
+        self.history = History(side_exchanges=side)
         self.membership = live.membership
         self.store = live.store
         self.registry = live.registry
         self.node = live.node
         self.started = live.started
-        settings = live.settings
         dead = host.plugin("dead_letters")
         owner, store = self.node, self.store
         self.sampler = Sampler(settings.broker_url,
@@ -83,7 +85,7 @@ class Watch(Plugin):
             batch_size=live.batch_size,
             in_flight=live.in_flight,
             sample=self.sampler.latest,
-            last_batch=lambda: self.history.last_batch))
+            last_batch=lambda: self.history.last_batch), side_exchanges=side)
 
     def batch_finished(self, report: BatchReport) -> None:
         self.metrics.batch_finished(report)

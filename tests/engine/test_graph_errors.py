@@ -42,7 +42,7 @@ def _red(group: etree._Element) -> bool:
 def test_a_workflow_with_an_error_is_drawn_with_the_faulty_activity_red(tmp_path, capsys, dot):
     source = INVALID / "unknown_pipelet.xml"
     out = tmp_path / "bad.svg"
-    assert main(["graph", str(source), "-o", str(out)]) == 0
+    assert main(["graph", str(source), "-o", str(out)]) == 1     # drawn, and not valid
     captured = capsys.readouterr()
     assert "1 error(s) marked" in captured.out
     assert f"{source}:5: <invokePipelet 'missing'>: unknown pipelet class" in captured.err
@@ -55,18 +55,45 @@ def test_a_workflow_with_an_error_is_drawn_with_the_faulty_activity_red(tmp_path
     assert "unknown pipelet class" in "".join(faulty.itertext())
 
 
+def test_an_error_inside_an_activity_marks_that_activity(tmp_path, capsys, dot):
+    # the condition's error is reported at the <condition> line, one below its <if>
+    out = tmp_path / "if.svg"
+    assert main(["graph", str(INVALID / "bad_xpath.xml"), "-o", str(out)]) == 1
+    assert ":5: <if>: condition is not valid XPath" in capsys.readouterr().err
+    nodes = _svg_nodes(out)
+    assert "errors" not in nodes                     # no "errors at no activity" box
+    (faulty,) = [name for name, group in nodes.items() if _red(group)]
+    assert "condition is not valid XPath" in "".join(nodes[faulty].itertext())
+    graph, _errors = draft_graph(INVALID / "bad_xpath.xml")
+    assert graph.nodes[faulty]["kind"] == "if"
+    # an element a sequence does not know marks the sequence it is in
+    graph, _errors = draft_graph(INVALID / "unknown_element.xml")
+    (marked,) = [d for _, d in graph.nodes(data=True) if d.get("errors")]
+    assert marked["kind"] == "sequence" and "unknown element <sequense>" in marked["errors"][0]
+
+
 def test_an_error_at_no_activity_gets_a_note(tmp_path, dot):
-    out = tmp_path / "element.svg"
-    assert main(["graph", str(INVALID / "unknown_element.xml"), "-o", str(out)]) == 0
+    source = tmp_path / "variables.xml"
+    source.write_text(
+        '<process name="V" xmlns="http://docs.oasis-open.org/wsbpel/2.0/process/executable">\n'
+        '  <variables>\n'
+        '    <variable name="x" type="xsd:string" xmlns:xsd="http://www.w3.org/2001/XMLSchema"/>\n'
+        '    <variable name="x" type="xsd:string" xmlns:xsd="http://www.w3.org/2001/XMLSchema"/>\n'
+        '  </variables>\n'
+        '  <sequence><empty/></sequence>\n'
+        '</process>\n')
+    out = tmp_path / "variables.svg"
+    assert main(["graph", str(source), "-o", str(out)]) == 1
     note = _svg_nodes(out)["errors"]
-    assert _red(note) and "line 4: unknown element <sequense>" in "".join(note.itertext())
+    assert _red(note) and "line 4: variable 'x' is declared twice" in "".join(note.itertext())
 
 
 def test_png_and_dot_by_the_extension(tmp_path, dot):
     source = INVALID / "unknown_service.xml"
-    assert main(["graph", str(source), "-o", str(tmp_path / "g.png")]) == 0
+    assert main(["graph", str(source), "-o", str(tmp_path / "g.png")]) == 1
     assert (tmp_path / "g.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
-    assert main(["graph", str(source), "-o", str(tmp_path / "g.dot")]) == 0
+    assert main(["graph", str(source), "-o", str(tmp_path / "g.dot")]) == 1
+    assert main(["graph", str(REPO / "workflows" / "demo.xml"), "-o", str(tmp_path / "ok.dot")]) == 0
     graph, errors = draft_graph(source)
     assert errors and (tmp_path / "g.dot").read_text() == to_dot(graph)
     assert "color=red" in to_dot(graph)

@@ -132,6 +132,11 @@ def test_the_dashboard_shows_records_and_replays_a_dead_letter_in_a_browser(
         assert "asked to fail" in page.inner_text("#dead-letter-table")
         assert page.inner_text(".leader") == "dash-1"
         assert page.locator("#queue-table tr[data-queue='%s'] svg" % queue).count() == 1
+        # its dead-letter and retry queues fold under it, and unfold on a click
+        dlq = page.locator("#queue-table tr[data-queue='%s.dlq']" % queue)
+        assert dlq.is_hidden()
+        page.click("#queue-table button[data-fold='%s']" % queue)
+        assert dlq.is_visible()
         assert page.locator(".wf[data-workflow='Fragile'] svg").count() == 1
         page.wait_for_function("() => document.querySelector('#batch-table') !== null",
                                timeout=60_000)

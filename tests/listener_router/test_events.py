@@ -80,7 +80,7 @@ def test_each_committed_record_has_one_event_and_each_failure_its_own(
 
     invalidated = found["record.invalidated"]
     assert sorted(body["record"] for _mid, body, _h in invalidated) == bad
-    assert {(body["state"], body["attempt"]) for _mid, body, _h in invalidated} == {("dead", 0)}
+    assert {(body["state"], body["attempt"]) for _mid, body, _h in invalidated} == {("dead", 1)}
     assert all("asked to fail" in body["error"] for _mid, body, _h in invalidated)
 
     dead = found["message.dead_lettered"]

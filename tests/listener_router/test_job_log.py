@@ -290,8 +290,9 @@ def test_a_commit_is_logged_on_its_inbox_row_and_read_back_with_the_steps(reques
     with store.engine.connect() as conn:   # a commit writes no log row of its own
         assert conn.execute(select(func.count()).select_from(job_log)).scalar_one() == 1
     by_record = log.entries(record="r2")
+    # the rows keep x-chalk-attempts as received (attempts before); entries number from 1
     assert [(e.state, e.attempt, e.batch, e.outgoing) for e in by_record] == [
-        ("retrying", 0, "b0", 0), ("committed", 1, "b1", 1)]
+        ("retrying", 1, "b0", 0), ("committed", 2, "b1", 1)]
     committed = by_record[1]
     assert committed.id < 0 and committed.member == "n" and committed.workflow == "W"
     assert committed.received_at == pytest.approx(now - 2) and committed.at >= now

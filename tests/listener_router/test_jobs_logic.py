@@ -4,6 +4,7 @@ mergeable histogram."""
 from __future__ import annotations
 
 import datetime as dt
+import math
 import random
 import re
 
@@ -136,8 +137,21 @@ def test_bad_schedules_name_the_file_and_the_entry(tmp_path, body, says):
 
 # -- the histogram -------------------------------------------------------------------------
 def _exact(values: list[float], q: float) -> float:
+    """The nearest-rank quantile: the smallest sample at least ``q`` of the samples do not
+    exceed."""
     ordered = sorted(values)
-    return ordered[int(q * (len(ordered) - 1))]
+    return ordered[max(1, math.ceil(q * len(ordered) - 1e-9)) - 1]
+
+
+def test_p99_of_a_few_batches_is_the_slowest_one():
+    # one batch ran a second, the next ones 17 ms: p99 is the slow one, p50 a fast one
+    sketch = Sketch.of([0.997, 0.017, 0.017])
+    assert sketch.quantile(0.99) == pytest.approx(0.997, rel=ACCURACY)
+    assert sketch.quantile(0.5) == pytest.approx(0.017, rel=ACCURACY)
+    two = Sketch.of([0.011, 1.001])
+    assert two.quantile(0.99) == pytest.approx(1.001, rel=ACCURACY)
+    assert two.quantile(0.5) == pytest.approx(0.011, rel=ACCURACY)
+    assert Sketch.of([0.5]).quantile(0.99) == pytest.approx(0.5, rel=ACCURACY)
 
 
 @given(st.lists(st.floats(min_value=1e-5, max_value=1e4), min_size=1, max_size=300),

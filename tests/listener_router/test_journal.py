@@ -234,6 +234,13 @@ def test_with_block_the_subscriber_stops_at_the_entry_until_chalk_journal_skip(
                       journal.rule.name, "--subscriber", "s")
         assert done.returncode == 0, done.stderr
         assert "skipped the entry at offset 7" in done.stdout
+        listed = _chalk("journal", "errors", "--config", str(config), "--journal",
+                        journal.rule.name, "--subscriber", "s", "--json")
+        assert listed.returncode == 0, listed.stderr
+        (error,) = [json.loads(line) for line in listed.stdout.splitlines()]
+        # the skipped entry names its record, and the two attempts it failed
+        assert (error["offset"], error["record"], error["attempts"]) == (7, "doc-7", 2)
+        assert error["reason"].startswith("skipped by an operator; it had failed: ")
         wait_until(lambda: running.stats.applied >= 19, what="the rest applied")
     finally:
         stats = running.stop()
@@ -244,6 +251,7 @@ def test_with_block_the_subscriber_stops_at_the_entry_until_chalk_journal_skip(
     [(props, body)] = broker.drain(journal.rule.error_queue("s"))
     assert json.loads(body)["id"] == "doc-7"
     assert "skipped by an operator" in props.headers["x-chalk-error"]
+    assert props.headers["x-chalk-attempts"] == 2
 
 
 def _blocked_view(journal: Journal) -> Any:
@@ -385,10 +393,37 @@ def test_status_shows_lag_and_forgets_a_subscriber_not_seen_lately(journal: Jour
     _head, views = journal_status(journal.settings, journal.rule.name)
     by_name = {v.subscriber: v for v in views}
     assert by_name["slow"].offset == 3 and by_name["slow"].lag_entries == 8
-    assert by_name["slow"].lag_seconds >= 0.0 and by_name["slow"].state == "running"
+    # its agent has exited: stopped, not "running … 1 s ago"
+    assert by_name["slow"].lag_seconds >= 0.0 and by_name["slow"].state == "stopped"
     assert by_name["ahead"].lag_entries == 0 and by_name["ahead"].lag_seconds == 0.0
     time.sleep(4.0)
     assert journal_status(journal.settings, journal.rule.name)[1] == []
+
+
+def test_a_configured_subscriber_that_stopped_with_a_backlog_stays_in_the_status(
+        journal: Journal) -> None:
+    journal.with_journal(forget_after=2.0)
+    journal.publish(records(10))
+    rule = journal.subscriber("slow", batch_size=1)
+    never = journal.subscriber("later")
+    settings = journal.settings.with_section("subscriber", (rule, never))
+    journal.run(rule, until=lambda s: s.applied >= 4)
+    time.sleep(3.0)                         # longer than forget_after: no status message left
+    _head, views = journal_status(settings, journal.rule.name)
+    assert [(v.subscriber, v.state, v.offset, v.lag_entries, v.last_seen) for v in views] == [
+        ("later", "never run", None, 0, None), ("slow", "stopped", 3, 6, None)]
+    journal.publish(records(2, "more"))     # the backlog grows while it is stopped
+    _head, views = journal_status(settings, journal.rule.name)
+    assert (views[1].state, views[1].lag_entries) == ("stopped", 8)
+    assert views[1].lag_seconds > 1.0        # its last entry is older than the head by then
+    # a running agent that goes quiet for three status intervals is silent, not running
+    silent = {"subscriber": "gone", "state": "running", "offset": 0, "every": 0.2,
+              "at": time.time() - 0.7}
+    conn = pika.BlockingConnection(pika.URLParameters(journal.settings.broker_url))
+    conn.channel().basic_publish("", journal.rule.status_stream, orjson.dumps(silent))
+    conn.close()
+    _head, views = journal_status(settings, journal.rule.name)
+    assert {v.subscriber: v.state for v in views}["gone"] == "silent"
 
 
 def test_the_head_and_the_status_of_a_journal_being_written_are_read_while_it_is_written(

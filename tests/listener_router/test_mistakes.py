@@ -40,6 +40,28 @@ def test_run_refuses_a_rule_naming_an_unknown_workflow(tmp_path, capsys, broker_
     assert "Counting, Crashing, Fragile, Hanging, Routed, Slow" in err
 
 
+def test_run_names_the_file_and_line_of_every_bad_condition(tmp_path, capsys, sqlite_url):
+    workflows = write_test_workflows(tmp_path / "workflows")
+    config = write_config(tmp_path / "chalk.toml", db=sqlite_url, broker="amqp://nowhere:1/",
+                          workflows=workflows, engine={"runner": "local"},
+                          listeners=[{"name": "adds", "queue": "q.in", "workflow": "Counting",
+                                      "condition": "$operation = "}],
+                          routers=[{"queue": "q.ok"},
+                                   {"queue": "q.de", "condition": "$record/Val[@key='lang' = 'de'"}])
+    lines = config.read_text().splitlines()
+    listener = next(n for n, line in enumerate(lines, 1) if line.startswith("condition") and
+                    "$operation" in line)
+    router = next(n for n, line in enumerate(lines, 1) if "Val[@key" in line)
+
+    code = main(["run", "--config", str(config), "--idle-exit", "1"])
+
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "2 problems" in err      # both at once, before anything starts (the broker is none)
+    assert f"{config}:{listener}: [[listener]] 'adds': condition '$operation = ' is not valid" in err
+    assert f"{config}:{router}: [[router]] #2: condition" in err
+
+
 def test_a_workflow_gone_while_running_dead_letters_its_messages(make_settings, broker, spark,
                                                                   tmp_path, declare):
     workflows = write_test_workflows(tmp_path / "workflows")

@@ -84,7 +84,7 @@ def test_an_outbox_written_by_an_earlier_chalk_is_upgraded_without_losing_unsent
                                                                                    1, 0)]))
     store = ServiceStore.connect(db_url)
     assert [(e.message_id, e.attempt, e.record) for e in store.tables(JobLogTables).entries()] == [
-        ("in-3", 1, "c")]
+        ("in-3", 2, "c")]
     store.close()
     engine.dispose()
 

@@ -89,6 +89,10 @@ def test_a_finished_tick_carries_its_job_finished_event_when_events_say_so(sqlit
     pages = [b for b in sent.batches.values()]
     found = [(m.exchange, m.routing_key, orjson.loads(m.body)) for b in pages for m in b
              if m.routing_key.startswith("job.finished")]
+    # the event is not one of the tick's messages: the row (chalk schedules, the log) and
+    # the event count the same two messages and three records
+    state = store.tables(Schedules).read("ev")
+    assert (state.done, state.messages, state.records) == (True, 2, 3)
     if not on:
         assert found == []
         return

@@ -246,6 +246,37 @@ def test_the_leader_writes_topology_changed_with_a_deterministic_id(pg_url):
     assert last.message_id == event_id(EventKind.TOPOLOGY_CHANGED, body["cluster_id"], "2")
 
 
+def test_a_member_restarted_under_its_name_is_reported_as_restarted(pg_url, caplog):
+    caplog.set_level("INFO", logger="listener_router.cluster._membership")
+    published: list[dict[str, list[OutMessage]]] = []
+    sent = ServiceStore.connect(pg_url).outbox
+
+    def publish(batches: dict[str, list[OutMessage]]) -> None:   # as the finish stage does
+        published.append(batches)
+        sent.mark_sent(list(batches))
+
+    a = member(pg_url, "a", publish=publish)
+    _events_of(a, EventSettings(topology=True))
+    b = member(pg_url, "b")
+    for m in (a, b, a):
+        m.beat()
+    b.stop()                                 # a clean stop, then the same name again
+    b_again = member(pg_url, "b")
+    b_again.beat()
+    a.beat()
+    b_again.stop()
+    a.stop()                                 # the leader too: it comes back alone
+    a_again = member(pg_url, "a", publish=publish)
+    _events_of(a_again, EventSettings(topology=True))
+    a_again.beat()
+    bodies = [json.loads(m.body) for batch in published for ms in batch.values() for m in ms]
+    assert [(e["left"], e["joined"], e["restarted"]) for e in bodies[-2:]] == [
+        ([], [], ["b"]), (["b"], [], ["a"])]
+    assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
+    assert "b restarted (a new incarnation; nothing of the earlier one was left" in caplog.text
+    assert "failover of" not in caplog.text
+
+
 def test_the_scheduled_job_example_emits_job_finished_only_while_leading(pg_url):
     from test_docs import DOCS, block_with
 

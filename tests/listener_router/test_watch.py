@@ -17,7 +17,9 @@ import engine
 from listener_router import BatchReport, ConfigError, Service, load_settings, push_records
 from listener_router.dead_letters import dead_letters
 from listener_router.watch import METRICS, Live, Metrics, layered_svg
-from listener_router.watch._panels import job_log
+from listener_router.watch._history import History
+from listener_router.watch._pages import render
+from listener_router.watch._panels import QueueRow, job_log
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -79,6 +81,46 @@ def test_a_batch_report_becomes_counters_and_histograms():
     assert _value(text, "chalk_batch_size_limit") == 500
     assert _value(text, "chalk_in_flight") == 7
     assert _value(text, "chalk_queue_depth") is None  # nothing sampled yet: nothing claimed
+
+
+def test_events_are_not_counted_as_routed_messages_on_the_page_or_in_the_metrics():
+    # 3 records committed and routed to "out", with their 3 record.committed events; one
+    # message retried, one dead: their copies, and 2 failure events published with them
+    report = BatchReport(messages=5, size_limit=497)
+    report.outcome.update({("in", "committed"): 3, ("in", "retrying"): 1, ("in", "dead"): 1})
+    report.count_sent(["out"] * 3 + ["chalk.events/record.committed.Demo"] * 3)
+    report.published = 6 + 2 + 2
+    metrics = Metrics(_live(), side_exchanges={"chalk.events"})
+    metrics.batch_finished(report)
+    text = metrics.exposition().decode()
+    assert _value(text, "chalk_messages_out_total", queue="out") == 3
+    assert "chalk.events/record.committed.Demo" not in text
+    assert _value(text, "chalk_events_published_total") == 5
+
+    history = History(side_exchanges={"chalk.events"})
+    history.batch_finished(report)
+    (batch,) = history.batches()
+    assert (batch.routed, batch.published.events, batch.published.copies) == (3, 5, 2)
+    assert history.totals()[1] == {"out": 3}
+    html = render("batches.html", batches=[batch])
+    assert '<td class="num routed">3</td><td class="num events">5</td>' in html
+    assert "of 497 allowed" in html and "/ 497" not in html
+
+
+def test_an_input_queues_dead_letter_and_retry_queues_fold_under_it():
+    def row(name, role, under=None, waiting=0):
+        return QueueRow(name, role, 0, 1, None, None, "<svg></svg>", under, waiting)
+
+    html = render("queues.html", every=5, broker_up=True, rows=[
+        row("q.in", "input", waiting=3), row("q.in.dlq", "dead letters", "q.in"),
+        row("q.in.retry.1", "retry 1", "q.in"), row("q.out", "output")])
+    rows = etree.fromstring(f"<div>{html}</div>", etree.HTMLParser()).findall(".//tr[@data-queue]")
+    shown = {r.get("data-queue"): r.get("hidden") is None for r in rows}
+    assert shown == {"q.in": True, "q.in.dlq": False, "q.in.retry.1": False, "q.out": True}
+    (fold,) = rows[0].findall(".//button")
+    assert (fold.get("data-fold"), fold.text.strip()) == ("q.in", "▸ 2 more")
+    assert "3 dead letter(s)" in etree.tostring(rows[0], encoding="unicode")
+    assert not rows[3].findall(".//button")
 
 
 def test_every_metric_in_the_table_is_documented_on_the_watching_page():
