@@ -128,7 +128,8 @@ def _command_lines(page: Path) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("page", ["README.md", "docs/guide.md", "docs/journal.md"])
+@pytest.mark.parametrize("page", ["README.md", "docs/guide.md", "docs/journal.md",
+                                  "docs/operations.md"])
 def test_the_documented_commands_parse(page):
     lines = [line.split()[1:] for line in _command_lines(REPO / page)
              if not set("|[") & set(line)]   # no alternatives or optional parts
@@ -140,4 +141,5 @@ def test_the_documented_commands_parse(page):
 def test_every_page_with_chalk_commands_is_one_whose_commands_are_parsed():
     pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
     with_commands = {str(p.relative_to(REPO)) for p in pages if _command_lines(p)}
-    assert with_commands == {"README.md", "docs/guide.md", "docs/journal.md"}
+    assert with_commands == {"README.md", "docs/guide.md", "docs/journal.md",
+                             "docs/operations.md"}
