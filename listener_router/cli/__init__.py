@@ -1,11 +1,11 @@
 """The ``chalk`` command: ``run push process validate graph status jobs schedules dlq events
-demo subscribe journal``.
+demo subscribe journal reprocess``.
 
 ``_main`` has the parser and the commands (each imports what it needs when
 it runs, so ``chalk validate`` starts no Spark); ``_admin`` the operator
 commands (status, dead letters); ``_jobs`` the job log's (jobs, schedules,
 statistics and topology); ``_dead_letters`` the dead letters; ``_demo`` the demo;
-``_journal`` ``chalk subscribe`` and ``chalk journal``.  The dashboard
+``_journal`` ``chalk subscribe`` and ``chalk journal``; ``_reprocess`` ``chalk reprocess``.  The dashboard
 browses and replays dead letters with the same two functions the ``dlq``
 command uses (``dead_letters``, which moves them off ``Q.dlq`` into the store
 and reads them there, never redelivering one; ``dlq_replay``).
