@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from listener_router_helpers import Broker
-from reprocess_helpers import store_docs, write_reprocess_config
+from reprocess_helpers import dying_before_the_second_save, store_docs, write_reprocess_config
 
 from listener_router import ConfigError, ListenerRule, RecordFileError, Settings, load_settings
 from listener_router.cli import main
@@ -321,20 +321,10 @@ def test_a_part_published_but_not_saved_goes_out_again_under_the_same_message_id
     queue = qname("in")
     config = write_reprocess_config(tmp_path / "chalk.toml", db=sqlite_url, broker=broker_url,
                                     queue=queue)
-    advance = Runs.advance
-    calls = []
-
-    def dies_before_the_second_save(self: Runs, *args: Any, **kwargs: Any) -> Any:
-        calls.append(1)
-        if len(calls) == 2:
-            raise KeyboardInterrupt   # the part is confirmed, its cursor never saved
-        return advance(self, *args, **kwargs)
-
-    monkeypatch.setattr(Runs, "advance", dies_before_the_second_save)
-    assert main(["reprocess", "--config", str(config), "--workflow", "Counting",
-                 "--rate", "50"]) == 130
+    with dying_before_the_second_save(monkeypatch):
+        assert main(["reprocess", "--config", str(config), "--workflow", "Counting",
+                     "--rate", "50"]) == 130
     run = _run_id(capsys)
-    monkeypatch.setattr(Runs, "advance", advance)
     first = _drained(broker, queue)
     assert len(first) == 20                         # two parts of 10 went out
     assert main(["reprocess", "--config", str(config), "--resume", run]) == 0

@@ -12,9 +12,8 @@ from typing import Any
 
 import pytest
 from listener_router_helpers import stored_attributes, write_test_workflows
-from reprocess_helpers import write_reprocess_config
+from reprocess_helpers import store_docs, write_reprocess_config
 
-from blackboard import Blackboard
 from listener_router import load_settings
 from listener_router.cli import main
 from listener_router.reprocess import Reprocess, Runs, RunSelection, begin
@@ -33,18 +32,6 @@ def examples() -> list[list[str]]:
     (block,) = re.findall(r"^```bash\n(.*?)^```", section, re.S | re.M)
     return [shlex.split(line, comments=True)[1:] for line in block.splitlines()
             if line.startswith("chalk reprocess")]
-
-
-def _store(url: str) -> dict[str, dict[str, Any]]:
-    docs = {f"{kind}-{i:02d}": {"lang": ("de", "en")[i % 2],
-                                "source": "crawler" if i % 4 == 0 else None}
-            for kind, count in (("doc", 20), ("img", 10)) for i in range(count)}
-    with Blackboard.connect(url) as bb:
-        for rid, values in docs.items():
-            bb.create(rid, source=values["source"])
-            bb.set_literal(rid, "lang", values["lang"])
-        bb.commit_many(list(docs))
-    return docs
 
 
 def _stopped_run(settings: Any, store: ServiceStore) -> str:
@@ -69,7 +56,8 @@ def test_every_reprocess_example_on_the_operations_page_runs(
     queue = qname("in")
     write_reprocess_config(tmp_path / "chalk.toml", db=sqlite_url, broker=broker_url,
                            queue=queue, workflow="Welcome", workflows=str(workflows))
-    docs = _store(sqlite_url)
+    docs = store_docs(sqlite_url, 40, langs=("de", "en"), source="crawler", every=4,
+                      digits=2)
     (tmp_path / "failed.txt").write_text("img-03\ndoc-11\n")
     monkeypatch.chdir(tmp_path)   # chalk.toml in the working directory, as in the README
     settings = load_settings("chalk.toml")

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from listener_router_helpers import kill_group, stored_attributes, stored_counts, wait_until
 from listener_router_helpers import write_test_workflows as write_workflows
-from reprocess_helpers import store_docs, write_reprocess_config
+from reprocess_helpers import dying_before_the_second_save, store_docs, write_reprocess_config
 
 from blackboard import Blackboard
 from listener_router import load_settings
@@ -96,18 +96,8 @@ def test_a_part_published_again_after_a_crash_runs_once(
         tmp_path, sqlite_url, broker_url, qname, run_service, monkeypatch, capsys):
     docs = store_docs(sqlite_url, 40)
     config = _project(tmp_path, sqlite_url, broker_url, qname("in"))
-    advance = Runs.advance
-    calls = []
-
-    def dies_before_the_second_save(self: Runs, *args: Any, **kwargs: Any) -> Any:
-        calls.append(1)
-        if len(calls) == 2:
-            raise KeyboardInterrupt   # the part is confirmed, its cursor never saved
-        return advance(self, *args, **kwargs)
-
-    monkeypatch.setattr(Runs, "advance", dies_before_the_second_save)
-    assert _chalk("--config", str(config), "--workflow", "Counting", "--rate", "50") == 130
-    monkeypatch.setattr(Runs, "advance", advance)
+    with dying_before_the_second_save(monkeypatch):
+        assert _chalk("--config", str(config), "--workflow", "Counting", "--rate", "50") == 130
     assert _chalk("--config", str(config), "--workflow", "Counting") == 0   # the same command
     assert "resuming" in capsys.readouterr().err
     stats = run_service(load_settings(config),
