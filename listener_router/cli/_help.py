@@ -97,7 +97,7 @@ HELP: dict[str, tuple[str, str]] = {
         "drops what is published twice, so each record runs once per run.",
         "chalk reprocess --workflow Welcome                   # every stored record\n"
         "chalk reprocess --workflow Welcome --prefix doc- --rate 500\n"
-        "chalk reprocess --workflow Welcome --xpath \"$record/Val[@key='lang'] = 'de'\"\n"
+        "chalk reprocess --workflow Welcome --xpath '$record/Val[@key=\"lang\"] = \"de\"'\n"
         "chalk reprocess --workflow Welcome --ids-from failed.txt --queue hello.in\n"
         "chalk reprocess --resume 3f2a9c1e                    # go on after Ctrl-C or a crash\n"
         "chalk reprocess --list --json",

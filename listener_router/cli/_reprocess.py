@@ -62,6 +62,7 @@ def cmd_reprocess(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _run(settings: Settings, store: ServiceStore, begun: Begun) -> int:
+    from rich.console import Console
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -77,7 +78,8 @@ def _run(settings: Settings, store: ServiceStore, begun: Begun) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("looked at, {task.fields[published]:,} published"),
-                  TimeElapsedColumn(), disable=not sys.stderr.isatty()) as progress:
+                  TimeElapsedColumn(), console=Console(stderr=True),
+                  disable=not sys.stderr.isatty()) as progress:
         task = progress.add_task(f"reprocess {run.id} → {run.queue}", total=run.total,
                                  completed=run.looked, published=run.published)
 
@@ -147,7 +149,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--source", metavar="NAME", help="stored records of this source")
     p.add_argument("--xpath", metavar="EXPR",
                    help="stored records for which this XPath holds "
-                        "(\"$record/Val[@key='lang'] = 'de'\")")
+                        "('$record/Val[@key=\"lang\"] = \"de\"')")
     p.add_argument("--ids-from", metavar="FILE",
                    help="the records listed in FILE: one ID a line, or JSON Lines records "
                         "(as chalk push reads)")

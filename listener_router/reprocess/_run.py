@@ -53,9 +53,10 @@ _ID_BYTES = 255        # an AMQP message ID is a short string
 
 
 def message_id(run_id: str, record_id: str) -> str:
-    """``reprocess:<run>:<record>``; a record ID too long for that is hashed."""
+    """``reprocess:<run>:<record>``; a record ID too long for that, or with characters a
+    message ID must not hold (control characters), is hashed."""
     found = f"{MESSAGE_PREFIX}{run_id}:{record_id}"
-    if len(found.encode("utf-8")) <= _ID_BYTES:
+    if len(found.encode("utf-8")) <= _ID_BYTES and record_id.isprintable():
         return found
     return f"{MESSAGE_PREFIX}{run_id}:#{hashlib.sha256(record_id.encode('utf-8')).hexdigest()}"
 

@@ -30,7 +30,7 @@ from listener_router.reprocess import (
     target_rule,
 )
 from listener_router.schedules import RecordFilter, Selection
-from listener_router.store import ServiceStore
+from listener_router.store import INBOX, ServiceStore
 
 
 def _walk_resuming_mid_page(selection: Selection) -> list[str]:
@@ -114,8 +114,10 @@ def test_a_run_with_an_id_file_that_changed_is_refused(tmp_path):
     assert "lists other IDs" in str(caught.value)
 
 
-def test_a_run_moves_only_as_its_table_says_and_by_compare_and_set(sqlite_url):
-    store = ServiceStore.connect(sqlite_url)
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_run_moves_only_as_its_table_says_and_by_compare_and_set(request, backend):
+    url = request.getfixturevalue("sqlite_url" if backend == "sqlite" else "pg_url")
+    store = ServiceStore.connect(url)
     runs = store.tables(Runs)
     run = runs.create(workflow="W", queue="q", selection="{}", rate=None, total=3, owner="me:1")
     moved = runs.advance(run, "b", 2, 2, 0, last=False)
@@ -131,6 +133,14 @@ def test_a_run_moves_only_as_its_table_says_and_by_compare_and_set(sqlite_url):
     assert runs.read(run.id) == done and done.finished_at is not None
     with pytest.raises(ValueError):
         runs.resume(done, "me:3", None)
+    other = runs.create(workflow="W", queue="q", selection="{}", rate=None, total=0, owner="x:1")
+    with store.engine.begin() as conn:   # what the service's commits leave in the inbox
+        conn.execute(INBOX.insert(), [
+            dict(queue=queue, message_id=message_id(rid, f"r{i}"), status="committed",
+                 processed_at=0.0)
+            for queue, rid, n in (("q", run.id, 3), ("elsewhere", run.id, 2), ("q", other.id, 1))
+            for i in range(n)])
+    assert runs.committed([done, other]) == {run.id: 3, other.id: 1}
     store.close()
 
 
@@ -183,6 +193,7 @@ def test_message_ids_name_the_run_and_the_record_and_fit_an_amqp_short_string():
     long = message_id("3f2a9c1e", "x" * 300)
     assert len(long.encode()) <= 255 and long.startswith("reprocess:3f2a9c1e:#")
     assert long == message_id("3f2a9c1e", "x" * 300) != message_id("3f2a9c1e", "x" * 301)
+    assert message_id("3f2a9c1e", "a\x01b").startswith("reprocess:3f2a9c1e:#")
 
 
 def test_the_target_is_a_rule_that_runs_the_workflow_for_reprocess_messages(sqlite_url):
