@@ -111,9 +111,9 @@ class Reprocess:
         def prepare(conn: Any) -> None:
             declare_input(conn, run.queue, self.settings, rule.backoff_ms)
 
-        link = AmqpLink(self.settings.broker_url, consume=(), prepare=prepare).start()
+        link = AmqpLink(self.settings.broker_url, consume=(), prepare=prepare)
         try:
-            return self._walk(link)
+            return self._walk(link.start())
         except KeyboardInterrupt:
             self._stop("stopped by Ctrl-C or SIGTERM")
             raise
