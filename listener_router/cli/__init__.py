@@ -1,12 +1,13 @@
 """The ``chalk`` command: ``run push process validate graph status jobs schedules dlq events
-demo subscribe journal``.
+demo subscribe journal reprocess``.
 
 ``_main`` has the parser and the commands (each imports what it needs when
 it runs, so ``chalk validate`` starts no Spark); ``_status`` ``chalk
 status``; ``_admin`` the dead letters (``chalk dlq``); ``_jobs`` the job
 log's (jobs, schedules); ``_show`` how they print (a table on a terminal,
 plain columns in a pipe, JSON with ``--json``); ``_demo`` the demo;
-``_journal`` ``chalk subscribe`` and ``chalk journal``.  The dashboard
+``_journal`` ``chalk subscribe`` and ``chalk journal``; ``_reprocess``
+``chalk reprocess``.  The dashboard
 browses and replays dead letters with the same functions the ``dlq`` command
 uses (``listener_router.dead_letters``: ``dead_letters`` moves them off
 ``Q.dlq`` into the store and reads them there, never redelivering one;

@@ -110,6 +110,20 @@ HELP: dict[str, tuple[str, str]] = {
         "chalk events --follow --pattern 'message.dead_lettered.#' --json\n"
         "chalk events --follow --pattern topology.changed --count 1",
     ),
+    "reprocess": (
+        "Send stored records through a workflow again (a fixed workflow, a new pipelet): "
+        "walk the store by ID prefix, source or XPath, or the IDs listed in a file, and "
+        "publish one message a record to a queue whose listener rule runs the workflow, at "
+        "most --rate a second.  The run's cursor is saved after every confirmed part: after a "
+        "crash or Ctrl-C the same command (or --resume RUN) goes on from it, and the service "
+        "drops what is published twice, so each record runs once per run.",
+        "chalk reprocess --workflow Welcome                   # every stored record\n"
+        "chalk reprocess --workflow Welcome --prefix doc- --rate 500\n"
+        "chalk reprocess --workflow Welcome --xpath '$record/Val[@key=\"lang\"] = \"de\"'\n"
+        "chalk reprocess --workflow Welcome --ids-from failed.txt --queue hello.in\n"
+        "chalk reprocess --resume 3f2a9c1e                    # go on after Ctrl-C or a crash\n"
+        "chalk reprocess --list --json",
+    ),
     "demo": (
         "Push sample records through the shipped demo workflow on a local broker and Spark, "
         "and report what happened (records, batches, time per phase).",

@@ -14,6 +14,7 @@ from typing import Any
 from listener_router._errors import ConfigError
 from listener_router._messages import OPERATIONS
 from listener_router._runners import make_runner
+from listener_router.cli import _reprocess as reprocess
 from listener_router.cli._common import settings_for
 from listener_router.cli._help import describe
 
@@ -377,6 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
     from listener_router.cli._journal import add_parsers
     add_parsers(sub, common)
     add_flow_parsers(sub, common)
+    reprocess.add_parsers(sub, common)
     describe(sub)
     return parser
 

@@ -2,7 +2,10 @@
 
 - ``_settings``: :class:`ScheduleRule` (``[[schedule]]``), :func:`parse_every`,
   the listener rules schedules derive;
-- ``_ticks``, ``_selection``, ``_scheduler``: each tick run exactly once (a
+- ``_selection``: :class:`Selection`, the walk over stored records (or listed IDs) a
+  page at a time, also for criteria no schedule owns (:class:`RecordFilter`; ``chalk
+  reprocess`` walks with it);
+- ``_ticks``, ``_scheduler``: each tick run exactly once (a
   compare-and-set on the schedule's row, ``_tables``, in the transaction
   that writes its messages to the outbox);
 - ``_finished``: :func:`job_finished_events`, ``job.finished.<schedule>``;
@@ -21,7 +24,7 @@ if TYPE_CHECKING:
     from listener_router.schedules._finished import job_finished_events, job_finished_payload
     from listener_router.schedules._plugin import SchedulesPlugin
     from listener_router.schedules._scheduler import SCHEDULE_PREFIX, Scheduler, scheduled_messages
-    from listener_router.schedules._selection import PAGE, Selection
+    from listener_router.schedules._selection import PAGE, Criteria, Page, RecordFilter, Selection
     from listener_router.schedules._settings import (
         ScheduleRule,
         parse_every,
@@ -34,6 +37,7 @@ _HOMES = {
     "job_finished_events": "_finished", "job_finished_payload": "_finished",
     "SchedulesPlugin": "_plugin", "SCHEDULE_PREFIX": "_scheduler", "Scheduler": "_scheduler",
     "scheduled_messages": "_scheduler", "PAGE": "_selection", "Selection": "_selection",
+    "Criteria": "_selection", "Page": "_selection", "RecordFilter": "_selection",
     "ScheduleRule": "_settings", "parse_every": "_settings",
     "with_schedule_listeners": "_settings", "Schedules": "_tables", "ScheduleState": "_tables",
     "Ticks": "_ticks", "tick_label": "_ticks",
@@ -42,6 +46,9 @@ _HOMES = {
 __all__ = [
     "PAGE",
     "SCHEDULE_PREFIX",
+    "Criteria",
+    "Page",
+    "RecordFilter",
     "ScheduleRule",
     "ScheduleState",
     "Scheduler",

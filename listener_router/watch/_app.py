@@ -26,6 +26,7 @@ from starlette.routing import Route
 
 from listener_router.watch import _panels
 from listener_router.watch._pages import PANELS, render
+from listener_router.watch._reprocess import reprocess_runs
 
 if TYPE_CHECKING:
     import engine
@@ -94,6 +95,8 @@ def panel_html(watch: Watch, name: str, record: str = "") -> str:
     if name == "workflows":
         views, orphans = _panels.workflows(watch.registry)
         return render("workflows.html", views=views, orphans=orphans)
+    if name == "reprocess":
+        return render("reprocess.html", p=reprocess_runs(watch.store))
     raise KeyError(name)
 
 

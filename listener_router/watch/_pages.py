@@ -15,11 +15,13 @@ from typing import Any
 
 from jinja2 import DictLoader, Environment, select_autoescape
 
+from listener_router.watch._reprocess import REPROCESS_HTML
+
 __all__ = ["PANELS", "render"]
 
 # panel → seconds between refreshes on the page
 PANELS = {"topology": 5, "queues": 5, "batches": 5, "jobs": 5, "dead_letters": 15,
-          "workflows": 30}
+          "workflows": 30, "reprocess": 5}
 
 _STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 0 1.5em 2em; color: #222; }
@@ -110,6 +112,8 @@ _TEMPLATES = {
 </form></section>
 <section id="workflows"><h2>Workflows</h2>
 <div data-panel="workflows" data-every="{{ every.workflows }}">{{ panels.workflows | safe }}</div></section>
+<section id="reprocess"><h2>Reprocess runs</h2>
+<div data-panel="reprocess" data-every="{{ every.reprocess }}">{{ panels.reprocess | safe }}</div></section>
 <script>{{ script | safe }}</script>
 </body></html>
 """,
@@ -186,6 +190,7 @@ depths sampled from the broker every {{ every }} s{% if not broker_up %};
 {% if orphans %}<p class="error">files with errors that run nothing:</p>
 <ul>{% for e in orphans %}<li class="error"><code>{{ e }}</code></li>{% endfor %}</ul>{% endif %}
 """,
+    "reprocess.html": REPROCESS_HTML,
     "refused.html": """<!doctype html><html lang="en"><head><meta charset="utf-8">
 <title>Chalk · refused</title><style>{{ style | safe }}</style></head><body>
 <p class="refused" id="refused">{{ message }}</p><p><a href="/#dead-letters">back</a></p></body></html>
