@@ -60,7 +60,8 @@ header label { margin-left: auto; font-size: 13px; }
 form.guarded, form.inline { display: inline; }
 td.act { white-space: nowrap; }
 form.controls { margin: .4em 0; } form.controls input { margin-right: .4em; }
-pre { background: #f6f8fa; padding: .4em .6em; overflow: auto; max-height: 60vh; font-size: 12px; }
+pre { background: #f6f8fa; padding: .4em .6em; overflow: auto; max-height: 60vh; font-size: 12px;
+      white-space: pre-wrap; overflow-wrap: anywhere; }
 a.current { font-weight: bold; color: #222; text-decoration: none; }
 h3 { font-size: 1em; margin: .6em 0 .2em; }
 """

@@ -82,7 +82,7 @@ class RecordView:
 
 
 def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, indent=1, default=str) \
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, indent=2, default=str) \
         if value else ""
 
 

@@ -89,15 +89,21 @@ class Shots:
         self.docs = os.environ.get("CHALK_DOCS_SCREENSHOTS") == "1"
 
     def __call__(self, page: Any, name: str, *, part: str | None = None,
-                 doc: str | None = None, full: bool = True) -> Path:
-        """The page (or the element ``part`` selects; ``full``: the whole page, not what
-        the window shows) as ``NN-name.png``."""
+                 doc: str | None = None, full: bool = True, height: int | None = None) -> Path:
+        """The page (or the element ``part`` selects, its top ``height`` pixels; ``full``:
+        the whole page, not what the window shows) as ``NN-name.png``."""
         self.count += 1
         path = self.folder / f"{self.count:02d}-{name}.png"
         if part is None:
             page.screenshot(path=str(path), full_page=full)
-        else:
+        elif height is None:
             page.locator(part).screenshot(path=str(path))
+        else:
+            box = page.locator(part).bounding_box()     # in the window, which may be scrolled
+            x, y = page.evaluate("() => [window.scrollX, window.scrollY]")
+            page.screenshot(path=str(path), full_page=True, clip={
+                "x": box["x"] + x, "y": box["y"] + y, "width": box["width"],
+                "height": min(box["height"], height)})
         if doc is not None and self.docs:
             shutil.copy(path, DOCS / doc)
         if self.artifacts:
@@ -261,7 +267,7 @@ def test_an_operator_drives_the_dashboard_in_a_browser(tmp_path, chromium, broke
         states = page.locator("#job-table tr[data-state]")
         assert states.count() == 25
         assert {states.nth(i).get_attribute("data-state") for i in range(25)} == {"committed"}
-        shots(page, "job-log-filtered", part="#jobs", doc="dashboard-jobs.png")
+        shots(page, "job-log-filtered", part="#jobs", doc="dashboard-jobs.png", height=330)
         page.click("#jobs a#older")
         page.wait_for_url(re.compile(r".*before=.*"))
         assert page.locator("#job-table tr[data-state]").count() == 5
