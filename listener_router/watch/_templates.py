@@ -83,9 +83,9 @@ they survive a restart), per {{ interval | int }} s interval, over the last
 {% else %}running, {{ st.messages }} message(s) so far ({{ st.member }}){% endif %}{% endif %}
 {% if st and st.skipped %}<span class="muted">; {{ st.skipped }} missed tick(s) skipped</span>{% endif %}</td>
 <td>{% if s.running %}running{% else %}{{ s.next_label }}{% if s.due %} (due now){% endif %}{% endif %}</td>
-<td>{% if st is not none and st.started_at is not none %}<form method="post" action="/cancel" class="guarded">""" + _TOKEN + """
-<input type="hidden" name="schedule" value="{{ s.rule.name }}"><input type="hidden" name="tick" value="{{ st.tick | tick }}">
-<button type="submit" title="its messages not yet run are acked without running">Cancel tick {{ st.tick | tick }}</button></form>{% endif %}</td></tr>
+<td class="act">{% set t = (st.tick | tick) if s.running else s.next_label %}{% if t %}<form method="post" action="/cancel" class="guarded">""" + _TOKEN + """
+<input type="hidden" name="schedule" value="{{ s.rule.name }}"><input type="hidden" name="tick" value="{{ t }}">
+<button type="submit" title="its messages not yet run are acked without running">Cancel {{ "this" if s.running else "the next" }} tick</button></form>{% endif %}</td></tr>
 {% endfor %}</table>{% endif %}
 """,
     "journal.html": """{% if not journals %}<p class="muted">no <code>[[journal]]</code> in the configuration</p>{% endif %}

@@ -248,9 +248,10 @@ def test_an_operator_drives_the_dashboard_in_a_browser(tmp_path, chromium, broke
 
         # a schedule's next tick, cancelled and withdrawn
         tick = page.inner_text("#schedule-table tr[data-schedule='nightly'] td:nth-child(6)")
-        page.fill("#cancel-form input[name=schedule]", "nightly")
-        page.fill("#cancel-form input[name=tick]", tick.strip())
-        page.click("#cancel-form button")
+        page.locator("#schedule-table tr[data-schedule='nightly']") \
+            .get_by_role("button", name="Cancel the next tick").click()
+        page.wait_for_selector("#notice")
+        assert f"nightly tick {tick.strip()}" in page.inner_text("#notice")
         _shows(page, "#cancel-table", f"schedule:nightly:{tick.strip()}:")
         page.locator("#cancel-table tr", has_text="schedule:nightly") \
             .get_by_role("button", name="Withdraw").click()
