@@ -17,7 +17,7 @@ from listener_router._errors import ConfigError
 from listener_router._settings import Settings
 from listener_router.cli._show import Out, iso
 from listener_router.jobs import JobLogTables, Step, steps
-from listener_router.schedules import Schedules, Selection, Ticks, tick_label
+from listener_router.schedules import schedule_status, tick_label
 from listener_router.store import ServiceStore
 
 __all__ = ["jobs", "parse_time", "schedule_rows", "schedules", "step_record"]
@@ -148,30 +148,22 @@ def jobs(settings: Settings, *, states: Sequence[str] = (), queues: Sequence[str
 # -- chalk schedules ----------------------------------------------------------------------
 def schedule_rows(settings: Settings, now: float | None = None) -> list[dict[str, Any]]:
     """Each ``[[schedule]]`` with its last and next run, as ``schedules --json`` prints it."""
-    now = time.time() if now is None else now
     store = ServiceStore.connect(settings.blackboard_url)
     try:
-        states = store.tables(Schedules).all()
         rows = []
-        for rule in settings.section("schedule"):
-            ticks = Ticks(rule)
-            state = states.get(rule.name)
+        for s in schedule_status(settings, store, now):
+            state, rule = s.state, s.rule
             last = None
             if state is not None and state.started_at is not None:
                 last = {"tick": tick_label(state.tick), "done": state.done,
                         "messages": state.messages, "records": state.records,
                         "member": state.member, "started_at": iso(state.started_at),
                         "finished_at": iso(state.finished_at)}
-            running = state is not None and not state.done
-            due = None if running else ticks.after(now if state is None else state.tick)
             rows.append({
-                "schedule": rule.name, "when": ticks.describe(),
-                "publishes": f"{Selection(rule, store.sql).describe()}, {rule.batch_size} per "
-                             "message",
+                "schedule": rule.name, "when": s.when, "publishes": s.publishes,
                 "queue": rule.queue, "workflow": rule.workflow, "last": last,
                 "skipped": state.skipped if state is not None else 0,
-                "next": None if due is None else tick_label(due),
-                "due": due is not None and due <= now, "running": running,
+                "next": s.next_label, "due": s.due, "running": s.running,
                 "catch_up": rule.catch_up})
         return rows
     finally:

@@ -1,10 +1,14 @@
-"""``chalk status``: the queues, the store, the cluster, the running workflows, the statistics.
+"""``chalk status``: the queues, the lanes, the store, the cluster, the running workflows,
+the statistics.
 
 :func:`status_report` gathers it all as plain values (what ``--json``
 prints); :func:`print_status` shows it.  A dead-letter queue counts what
 waits to be replayed or purged: the messages still in ``Q.dlq`` and those
 ``chalk dlq`` or the page moved into the store (the ``chalk_dead_letters``
-gauge counts the same).
+gauge counts the same).  The lanes are read as every member obeys them: paused
+from the store (a running service's lanes are not visible to this process),
+and back-pressure as the broker's depths of each lane's output queues against
+its ``max_output_depth``.
 """
 
 from __future__ import annotations
@@ -16,16 +20,18 @@ from typing import Any
 
 import pika
 
+from listener_router._control import lane_rows
 from listener_router._errors import BrokerUnavailable
 from listener_router._settings import Settings
 from listener_router.broker import connect, dlq_name
 from listener_router.cli._show import Out, iso
 from listener_router.dead_letters import DeadLetters
 from listener_router.jobs import statistics
+from listener_router.pipeline import lane_outputs
 from listener_router.store import ServiceStore
 
-__all__ = ["STAGES", "print_statistics", "print_status", "queue_depths", "statistics_rows",
-           "status_report"]
+__all__ = ["STAGES", "lanes_report", "print_statistics", "print_status", "queue_depths",
+           "statistics_rows", "status_report"]
 
 STAGES = ("latency", "stage:run", "stage:commit", "stage:publish", "stage:batch")
 
@@ -56,9 +62,10 @@ def queue_depths(settings: Settings, names: Sequence[str]) -> dict[str, int | No
     return found
 
 
-def _queues(settings: Settings, store: ServiceStore, now: float) -> tuple[list[dict[str, Any]],
-                                                                           str | None]:
-    """Each queue the configuration names: what waits in it, committed/s over 5 minutes."""
+def _queues(settings: Settings, store: ServiceStore, now: float
+            ) -> tuple[list[dict[str, Any]], dict[str, int | None], str | None]:
+    """Each queue the configuration names: what waits in it, committed/s over 5 minutes
+    (and the depths as the broker said, by queue, for the lanes)."""
     rates: dict[str, float] = {}
     for (queue, _workflow), summary in statistics(store, now - 300).items():
         rates[queue] = rates.get(queue, 0.0) + summary.rate("committed", now)
@@ -69,6 +76,10 @@ def _queues(settings: Settings, store: ServiceStore, now: float) -> tuple[list[d
     for router in settings.routers:
         if router.queue:
             roles.setdefault(router.queue, "output")
+    for rule in settings.listeners:   # the lanes' outputs, whatever role they have
+        if rule.max_output_depth is not None:
+            for queue in lane_outputs(settings, [rule]):
+                roles.setdefault(queue, "output")
     inputs = [q for q, role in roles.items() if role == "input"]
     kept = store.tables(DeadLetters).counts(inputs)
     broker = None
@@ -87,7 +98,26 @@ def _queues(settings: Settings, store: ServiceStore, now: float) -> tuple[list[d
                                                               or moved) else None
         row["committed_per_second"] = round(rates[queue], 3) if queue in rates else None
         rows.append(row)
-    return rows, broker
+    return rows, depths, broker
+
+
+def lanes_report(settings: Settings, store: ServiceStore,
+                 depths: dict[str, int | None]) -> list[dict[str, Any]]:
+    """Each lane: paused or not (by whom, since, why: from the store), its flow settings,
+    and with a ``max_output_depth`` its output queues' depths (``depths``, from the broker)
+    and the first one over it (``held_back_by``: the lane takes nothing new)."""
+    out = []
+    for row in lane_rows(settings, store):
+        limit = row["max_output_depth"]
+        row["held_back_by"] = None
+        if limit is not None:
+            rules = [r for r in settings.listeners if r.queue == row["queue"]]
+            row["outputs"] = [{"queue": q, "messages": depths.get(q)}
+                              for q in lane_outputs(settings, rules)]
+            row["held_back_by"] = next((o["queue"] for o in row["outputs"]
+                                        if (o["messages"] or 0) > limit), None)
+        out.append(row)
+    return out
 
 
 def statistics_rows(store: ServiceStore, since: float, now: float) -> list[dict[str, Any]]:
@@ -113,11 +143,12 @@ def status_report(settings: Settings, since: float | None = None,
     since = now - 3600 if since is None else since
     store = ServiceStore.connect(settings.blackboard_url)
     try:
-        queues, broker = _queues(settings, store, now)
+        queues, depths, broker = _queues(settings, store, now)
         state = store.cluster.read()
         members = [m for m in store.nodes.all() if m.live(now, settings.ttl_seconds)]
         return {
             "queues": queues, "broker_error": broker,
+            "lanes": lanes_report(settings, store, depths),
             "store": {"url": settings.blackboard_url, "records": store.sql.record_count(),
                       "processed_messages": store.outbox.processed_count(),
                       "unsent_outbox_messages": store.outbox.unsent_count(),
@@ -154,6 +185,7 @@ def print_status(report: dict[str, Any], out: Out, now: float | None = None) -> 
               right=("messages", "committed/s (5 min)"))
     if report["broker_error"]:
         out.text(f"broker: unreachable ({report['broker_error']})")
+    _print_lanes(report["lanes"], out)
     s = report["store"]
     out.text(f"store {s['url']}: {s['records']} record(s), {s['processed_messages']} processed "
              f"message(s), {s['unsent_outbox_messages']} unsent outbox message(s)")
@@ -174,6 +206,26 @@ def print_status(report: dict[str, Any], out: Out, now: float | None = None) -> 
     else:
         out.text("workflows: no running service reports its versions (chalk run does)")
     print_statistics(report["statistics"], out)
+
+
+def _print_lanes(lanes: list[dict[str, Any]], out: Out) -> None:
+    """The lanes that are paused or held back by back-pressure (a line when none is)."""
+    rows = []
+    for lane in lanes:
+        if lane["paused"]:
+            when = dt.datetime.fromtimestamp(lane["changed_at"]).strftime("%Y-%m-%d %H:%M:%S")
+            why = f": {lane['reason']}" if lane.get("reason") else ""
+            rows.append([lane["queue"], "paused", f"since {when} by {lane['changed_by']}{why}"])
+        if lane["held_back_by"]:
+            depth = next(o["messages"] for o in lane["outputs"]
+                         if o["queue"] == lane["held_back_by"])
+            rows.append([lane["queue"], "held back",
+                         f"{lane['held_back_by']} holds {depth} message(s), over its "
+                         f"max_output_depth {lane['max_output_depth']}"])
+    if rows:
+        out.table("lanes paused or held back", ["queue", "state", "why"], rows)
+    elif lanes:
+        out.text(f"lanes: {len(lanes)}, none paused or held back")
 
 
 def _reloaded(at: str, now: float) -> str:

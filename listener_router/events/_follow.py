@@ -68,9 +68,11 @@ def _decode(method: Any, properties: Any, body: bytes) -> ReceivedEvent:
 
 def follow(broker_url: str, exchange: str, patterns: Sequence[str],
            on_event: Callable[[ReceivedEvent], None], *, count: int | None = None,
-           ready: Callable[[], None] | None = None) -> int:
+           ready: Callable[[], None] | None = None,
+           stop: Callable[[], bool] | None = None) -> int:
     """Bind a temporary queue to ``exchange`` with each pattern and hand each event to
-    ``on_event`` until ``count`` events were seen (None: until interrupted).
+    ``on_event`` until ``count`` events were seen (None: until interrupted), or until
+    ``stop()`` says so (asked at least twice a second).
 
     ``ready()`` is called once the queue is bound.  Returns how many events
     were seen.  Raises :class:`~listener_router.BrokerUnavailable` when the
@@ -89,7 +91,13 @@ def follow(broker_url: str, exchange: str, patterns: Sequence[str],
             channel.queue_bind(queue, exchange, routing_key=pattern)
         if ready is not None:
             ready()
-        for method, properties, body in channel.consume(queue, auto_ack=True):
+        quiet = 0.5 if stop is not None else None
+        for method, properties, body in channel.consume(queue, auto_ack=True,
+                                                        inactivity_timeout=quiet):
+            if stop is not None and stop():
+                break
+            if method is None:   # nothing for half a second: ask stop() again
+                continue
             on_event(_decode(method, properties, body))
             seen += 1
             if count is not None and seen >= count:

@@ -9,6 +9,8 @@
   compare-and-set on the schedule's row, ``_tables``, in the transaction
   that writes its messages to the outbox);
 - ``_finished``: :func:`job_finished_events`, ``job.finished.<schedule>``;
+- ``_status``: :func:`schedule_status`, each schedule's last and next tick
+  (``chalk schedules`` and the page);
 - ``_plugin``: :class:`SchedulesPlugin`, the scheduler as a leader task.
 
 Names are imported on first use (reading the settings loads ``_settings`` alone).
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
         parse_every,
         with_schedule_listeners,
     )
+    from listener_router.schedules._status import ScheduleStatus, schedule_status
     from listener_router.schedules._tables import Schedules, ScheduleState
     from listener_router.schedules._ticks import Ticks, tick_label
 
@@ -38,6 +41,7 @@ _HOMES = {
     "SchedulesPlugin": "_plugin", "SCHEDULE_PREFIX": "_scheduler", "Scheduler": "_scheduler",
     "scheduled_messages": "_scheduler", "PAGE": "_selection", "Selection": "_selection",
     "Criteria": "_selection", "Page": "_selection", "RecordFilter": "_selection",
+    "ScheduleStatus": "_status", "schedule_status": "_status",
     "ScheduleRule": "_settings", "parse_every": "_settings",
     "with_schedule_listeners": "_settings", "Schedules": "_tables", "ScheduleState": "_tables",
     "Ticks": "_ticks", "tick_label": "_ticks",
@@ -51,6 +55,7 @@ __all__ = [
     "RecordFilter",
     "ScheduleRule",
     "ScheduleState",
+    "ScheduleStatus",
     "Scheduler",
     "Schedules",
     "SchedulesPlugin",
@@ -59,6 +64,7 @@ __all__ = [
     "job_finished_events",
     "job_finished_payload",
     "parse_every",
+    "schedule_status",
     "scheduled_messages",
     "tick_label",
     "with_schedule_listeners",

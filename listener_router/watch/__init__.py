@@ -5,9 +5,12 @@ A plug-in (:class:`Watch`, ``_server``) built when ``[http] listen`` or
 batch from each report, the rest read when scraped), the page at ``/``
 (``_app``, ``_pages``: one panel per data function in ``_panels``; pictures
 from ``_svg``), and a sampler thread that asks the broker for queue depths
-and keeps the last hour in memory (``_history``).  The only route that
-changes anything replays dead letters and needs ``[http] token``.  Names are
-imported on first use (the web stack only when the dashboard is on).
+and keeps the last hour in memory (``_history``).  The operator's panels
+(``_console``, ``_joblog``, ``_record``, ``_events``) show lanes, schedules,
+subscribers, events, a record, a dead letter; the routes that change
+anything (``_controls``: pause, resume, cancel, replay) need ``[http]
+token``.  Names are imported on first use (the web stack only when the
+dashboard is on).
 """
 
 from __future__ import annotations

@@ -1,31 +1,35 @@
-"""The web application (Starlette): the page, its panels, ``/metrics``, and the one POST.
+"""The web application (Starlette): the page, its panels, one record, one dead letter,
+``/metrics``, and the controls.
 
-Routes: ``GET /`` the page (``?record=ID`` searches the job log),
-``GET /panel/<name>`` one panel's HTML (what the page's script refreshes),
-``GET /metrics`` Prometheus' text format, ``GET /healthz``, and
-``POST /dlq/replay`` — the only route that changes anything: it needs the
-``[http] token`` of the configuration (compared in constant time) and is
-refused when no token is configured.  Handlers are plain functions: Starlette
-runs them on its thread pool, so a slow broker or database never blocks the
-event loop.
+Routes: ``GET /`` the page (its query string filters and pages the job log:
+``record``, ``state``, ``queue``, ``workflow``, ``since``, ``before``; and
+picks the statistics' window, ``stats``), ``GET /panel/<name>`` one panel's
+HTML (what the page's script refreshes, with the same query string),
+``GET /record/<id>`` a record's page, ``GET /dead-letter?queue=Q&message=ID``
+a dead letter's, ``GET /metrics`` Prometheus' text format, ``GET /healthz``,
+and the controls (``_controls``): the only routes that change anything, each
+a POST that needs the ``[http] token`` of the configuration.  Handlers are
+plain functions: Starlette runs them on its thread pool, so a slow broker or
+database never blocks the event loop.
 """
 
 from __future__ import annotations
 
-import hmac
-import json
-import logging
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import parse_qs, urlencode
 
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
-from listener_router.watch import _panels
-from listener_router.watch._pages import PANELS, render
+from listener_router.watch import _console, _panels
+from listener_router.watch._controls import control_routes, notice
+from listener_router.watch._events import EventStream
+from listener_router.watch._joblog import SINCE, STATES, JobQuery, job_page
+from listener_router.watch._pages import LATER, PANELS, render
+from listener_router.watch._record import letter_view, record_view
 from listener_router.watch._reprocess import reprocess_runs
 
 if TYPE_CHECKING:
@@ -36,11 +40,7 @@ if TYPE_CHECKING:
     from listener_router.watch._history import History, Sampler
     from listener_router.watch._metrics import Metrics
 
-__all__ = ["make_app", "MAX_FORM_BYTES"]
-
-log = logging.getLogger(__name__)
-
-MAX_FORM_BYTES = 16 * 1024
+__all__ = ["make_app", "panel_html"]
 
 
 class Watch(Protocol):
@@ -55,70 +55,145 @@ class Watch(Protocol):
     store: ServiceStore
     node: str
     token: str | None
+    events: EventStream | None          # None: no kind of event is on
 
     def uptime(self) -> float: ...
 
 
-def _record(request: Request) -> str:
-    return request.query_params.get("record", "").strip()[:512]
+Params = Mapping[str, str]
+SHOWN_EVENTS = 20            # the newest events the panel lists
 
 
-def panel_html(watch: Watch, name: str, record: str = "") -> str:
-    """One panel's HTML, from that panel's data function."""
-    live = watch.live
-    if name == "topology":
-        topo = _panels.topology(watch.membership)
-        columns = list(dict.fromkeys(k for m in topo.members for k in m))
-        counts = [(k, live.stats[k]) for k in ("batches", "received", "committed",
-                                                  "duplicate", "retrying", "dead")]
-        return render("topology.html", t=topo, columns=columns, counts=counts,
-                      uptime=watch.uptime())
-    if name == "queues":
-        latest = watch.sampler.latest()
-        return render("queues.html",
-                      rows=_panels.queues(live.settings, watch.history, watch.sampler),
-                      every=watch.sampler.every, broker_up=latest is None or latest.broker_up)
-    if name == "batches":
-        return render("batches.html", batches=_panels.recent_batches(watch.history))
-    if name == "jobs":
-        return render("jobs.html", record=record, jobs=_panels.job_log(watch.store, record))
-    if name == "dead_letters":
-        error = ""
-        letters: list[_panels.DeadLetter] = []
-        try:
-            letters = _panels.dead_letters(live.settings)
-        except Exception as e:  # the broker is down: say so on the page
-            error = f"dead letters unavailable: {type(e).__name__}: {e}"
-        return render("dead_letters.html", letters=letters, error=error,
-                      queues=sorted({d.queue for d in letters}),
-                      token_set=watch.token is not None)
-    if name == "workflows":
-        views, orphans = _panels.workflows(watch.registry)
-        return render("workflows.html", views=views, orphans=orphans)
-    if name == "reprocess":
-        return render("reprocess.html", p=reprocess_runs(watch.store))
-    raise KeyError(name)
+def _topology(watch: Watch, _params: Params) -> str:
+    topo = _panels.topology(watch.membership)
+    columns = list(dict.fromkeys(k for m in topo.members for k in m))
+    counts = [(k, watch.live.stats[k]) for k in ("batches", "received", "committed",
+                                                   "duplicate", "retrying", "dead")]
+    return render("topology.html", t=topo, columns=columns, counts=counts,
+                  uptime=watch.uptime())
+
+
+def _queues(watch: Watch, _params: Params) -> str:
+    latest = watch.sampler.latest()
+    return render("queues.html",
+                  rows=_panels.queues(watch.live.settings, watch.history, watch.sampler),
+                  every=watch.sampler.every, broker_up=latest is None or latest.broker_up)
+
+
+def _lanes(watch: Watch, _params: Params) -> str:
+    return render("lanes.html", rows=_console.lanes(watch.live, watch.store,
+                                                    watch.sampler.latest()))
+
+
+def _stats(watch: Watch, params: Params) -> str:
+    window = params.get("stats", "1h")
+    window = window if window in _console.WINDOWS else "1h"
+    settings = watch.live.settings
+    return render("stats.html", rows=_console.statistics(settings, watch.store, window),
+                  window=window, windows=list(_console.WINDOWS),
+                  interval=_console.stats_interval(settings))
+
+
+def _batches(watch: Watch, _params: Params) -> str:
+    return render("batches.html", batches=_panels.recent_batches(watch.history))
+
+
+def _jobs(watch: Watch, params: Params) -> str:
+    return render("jobs.html", p=job_page(watch.store, JobQuery.of(params)))
+
+
+def _cancellations(watch: Watch, _params: Params) -> str:
+    return render("cancellations.html", rows=_console.cancellations(watch.store))
+
+
+def _dead_letters(watch: Watch, _params: Params) -> str:
+    error = ""
+    letters: list[_panels.DeadLetter] = []
+    try:
+        letters = _panels.dead_letters(watch.live.settings)
+    except Exception as e:  # the broker is down: say so on the page
+        error = f"dead letters unavailable: {type(e).__name__}: {e}"
+    return render("dead_letters.html", letters=letters, error=error,
+                  queues=sorted({d.queue for d in letters}), token_set=watch.token is not None)
+
+
+def _schedules(watch: Watch, _params: Params) -> str:
+    return render("schedules.html", rows=_console.schedules(watch.live.settings, watch.store))
+
+
+def _journal(watch: Watch, _params: Params) -> str:
+    return render("journal.html", journals=_console.journals(watch.live.settings))
+
+
+def _events(watch: Watch, _params: Params) -> str:
+    stream = watch.events
+    if stream is None:
+        return render("events.html", on=False)
+    return render("events.html", on=True, events=stream.look()[:SHOWN_EVENTS],
+                  exchange=stream.exchange,
+                  keep=stream.keep, error=stream.error)
+
+
+def _reprocess(watch: Watch, _params: Params) -> str:
+    return render("reprocess.html", p=reprocess_runs(watch.store))
+
+
+def _workflows(watch: Watch, _params: Params) -> str:
+    views, orphans = _panels.workflows(watch.registry)
+    return render("workflows.html", views=views, orphans=orphans)
+
+
+PANEL_HTML: dict[str, Callable[[Watch, Params], str]] = {
+    "topology": _topology, "lanes": _lanes, "queues": _queues, "stats": _stats,
+    "batches": _batches, "jobs": _jobs, "cancellations": _cancellations,
+    "dead_letters": _dead_letters, "schedules": _schedules, "journal": _journal,
+    "events": _events, "workflows": _workflows, "reprocess": _reprocess,
+}
+assert set(PANEL_HTML) == set(PANELS)
+
+
+def panel_html(watch: Watch, name: str, params: Params | None = None) -> str:
+    """One panel's HTML, from that panel's data function (``params``: the page's query)."""
+    return PANEL_HTML[name](watch, params or {})
 
 
 def make_app(watch: Watch) -> Starlette:
     """The application serving ``watch``'s service."""
 
+    def params(request: Request) -> dict[str, str]:
+        return {k: v[:512] for k, v in request.query_params.items()}
+
     def page(request: Request) -> Response:
-        record = _record(request)
-        notice = ""
-        if "replayed" in request.query_params:
-            notice = (f"replayed {request.query_params['replayed']} dead letter(s) to "
-                      f"{request.query_params.get('queue', '?')}")
-        panels = {name: panel_html(watch, name, record) for name in PANELS}
-        return HTMLResponse(render("page.html", node=watch.node, panels=panels, every=PANELS,
-                                   record=record, notice=notice))
+        values = params(request)
+        panels = {name: panel_html(watch, name, values) for name in PANELS if name not in LATER}
+        settings = watch.live.settings
+        return HTMLResponse(render(
+            "page.html", node=watch.node, panels=panels, every=PANELS, later=LATER,
+            notice=notice(values), jq=JobQuery.of(values), states=STATES, since=SINCE,
+            queues=list(dict.fromkeys(r.queue for r in settings.listeners)),
+            workflows=watch.registry.names()))
 
     def panel(request: Request) -> Response:
         name = request.path_params["name"]
         if name not in PANELS:
             return PlainTextResponse(f"no panel {name!r}", status_code=404)
-        return HTMLResponse(panel_html(watch, name, _record(request)),
+        return HTMLResponse(panel_html(watch, name, params(request)),
                             headers={"Cache-Control": "no-store"})
+
+    def record(request: Request) -> Response:
+        view = record_view(watch.store, request.path_params["record_id"][:512])
+        return HTMLResponse(render("record.html", r=view), status_code=200 if view.found
+                            or view.history else 404)
+
+    def dead_letter(request: Request) -> Response:
+        values = params(request)
+        view = letter_view(watch.live.settings, watch.store, values.get("queue", ""),
+                           values.get("message", ""))
+        if view is None:
+            return HTMLResponse(render("refused.html", message="no such dead letter (replayed "
+                                       "or purged already?)", back="#dead-letters"),
+                                status_code=404)
+        return HTMLResponse(render("letter.html", d=view))
 
     def metrics(_request: Request) -> Response:
         return Response(watch.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
@@ -126,37 +201,8 @@ def make_app(watch: Watch) -> Starlette:
     def healthz(_request: Request) -> Response:
         return PlainTextResponse("ok")
 
-    def refused(message: str, status: int) -> Response:
-        return HTMLResponse(render("refused.html", message=message), status_code=status)
-
-    async def replay(request: Request) -> Response:
-        length = request.headers.get("content-length")
-        if length is None or not length.isdigit() or int(length) > MAX_FORM_BYTES:
-            return refused("the form is missing or too large", 413)
-        form = parse_qs((await request.body())[:MAX_FORM_BYTES].decode("utf-8", "replace"))
-        given = (form.get("token") or [""])[0]
-        if watch.token is None:
-            return refused("replay is off: set [http] token in the service's configuration", 403)
-        if not hmac.compare_digest(given.encode(), watch.token.encode()):
-            log.warning("dashboard: a replay was refused (wrong token) from %s",
-                        request.client.host if request.client else "?")
-            return refused("refused: wrong token", 403)
-        try:
-            target = json.loads((form.get("target") or [""])[0])
-            queue, message_id = str(target[0]), str(target[1])
-        except (ValueError, IndexError, TypeError, KeyError):
-            return refused("say which dead letter to replay", 400)
-        from starlette.concurrency import run_in_threadpool
-        try:
-            n = await run_in_threadpool(_panels.replay, watch.live.settings, queue, message_id)
-        except ValueError as e:
-            return refused(str(e), 400)
-        log.info("dashboard: replayed %d dead letter(s) of %s%s", n, queue,
-                 f" (message {message_id})" if message_id else "")
-        return RedirectResponse("/?" + urlencode({"replayed": n, "queue": queue})
-                                + "#dead-letters", status_code=303)
-
     routes: list[Any] = [
         Route("/", page), Route("/panel/{name}", panel), Route("/metrics", metrics),
-        Route("/healthz", healthz), Route("/dlq/replay", replay, methods=["POST"])]
+        Route("/healthz", healthz), Route("/record/{record_id:path}", record),
+        Route("/dead-letter", dead_letter), *control_routes(watch)]
     return Starlette(routes=routes)

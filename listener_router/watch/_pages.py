@@ -2,8 +2,11 @@
 
 Everything is escaped (autoescape); the SVG pictures are made by
 ``_svg`` from escaped text and marked safe there.  The page's only script
-re-fetches each panel from ``/panel/<name>`` every few seconds; it loads
-nothing from anywhere else.
+re-fetches each panel from ``/panel/<name>`` every few seconds (with the
+page's query string: its filters), leaves a panel alone while something in
+it has the focus, and puts the token typed into the header into the form a
+control posts; it loads nothing from anywhere else.  The operator's panels
+and the pages of one record or dead letter are in ``_templates``.
 """
 
 from __future__ import annotations
@@ -15,18 +18,25 @@ from typing import Any
 
 from jinja2 import DictLoader, Environment, select_autoescape
 
+from listener_router.schedules import tick_label
 from listener_router.watch._reprocess import REPROCESS_HTML
+from listener_router.watch._templates import TEMPLATES
 
-__all__ = ["PANELS", "render"]
+__all__ = ["LATER", "PANELS", "render"]
 
 # panel → seconds between refreshes on the page
-PANELS = {"topology": 5, "queues": 5, "batches": 5, "jobs": 5, "dead_letters": 15,
+PANELS = {"topology": 5, "lanes": 2, "queues": 5, "stats": 10, "batches": 5, "jobs": 5,
+          "cancellations": 10, "dead_letters": 15, "schedules": 10, "journal": 30, "events": 3,
           "workflows": 30, "reprocess": 5}
+# panels that take a while (they read streams): the page comes without them, the script
+# fetches them at once
+LATER = frozenset({"journal"})
 
 _STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 0 1.5em 2em; color: #222; }
 header { display: flex; gap: 1.5em; align-items: baseline; border-bottom: 2px solid #345; }
 header h1 { margin: .4em 0; color: #345; }
+header h1 a { color: inherit; text-decoration: none; }
 section { margin-top: 1.2em; }
 h2 { font-size: 1.15em; margin: .3em 0; color: #345; }
 table { border-collapse: collapse; font-size: 13px; }
@@ -47,12 +57,21 @@ svg text.node { font: 11px sans-serif; } svg text.edge { font: 10px sans-serif; 
 code { font-size: 12px; }
 tr.under td:first-child { padding-left: 1.6em; }
 button.fold { font-size: 11px; padding: 0 .4em; }
+header label { margin-left: auto; font-size: 13px; }
+form.guarded, form.inline { display: inline; }
+td.act { white-space: nowrap; }
+form.controls { margin: .4em 0; } form.controls input { margin-right: .4em; }
+pre { background: #f6f8fa; padding: .4em .6em; overflow: auto; max-height: 60vh; font-size: 12px;
+      white-space: pre-wrap; overflow-wrap: anywhere; }
+a.current { font-weight: bold; color: #222; text-decoration: none; }
+h3 { font-size: 1em; margin: .6em 0 .2em; }
 """
 
 _SCRIPT = """
 (function () {
-  var record = new URLSearchParams(location.search).get('record') || '';
   var unfolded = new Set();   // inputs whose dead-letter and retry queues are shown
+  var token = document.getElementById('token');
+  try { token.value = sessionStorage.getItem('chalk-token') || ''; } catch (e) {}
   function folds(root) {
     root.querySelectorAll('tr[data-under]').forEach(function (tr) {
       tr.hidden = !unfolded.has(tr.dataset.under);
@@ -70,17 +89,27 @@ _SCRIPT = """
     else { unfolded.add(b.dataset.fold); }
     folds(document);
   });
+  // a control posts the token typed into the header (kept for this tab only)
+  document.addEventListener('submit', function (e) {
+    var form = e.target;
+    if (!form.classList || !form.classList.contains('guarded')) { return; }
+    try { sessionStorage.setItem('chalk-token', token.value); } catch (err) {}
+    form.querySelectorAll('input[name=token]').forEach(function (i) { i.value = token.value; });
+  }, true);
   document.querySelectorAll('[data-panel]').forEach(function (el) {
     var every = 1000 * Number(el.dataset.every || 5);
     function refresh() {
-      var url = '/panel/' + el.dataset.panel + (record ? '?record=' + encodeURIComponent(record) : '');
-      fetch(url, {cache: 'no-store'}).then(function (r) {
+      if (el.contains(document.activeElement) && document.activeElement !== document.body) {
+        setTimeout(refresh, every);   // someone is typing in it: later
+        return;
+      }
+      fetch('/panel/' + el.dataset.panel + location.search, {cache: 'no-store'}).then(function (r) {
         return r.ok ? r.text() : null;
       }).then(function (text) {
         if (text !== null) { el.innerHTML = text; folds(el); el.dataset.updated = String(Date.now()); }
       }).catch(function () {}).then(function () { setTimeout(refresh, every); });
     }
-    setTimeout(refresh, every);
+    setTimeout(refresh, el.dataset.later ? 0 : every);
   });
 })();
 """
@@ -92,28 +121,44 @@ _TEMPLATES = {
 <title>Chalk · {{ node }}</title><style>{{ style | safe }}</style></head>
 <body>
 <header><h1>Chalk</h1><span>node <b>{{ node }}</b></span>
-<span class="muted">read-only · <a href="/metrics">metrics</a></span></header>
+<span class="muted"><a href="/metrics">metrics</a></span>
+<label title="[http] token: the controls (pause, resume, cancel, replay) need it">operator token
+<input type="password" id="token" autocomplete="off" size="16"></label></header>
 {% if notice %}<p class="notice" id="notice">{{ notice }}</p>{% endif %}
-<section id="topology"><h2>Topology</h2>
-<div data-panel="topology" data-every="{{ every.topology }}">{{ panels.topology | safe }}</div></section>
-<section id="queues"><h2>Queues</h2>
-<div data-panel="queues" data-every="{{ every.queues }}">{{ panels.queues | safe }}</div></section>
-<section id="batches"><h2>Recent batches</h2>
-<div data-panel="batches" data-every="{{ every.batches }}">{{ panels.batches | safe }}</div></section>
-<section id="jobs"><h2>Job log</h2>
-<form method="get" action="/#jobs" id="job-search">
-<input name="record" value="{{ record }}" placeholder="record ID" aria-label="record ID">
-<button type="submit">Search</button>{% if record %} <a href="/#jobs">all</a>{% endif %}</form>
-<div data-panel="jobs" data-every="{{ every.jobs }}">{{ panels.jobs | safe }}</div></section>
-<section id="dead-letters"><h2>Dead letters</h2>
-<form method="post" action="/dlq/replay" id="replay-form">
-<label>replay token <input type="password" name="token" autocomplete="off"></label>
-<div data-panel="dead_letters" data-every="{{ every.dead_letters }}">{{ panels.dead_letters | safe }}</div>
-</form></section>
-<section id="workflows"><h2>Workflows</h2>
-<div data-panel="workflows" data-every="{{ every.workflows }}">{{ panels.workflows | safe }}</div></section>
-<section id="reprocess"><h2>Reprocess runs</h2>
-<div data-panel="reprocess" data-every="{{ every.reprocess }}">{{ panels.reprocess | safe }}</div></section>
+{% macro panel(name, title, id) %}<section id="{{ id }}"><h2>{{ title }}</h2>{{ caller() if caller else "" }}
+<div data-panel="{{ name }}" data-every="{{ every[name] }}"{% if name in later %} data-later="1"{% endif %}>
+{{- panels[name] | safe if name in panels else '<p class="muted">loading…</p>' | safe }}</div></section>{% endmacro %}
+{{ panel("topology", "Topology", "topology") }}
+{{ panel("lanes", "Lanes", "lanes") }}
+{{ panel("queues", "Queues", "queues") }}
+{{ panel("stats", "Throughput and latency", "stats") }}
+{{ panel("batches", "Recent batches", "batches") }}
+{% call panel("jobs", "Job log", "jobs") %}<form method="get" action="/#jobs" id="job-search" class="controls">
+<input name="record" value="{{ jq.record }}" placeholder="record ID" aria-label="record ID" size="14">
+<select name="state" aria-label="step"><option value="">any step</option>
+{% for s in states %}<option{% if s == jq.state %} selected{% endif %}>{{ s }}</option>{% endfor %}</select>
+<select name="queue" aria-label="queue"><option value="">any queue</option>
+{% for q in queues %}<option{% if q == jq.queue %} selected{% endif %}>{{ q }}</option>{% endfor %}</select>
+<select name="workflow" aria-label="workflow"><option value="">any workflow</option>
+{% for w in workflows %}<option{% if w == jq.workflow %} selected{% endif %}>{{ w }}</option>{% endfor %}</select>
+<select name="since" aria-label="since"><option value="">any time</option>
+{% for s in since %}<option value="{{ s }}"{% if s == jq.since %} selected{% endif %}>last {{ s }}</option>{% endfor %}</select>
+<button type="submit">Search</button>{% if jq.filtered %} <a href="/#jobs">all</a>{% endif %}</form>{% endcall %}
+{% call panel("cancellations", "Cancellations", "cancel") %}<form method="post" action="/cancel" class="guarded controls" id="cancel-form">
+<input type="hidden" name="token" value="">
+<input name="messages" placeholder="message IDs" aria-label="message IDs" size="24">
+<input name="record" placeholder="or a record ID" aria-label="record ID" size="14">
+<input name="for" placeholder="for (2h)" aria-label="for how long" size="6">
+<input name="schedule" placeholder="or a schedule" aria-label="schedule" size="10">
+<input name="tick" placeholder="and its tick" aria-label="tick" size="18">
+<button type="submit">Cancel</button></form>
+<p class="muted">a message not yet run is acked without running; one in flight is failed before its commit</p>{% endcall %}
+{% call panel("dead_letters", "Dead letters", "dead-letters") %}{% endcall %}
+{{ panel("schedules", "Schedules", "schedules") }}
+{{ panel("journal", "Journal subscribers", "journal") }}
+{{ panel("events", "Events", "events") }}
+{{ panel("workflows", "Workflows", "workflows") }}
+{{ panel("reprocess", "Reprocess runs", "reprocess") }}
 <script>{{ script | safe }}</script>
 </body></html>
 """,
@@ -158,27 +203,21 @@ depths sampled from the broker every {{ every }} s{% if not broker_up %};
 <td>{% for run in b.runs %}{{ run.workflow }} {{ run.runner }} {{ run.seconds | ms }}{% if not loop.last %}<br>{% endif %}{% endfor %}</td></tr>
 {% endfor %}</table>{% endif %}
 """,
-    "jobs.html": """{% if record %}<p>every step of the messages that named record <code>{{ record }}</code>:</p>{% endif %}
-{% if not jobs %}<p class="muted">{% if record %}none found in the job log{% else %}no job-log entries yet{% endif %}</p>
-{% else %}<table id="job-table"><tr><th>when</th><th>step</th><th>message</th><th>queue</th><th>attempt</th>
-<th>workflow</th><th>member</th><th>records</th><th>outgoing</th><th>reason</th></tr>
-{% for j in jobs %}{% set e = j.entry %}<tr data-state="{{ e.state }}"><td>{{ e.at | clock }}</td>
-<td>{{ e.state }}{% if e.resolved %} ({{ e.resolved }}){% endif %}</td><td><code>{{ e.message_id }}</code></td>
-<td>{{ e.queue }}</td><td class="num">{{ e.attempt }}{% if e.round %} (replay {{ e.round }}){% endif %}</td>
-<td>{{ e.workflow or "" }}</td><td>{{ e.member or "" }}</td><td class="records">{{ j.records | join(", ") }}</td>
-<td class="num">{{ e.outgoing }}</td><td>{{ e.reason or "" }}</td></tr>{% endfor %}</table>{% endif %}
-""",
     "dead_letters.html": """{% if error %}<p class="error">{{ error }}</p>
 {% elif not letters %}<p class="muted">no dead letters</p>
 {% else %}<table id="dead-letter-table"><tr><th>queue</th><th>message</th><th>attempts</th>
 <th>workflow</th><th>error</th><th>records</th><th></th></tr>
 {% for d in letters %}<tr data-message="{{ d.message_id }}"><td>{{ d.queue }}</td>
-<td><code>{{ d.message_id }}</code></td><td class="num">{{ d.attempts }}</td><td>{{ d.workflow }}</td>
-<td class="error">{{ d.error | truncate(300) }}</td><td>{{ d.records | join(", ") }}</td>
-<td><button type="submit" name="target" value="{{ [d.queue, d.message_id] | tojson | forceescape }}">Replay</button></td></tr>
+<td><a href="/dead-letter?{{ {'queue': d.queue, 'message': d.message_id} | urlencode }}" title="its body, headers and history"><code>{{ d.message_id }}</code></a></td>
+<td class="num">{{ d.attempts }}</td><td>{{ d.workflow }}</td>
+<td class="error">{{ d.error | truncate(300) }}</td>
+<td>{% for r in d.records %}<a href="/record/{{ r | urlencode }}">{{ r }}</a>{% if not loop.last %}, {% endif %}{% endfor %}</td>
+<td><form method="post" action="/dlq/replay" class="guarded"><input type="hidden" name="token" value="">
+<button type="submit" name="target" value="{{ [d.queue, d.message_id] | tojson | forceescape }}">Replay</button></form></td></tr>
 {% endfor %}</table>
-<p>{% for q in queues %}<button type="submit" name="target" value="{{ [q, ''] | tojson | forceescape }}">Replay all of {{ q }}</button> {% endfor %}</p>
-{% endif %}{% if not token_set %}<p class="muted">replay is off: set <code>[http] token</code> in the configuration</p>{% endif %}
+<form method="post" action="/dlq/replay" class="guarded"><input type="hidden" name="token" value="">
+{% for q in queues %}<button type="submit" name="target" value="{{ [q, ''] | tojson | forceescape }}">Replay all of {{ q }}</button> {% endfor %}</form>
+{% endif %}{% if not token_set %}<p class="muted">the controls are off: set <code>[http] token</code> in the configuration</p>{% endif %}
 """,
     "workflows.html": """<div class="wfs">{% for w in views %}<div class="wf" data-workflow="{{ w.name }}">
 <h3>{{ w.name }} <span class="muted">version <code>{{ w.version[:12] }}</code></span></h3>
@@ -193,9 +232,25 @@ depths sampled from the broker every {{ every }} s{% if not broker_up %};
     "reprocess.html": REPROCESS_HTML,
     "refused.html": """<!doctype html><html lang="en"><head><meta charset="utf-8">
 <title>Chalk · refused</title><style>{{ style | safe }}</style></head><body>
-<p class="refused" id="refused">{{ message }}</p><p><a href="/#dead-letters">back</a></p></body></html>
+<p class="refused" id="refused">{{ message }}</p><p><a href="/{{ back }}">back</a></p></body></html>
 """,
 }
+
+
+def _when(at: float | None) -> str:
+    if not at:
+        return ""
+    return dt.datetime.fromtimestamp(at).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "–"
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:,} {unit}" if unit == "bytes" else f"{n:,.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
 
 
 def _clock(at: float | None) -> str:
@@ -224,10 +279,10 @@ def _field(value: Any, name: str) -> str:
     return "" if value is None else str(value)
 
 
-_ENV = Environment(loader=DictLoader(_TEMPLATES), autoescape=select_autoescape(default=True),
+_ENV = Environment(loader=DictLoader({**_TEMPLATES, **TEMPLATES}), autoescape=select_autoescape(default=True),
                    trim_blocks=True, lstrip_blocks=True)
 _ENV.filters.update(
-    clock=_clock, duration=_duration, field=_field,
+    clock=_clock, when=_when, duration=_duration, field=_field, bytes=_bytes, tick=tick_label,
     count=lambda n: "–" if n is None else f"{n:,}",
     rate=lambda r: "–" if r is None else f"{r:,.1f}",
     ms=lambda s: "" if s is None else f"{s * 1000:,.0f} ms")

@@ -3,8 +3,9 @@
 Each reads what the service already keeps (membership, the registry, the
 store, the watch's history and samples) or what the ``chalk`` command
 reads (dead letters, through the dead-letters feature), so a panel changes
-source by changing one function: the job log reads the job log's tables,
-the topology shows every field the cluster's member rows have.
+source by changing one function: the topology shows every field the
+cluster's member rows have.  The operator's panels are in ``_console``, the
+job log's in ``_joblog``.
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ from listener_router.broker import dlq_name, retry_name
 from listener_router.dead_letters import dead_letters as stored_dead_letters
 from listener_router.dead_letters import record_ids
 from listener_router.dead_letters import replay as replay_letters
-from listener_router.jobs import JobLogTables, LogEntry
-from listener_router.store import ServiceStore
 from listener_router.watch._history import HOUR, BatchSummary, History, Sample, Sampler
 from listener_router.watch._svg import line_chart, workflow_svg
 
@@ -29,8 +28,8 @@ if TYPE_CHECKING:
     import engine
     from listener_router.cluster import Membership
 
-__all__ = ["DeadLetter", "Job", "QueueRow", "Topology", "WorkflowView", "dead_letters", "job_log",
-           "known_queues", "queues", "recent_batches", "replay", "topology", "workflows"]
+__all__ = ["DeadLetter", "QueueRow", "Topology", "WorkflowView", "dead_letters", "known_queues",
+           "queues", "recent_batches", "replay", "topology", "workflows"]
 
 RATE_WINDOW = 60.0  # seconds the rates in the queue table are taken over
 
@@ -144,24 +143,6 @@ def _waiting(sample: Sample | None, queue: str) -> int:
 def recent_batches(history: History, limit: int = 20) -> list[BatchSummary]:
     """The last finished batches, newest first."""
     return history.batches()[:limit]
-
-
-# -- job log -------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Job:
-    """One job-log entry as the page shows it: a settled attempt of a message, a replay or
-    purge of a dead letter, a ``chalk process`` record."""
-
-    entry: LogEntry
-    records: tuple[str, ...]
-
-
-def job_log(store: ServiceStore, record_id: str | None = None, limit: int = 50) -> list[Job]:
-    """The job log's newest entries, newest first; with ``record_id``, those of the messages
-    that named it (what ``chalk jobs --record`` prints)."""
-    tables = store.tables(JobLogTables)
-    entries = tables.entries(record=record_id or None, limit=limit)
-    return [Job(e, tuple(tables.record_ids(e))) for e in reversed(entries)]
 
 
 # -- dead letters --------------------------------------------------------------------

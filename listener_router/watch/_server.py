@@ -4,7 +4,9 @@ Built when ``[http] listen`` (or ``chalk run --http``) is set.  Installed, it
 reads the service through its typed live view (``LiveView``) and the
 dead-letters plug-in; its ``batch_finished`` hook feeds the metrics and the
 history; started, it runs the sampler thread and serves the application
-with uvicorn on a thread of its own (``chalk-http``).  The socket is bound
+with uvicorn on a thread of its own (``chalk-http``).  With any kind of
+event on, the page's events panel follows ``[events] exchange`` while it is
+looked at (``_events``).  The socket is bound
 at start, before the thread starts, so a bad or busy address fails ``chalk
 run`` at once with a clear error.
 """
@@ -24,6 +26,7 @@ from listener_router.watch._settings import HttpSettings, parse_listen
 if TYPE_CHECKING:  # the web stack is imported when the plug-in is installed, not before
     from listener_router._settings import Settings
     from listener_router.pipeline import BatchReport
+    from listener_router.watch._events import EventStream
 
 __all__ = ["Watch"]
 
@@ -52,6 +55,7 @@ class Watch(Plugin):
         self._server: Any = None   # uvicorn.Server
         self._thread: threading.Thread | None = None
         self.address: tuple[str, int] | None = None
+        self.events: EventStream | None = None
 
     def install(self, host: Host) -> None:
         from listener_router.watch._history import History, Sampler
@@ -76,6 +80,11 @@ class Watch(Plugin):
                                lambda: store.sql.lease_counts().get(owner, 0),
                                every=self.sample_every,
                                kept=getattr(dead, "kept", None))
+        events = _events_settings(settings)
+        if events is not None and events.any:
+            from listener_router.watch._events import EventStream
+
+            self.events = EventStream(settings.broker_url, events.exchange)
         self.metrics = Metrics(Live(
             is_leader=lambda: self.membership.is_leader,
             members=lambda: len(self.membership.live),
@@ -137,3 +146,13 @@ class Watch(Plugin):
         sampler = getattr(self, "sampler", None)
         if sampler is not None:
             sampler.stop()
+        if self.events is not None:
+            self.events.stop()
+
+
+def _events_settings(settings: Settings) -> Any:
+    """``[events]``, when the events plug-in is installed (the page follows them)."""
+    try:
+        return settings.section("events")
+    except KeyError:
+        return None

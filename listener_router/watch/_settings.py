@@ -34,5 +34,5 @@ class HttpSettings:
         None, "`host:port` (`[::1]:9187` for IPv6; port 0: any free one) where metrics and the "
         "dashboard are served; unset: off", check=parse_listen)
     token: str | None = setting(
-        None, "the token the dashboard asks for before it replays dead letters; unset: "
-        "replay from the page is refused")
+        None, "the token the dashboard's controls need (pause and resume a lane, cancel, replay "
+        "dead letters); unset: the controls are refused")

@@ -131,8 +131,8 @@ def test_status_counts_dead_letters_moved_into_the_store_and_prints_json(
     def dlq_row() -> dict:
         assert main(["status", "--json", "--config", str(config)]) == 0
         report = json.loads(capsys.readouterr().out)
-        assert set(report) == {"queues", "broker_error", "store", "cluster", "workflows",
-                               "statistics"}
+        assert set(report) == {"queues", "broker_error", "lanes", "store", "cluster",
+                               "workflows", "statistics"}
         return next(q for q in report["queues"] if q["queue"] == dlq_name(queue))
 
     assert dlq_row() == {"queue": dlq_name(queue), "role": "dead letters", "messages": 3,

@@ -1,8 +1,14 @@
 """The dashboard in a real browser (Debian's chromium, headless, driven by playwright) on a
-real ``chalk run --http`` process on RabbitMQ: records pushed appear on the page, a record
-that fails is dead-lettered, its workflow is fixed, and the dead letter is replayed from
-the page — refused without the token, done with it.  Screenshots of each step are saved
-under the test's tmp dir and, when CHALK_ARTIFACTS is set, there too."""
+real ``chalk run --http`` process on RabbitMQ, as an operator uses it: records pushed appear
+on the page, a lane held back by its output queue says so, a lane is paused (refused
+without the token, done with it) and resumed, a message waiting in the paused lane is
+cancelled, a schedule's tick is cancelled and the cancellation withdrawn, the job log is
+filtered and paged, a record's page and a dead letter's body are opened, the event stream
+shows the commits, and the dead letter is replayed once its workflow is fixed.
+
+Screenshots of each step are saved under the test's tmp dir and, when CHALK_ARTIFACTS is
+set, there too; with CHALK_DOCS_SCREENSHOTS=1 the ones the docs show are written into
+docs/ (docs/watching.md shows them)."""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ import os
 import re
 import shutil
 import socket
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +32,7 @@ from listener_router_helpers import (
     write_test_workflows,
 )
 
+from blackboard import Annotation, Blackboard, SqlStore
 from listener_router import load_settings, push_records
 from listener_router.dead_letters import dead_letters
 
@@ -34,7 +42,8 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update",
                  "--disable-sync"]
-TOKEN = "replay-token-for-the-test"
+TOKEN = "operator-token-for-the-test"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -69,18 +78,34 @@ def _free_port() -> int:
 
 
 class Shots:
-    """Screenshots, numbered in the order taken, in tmp and in $CHALK_ARTIFACTS."""
+    """Screenshots, numbered in the order taken, in tmp and in $CHALK_ARTIFACTS; those with
+    a ``doc`` name also in docs/ when CHALK_DOCS_SCREENSHOTS=1."""
 
     def __init__(self, folder: Path):
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
         self.count = 0
         self.artifacts = os.environ.get("CHALK_ARTIFACTS")
+        self.docs = os.environ.get("CHALK_DOCS_SCREENSHOTS") == "1"
 
-    def __call__(self, page: Any, name: str) -> Path:
+    def __call__(self, page: Any, name: str, *, part: str | None = None,
+                 doc: str | None = None, full: bool = True, height: int | None = None) -> Path:
+        """The page (or the element ``part`` selects, its top ``height`` pixels; ``full``:
+        the whole page, not what the window shows) as ``NN-name.png``."""
         self.count += 1
         path = self.folder / f"{self.count:02d}-{name}.png"
-        page.screenshot(path=str(path), full_page=True)
+        if part is None:
+            page.screenshot(path=str(path), full_page=full)
+        elif height is None:
+            page.locator(part).screenshot(path=str(path))
+        else:
+            box = page.locator(part).bounding_box()     # in the window, which may be scrolled
+            x, y = page.evaluate("() => [window.scrollX, window.scrollY]")
+            page.screenshot(path=str(path), full_page=True, clip={
+                "x": box["x"] + x, "y": box["y"] + y, "width": box["width"],
+                "height": min(box["height"], height)})
+        if doc is not None and self.docs:
+            shutil.copy(path, DOCS / doc)
         if self.artifacts:
             target = Path(self.artifacts) / "dashboard"
             target.mkdir(parents=True, exist_ok=True)
@@ -95,18 +120,57 @@ def _version(base: str, workflow: str) -> str | None:
     return match.group(1) if match else None
 
 
-def test_the_dashboard_shows_records_and_replays_a_dead_letter_in_a_browser(
-        tmp_path, chromium, broker_url, qname):
+def _shows(page: Any, selector: str, text: str, timeout: float = 120_000) -> None:
+    """Wait until the element ``selector`` (refreshed by the page's script) holds ``text``."""
+    page.wait_for_function(
+        "([sel, text]) => (document.querySelector(sel) || {}).textContent?.includes(text)",
+        arg=[selector, text], timeout=timeout)
+
+
+def _post(url: str, data: str) -> int:
+    request = urllib.request.Request(url, method="POST", data=data.encode())
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def _store_a_record_with_an_attachment(url: str) -> None:
+    bb = Blackboard(SqlStore(url), own_store=True)
+    try:
+        bb.load("doc-1")
+        bb.set_literal("doc-1", "title", "doc-1")
+        bb.set_literal("doc-1", "lang", "en")
+        bb.set_annotation("doc-1", "lang[-1]", "detected", Annotation(["en"], {"confidence": 0.9}))
+        bb.set_annotation("doc-1", None, "origin", Annotation(["crawler"]))
+        bb.set_attachment("doc-1", "page.html", b"<html>" + b"x" * 2042 + b"</html>")
+        bb.commit("doc-1")
+    finally:
+        bb.close()
+
+
+def test_an_operator_drives_the_dashboard_in_a_browser(tmp_path, chromium, broker, broker_url,
+                                                       qname):
     folder = write_test_workflows(tmp_path / "workflows")
-    queue, out = qname("in"), qname("out")
+    queue, out, held, held_out = qname("in"), qname("out"), qname("held"), qname("held-out")
     port = _free_port()
+    db = f"sqlite:///{tmp_path / 'chalk.db'}"
     config = write_config(
-        tmp_path / "chalk.toml", db=f"sqlite:///{tmp_path / 'chalk.db'}", broker=broker_url,
+        tmp_path / "chalk.toml", db=db, broker=broker_url,
         workflows=folder, engine={"runner": "local"}, http={"token": TOKEN},
-        node={"name": "dash-1"},
+        node={"name": "dash-1"}, events={"committed": True},
         listeners=[{"name": "t", "queue": queue, "workflow": "Fragile", "max_retries": 0,
-                    "batch_size": 50, "max_wait_ms": 100}],
-        routers=[{"queue": out, "attributes": ["count"]}])
+                    "batch_size": 50, "max_wait_ms": 100, "priority": 5},
+                   {"name": "h", "queue": held, "workflow": "Counting", "batch_size": 1,
+                    "max_wait_ms": 50, "max_output_depth": 1, "rate_limit": 100}],
+        routers=[{"queue": out, "attributes": ["count"], "workflow": "Fragile"},
+                 {"queue": held_out, "workflow": "Counting"}])
+    nightly = qname("nightly")
+    with open(config, "a") as f:
+        f.write(f'\n[[schedule]]\nname = "nightly"\nevery = "1d"\nqueue = "{nightly}"\n'
+                'ids = ["doc-1"]\n')
+    _store_a_record_with_an_attachment(db)
     log = tmp_path / "service.log"
     service = start_service(config, log, "--http", f"127.0.0.1:{port}")
     shots = Shots(tmp_path / "screenshots")
@@ -114,21 +178,22 @@ def test_the_dashboard_shows_records_and_replays_a_dead_letter_in_a_browser(
     try:
         wait_for_log(log, "metrics and dashboard on")
         settings = load_settings(config, env={})
-        good = [f"doc-{i}" for i in range(1, 6)]
-        push_records(settings, queue, [{"id": rid, "attributes": {"title": rid}} for rid in good])
-        push_records(settings, queue, [{"id": "doc-bad", "attributes": {"fail": True}}])
-
         page = chromium.new_page(viewport={"width": 1280, "height": 900})
         requested: list[str] = []
         page.on("request", lambda request: requested.append(request.url))
-        page.goto(base)
+        page.goto(base)   # the event stream follows from now on
+        good = [f"doc-{i}" for i in range(1, 31)]
+        push_records(settings, queue, [{"id": rid, "attributes": {"title": rid}}
+                                       for rid in good[1:]])
+        push_records(settings, queue, [{"id": "doc-1", "attributes": {"title": "doc-1"}}])
+        push_records(settings, queue, [{"id": "doc-bad", "attributes": {"fail": True}}])
+        push_records(settings, held, [{"id": f"h-{i}", "attributes": {}} for i in range(3)])
+
         # the panels refresh themselves: the records arrive without reloading the page
         page.wait_for_function(
             "ids => ids.every(id => (document.querySelector('#job-table') || {}).textContent"
-            "?.includes(id))", arg=good, timeout=120_000)
-        page.wait_for_function(
-            "() => (document.querySelector('#dead-letter-table') || {}).textContent"
-            "?.includes('doc-bad')", timeout=120_000)
+            "?.includes(id))", arg=["doc-1", "doc-bad", "h-2"], timeout=120_000)
+        _shows(page, "#dead-letter-table", "doc-bad")
         assert "asked to fail" in page.inner_text("#dead-letter-table")
         assert page.inner_text(".leader") == "dash-1"
         assert page.locator("#queue-table tr[data-queue='%s'] svg" % queue).count() == 1
@@ -138,47 +203,131 @@ def test_the_dashboard_shows_records_and_replays_a_dead_letter_in_a_browser(
         page.click("#queue-table button[data-fold='%s']" % queue)
         assert dlq.is_visible()
         assert page.locator(".wf[data-workflow='Fragile'] svg").count() == 1
+        # the lane whose output nobody reads is held back by it
+        _shows(page, f"#lane-table tr[data-lane='{held}'] .backpressure", "held back")
+        assert held_out in page.inner_text(f"#lane-table tr[data-lane='{held}']")
+        # the schedule, and the commits on the event stream (kept while the page is open)
+        _shows(page, "#schedule-table", "nightly")
+        _shows(page, "#event-table", "record.committed")
+        # the statistics come from the job log's table (every member, kept across restarts)
+        _shows(page, f"#stats-table tr[data-queue='{queue}'] .committed", "30", 60_000)
+        assert page.locator(f"#stats-table tr[data-queue='{queue}'] svg").count() == 2
         page.wait_for_function("() => document.querySelector('#batch-table') !== null",
                                timeout=60_000)
-        shots(page, "records-and-a-dead-letter")
+        shots(page, "records-lanes-and-a-dead-letter", doc="dashboard.png", full=False)
 
-        page.fill("input[name=record]", "doc-3")
+        # pausing needs the token: refused without it, done with it
+        assert _post(base + "lanes/pause", f"queue={queue}&token=wrong") == 403
+        lane = f"#lane-table tr[data-lane='{queue}']"
+        page.fill("#token", TOKEN)
+        page.fill(f"{lane} input[name=reason]", "maintenance")
+        page.click(f"{lane} button:has-text('Pause')")
+        page.wait_for_selector("#notice")
+        assert f"paused {queue}" in page.inner_text("#notice")
+        # the store says paused at once; this member obeys within a second
+        page.wait_for_selector(f"{lane}[data-paused='true'][data-here='paused']", timeout=30_000)
+        _shows(page, f"{lane} .state", "maintenance")
+        assert "the dashboard" in page.inner_text(f"{lane} .state")
+
+        # a message waits in the paused lane; it is cancelled before it runs
+        broker.publish(queue, b'{"id": "doc-2"}', message_id="cancel-me")
+        page.fill("#cancel-form input[name=messages]", "cancel-me")
+        page.click("#cancel-form button")
+        page.wait_for_selector("#notice")
+        assert "cancelled 1" in page.inner_text("#notice")
+        _shows(page, "#cancel-table", "cancel-me")
+        page.wait_for_selector(f"{lane}[data-here='paused']", timeout=30_000)
+        shots(page, "a-paused-lane", part="#lanes", doc="dashboard-lanes.png")
+        page.click(f"{lane} button:has-text('Resume')")
+        page.wait_for_selector("#notice")
+        assert f"resumed {queue}" in page.inner_text("#notice")
+        page.wait_for_selector(f"{lane}[data-paused='false'][data-here='running']",
+                               timeout=30_000)
+        page.wait_for_selector("#job-table tr[data-message='cancel-me'][data-state='cancelled']",
+                               timeout=120_000)
+
+        # a schedule's next tick, cancelled and withdrawn
+        tick = page.inner_text("#schedule-table tr[data-schedule='nightly'] td:nth-child(6)")
+        page.locator("#schedule-table tr[data-schedule='nightly']") \
+            .get_by_role("button", name="Cancel the next tick").click()
+        page.wait_for_selector("#notice")
+        assert f"nightly tick {tick.strip()}" in page.inner_text("#notice")
+        _shows(page, "#cancel-table", f"schedule:nightly:{tick.strip()}:")
+        page.locator("#cancel-table tr", has_text="schedule:nightly") \
+            .get_by_role("button", name="Withdraw").click()
+        page.wait_for_selector("#notice")
+        assert "withdrew 1" in page.inner_text("#notice")
+        assert "schedule:nightly" not in page.inner_text("#cancel")
+
+        # the job log, filtered and paged: 30 committed in pages of 25
+        page.select_option("#job-search select[name=state]", "committed")
+        page.select_option("#job-search select[name=queue]", queue)
+        page.select_option("#job-search select[name=since]", "1h")
+        page.click("#job-search button")
+        page.wait_for_url(re.compile(r".*state=committed.*"))
+        states = page.locator("#job-table tr[data-state]")
+        assert states.count() == 25
+        assert {states.nth(i).get_attribute("data-state") for i in range(25)} == {"committed"}
+        shots(page, "job-log-filtered", part="#jobs", doc="dashboard-jobs.png", height=330)
+        page.click("#jobs a#older")
+        page.wait_for_url(re.compile(r".*before=.*"))
+        assert page.locator("#job-table tr[data-state]").count() == 5
+        assert page.locator("#jobs a[rel=first]").count() == 1
+        page.fill("#job-search input[name=record]", "doc-3")
+        page.select_option("#job-search select[name=state]", "")
         page.click("#job-search button")
         page.wait_for_url(re.compile(r".*record=doc-3.*"))
         rows = page.locator("#job-table tr").all_inner_texts()[1:]
         assert len(rows) == 1 and "doc-3" in rows[0]
-        shots(page, "job-log-search")
+
+        # a record's page: what is stored of it and its history
+        page.goto(base + "?record=doc-1#jobs")
+        page.locator("#job-table a", has_text="doc-1").first.click()
+        page.wait_for_selector("#record-id")
+        assert page.inner_text("#record-id") == "doc-1"
+        attributes = page.inner_text("#attributes")
+        assert "title" in attributes and "detected: en; confidence=0.9" in attributes
+        assert "origin: crawler" in page.inner_text("#annotations")
+        assert "page.html" in page.inner_text("#attachments")
+        assert "2.0 KB" in page.inner_text("#attachments")
+        history = page.inner_text("#history")
+        assert "committed" in history and "Fragile" in history
+        shots(page, "a-record", doc="dashboard-record.png")
+
+        # a dead letter's body, a click away
+        page.goto(base + "#dead-letters")
+        page.locator("#dead-letter-table tr", has_text="doc-bad").locator("a").first.click()
+        page.wait_for_selector("#letter-body")
+        assert "doc-bad" in page.inner_text("#letter-body")
+        assert "asked to fail" in page.inner_text("#letter-error")
+        shots(page, "a-dead-letter", doc="dashboard-dead-letter.png")
 
         # the cause is fixed: the workflow no longer fails flagged records
         old = _version(base, "Fragile")
         fragile = folder / "fragile.xml"
         fragile.write_text(re.sub(r"\s*<proc:invokePipelet name=\"s1\">.*?</proc:invokePipelet>",
                                   "", fragile.read_text(), flags=re.S))
-        wait_until(lambda: _version(base, "Fragile") not in (None, old), 120, "the fixed workflow to load",
-                   every=0.3)
+        wait_until(lambda: _version(base, "Fragile") not in (None, old), 120,
+                   "the fixed workflow to load", every=0.3)
 
         page.goto(base)
-        row = page.locator("#dead-letter-table tr", has_text="doc-bad")
-        page.fill("input[name=token]", "not-the-token")
-        row.get_by_role("button", name="Replay").click()
+        page.fill("#token", "not-the-token")
+        page.locator("#dead-letter-table tr", has_text="doc-bad") \
+            .get_by_role("button", name="Replay").click()
         page.wait_for_selector("#refused")
         assert "wrong token" in page.inner_text("#refused")
-        shots(page, "replay-refused")
         # still kept (the page moved it off Q.dlq into the store: looking redelivers nothing)
         assert [d.message_id for d in dead_letters(settings, [queue])] != []
 
         page.goto(base)
-        page.fill("input[name=token]", TOKEN)
+        page.fill("#token", TOKEN)
         page.locator("#dead-letter-table tr", has_text="doc-bad") \
             .get_by_role("button", name="Replay").click()
         page.wait_for_selector("#notice")
         assert "replayed 1 dead letter(s)" in page.inner_text("#notice")
         page.wait_for_function(
-            "() => (document.querySelector('#job-table') || {}).textContent?.includes('doc-bad')",
-            timeout=120_000)
-        page.wait_for_function(
             "() => document.querySelector('#dead-letter-table') === null", timeout=120_000)
-        shots(page, "after-replay")
+        _shows(page, "#job-table", "doc-bad")
 
         # nothing the page asked for came from anywhere but the service
         assert requested and all(url.startswith(base) for url in requested), requested
@@ -189,5 +338,5 @@ def test_the_dashboard_shows_records_and_replays_a_dead_letter_in_a_browser(
         except Exception:
             kill_group(service, 9)
     assert sorted(p.name for p in shots.folder.iterdir()) == [
-        "01-records-and-a-dead-letter.png", "02-job-log-search.png", "03-replay-refused.png",
-        "04-after-replay.png"]
+        "01-records-lanes-and-a-dead-letter.png", "02-a-paused-lane.png",
+        "03-job-log-filtered.png", "04-a-record.png", "05-a-dead-letter.png"]

@@ -18,8 +18,9 @@ from listener_router import BatchReport, ConfigError, Service, load_settings, pu
 from listener_router.dead_letters import dead_letters
 from listener_router.watch import METRICS, Live, Metrics, layered_svg
 from listener_router.watch._history import History
+from listener_router.watch._joblog import JobQuery, job_page
 from listener_router.watch._pages import render
-from listener_router.watch._panels import QueueRow, job_log
+from listener_router.watch._panels import QueueRow
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -210,9 +211,10 @@ def test_a_running_service_serves_metrics_the_page_and_refuses_a_replay_without_
         # the queue is empty, the dead letter still waits: the gauge says so
         assert _value(_get(base + "metrics")[1], "chalk_dead_letters", queue=queue) == 1
         assert _get(base + "panel/nothing")[0] == 404
-        jobs = job_log(service.store, "w3")   # the panel reads the job log
+        jobs = job_page(service.store, JobQuery(record="w3")).jobs   # the panel reads the job log
         assert [(j.entry.state, j.records) for j in jobs] == [("committed", ("w3",))]
-        assert sorted(j.entry.state for j in job_log(service.store)) == ["committed"] * 5 + ["dead"]
+        assert sorted(j.entry.state for j in job_page(service.store, JobQuery()).jobs) == \
+            ["committed"] * 5 + ["dead"]
         status, panel = _get(base + "panel/jobs?record=w-bad")   # routed nowhere, still found
         assert status == 200 and "dead" in panel and "asked to fail" in panel
         replay = urllib.request.Request(base + "dlq/replay", method="POST",
