@@ -10,7 +10,7 @@ Java SMILA pipelet classes to them.
 """
 
 from pipelets._base import Pipelet, PipeletConfigurationError, PipeletError
-from pipelets._config import Settings
+from pipelets._config import PipeletConfig, Settings
 from pipelets.aliases import SMILA_ALIASES
 from pipelets.filtering import Filter
 from pipelets.fingerprint import Fingerprint
@@ -60,6 +60,7 @@ __all__ = [
     "Replace",
     "SetAttributes",
     "SetValue",
+    "PipeletConfig",
     "Settings",
     "Splitter",
     "SubAttributeExtract",

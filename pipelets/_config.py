@@ -3,7 +3,7 @@
 Configuration reaches a pipelet from XML, so values may be strings where the
 pipelet wants a bool or a number ("true", "3"), a single string where it
 wants a list (``rec:Val`` instead of ``rec:Seq``), and SMILA files use their
-own parameter names.  :class:`Settings` converts, accepts aliases, and raises
+own parameter names.  :class:`PipeletConfig` converts, accepts aliases, and raises
 :class:`PipeletConfigurationError` naming the pipelet and the parameter.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from pipelets._base import PipeletConfigurationError
 
-__all__ = ["REQUIRED", "Settings"]
+__all__ = ["REQUIRED", "PipeletConfig", "Settings"]
 
 
 class _Required:
@@ -29,7 +29,7 @@ _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0", ""}
 
 
-class Settings:
+class PipeletConfig:
     """Typed access to one pipelet's configuration.
 
     Every getter takes the parameter name and optional ``aliases`` (other
@@ -172,3 +172,8 @@ def _kind(value: Any) -> str:
     if isinstance(value, list):
         return "a list"
     return f"{type(value).__name__} {value!r}"
+
+
+#: The name :class:`PipeletConfig` had before ``listener_router.Settings`` (the service's
+#: settings) took it; kept so pipelets written against it still import.
+Settings = PipeletConfig

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 
 from blackboard import Blackboard
-from pipelets._config import REQUIRED, Settings
+from pipelets._config import REQUIRED, PipeletConfig
 
 __all__ = ["Endpoint", "decode_text", "read_endpoints"]
 
@@ -57,7 +57,7 @@ class Endpoint:
         return f"{self.kind} {self.name!r}"
 
 
-def read_endpoints(s: Settings, *, default_input: str | None = None,
+def read_endpoints(s: PipeletConfig, *, default_input: str | None = None,
                    default_input_type: str = "attribute",
                    default_output_type: str = "attribute") -> tuple[Endpoint, Endpoint]:
     """``input``/``inputName``, ``inputType``, ``output``/``outputName``, ``outputType``.
@@ -72,7 +72,7 @@ def read_endpoints(s: Settings, *, default_input: str | None = None,
     return Endpoint(in_kind, in_name), Endpoint(out_kind, out_name)
 
 
-def check_encoding(s: Settings, name: str, value: str | None) -> str | None:
+def check_encoding(s: PipeletConfig, name: str, value: str | None) -> str | None:
     if value is None:
         return None
     try:

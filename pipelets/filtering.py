@@ -8,7 +8,7 @@ from typing import Any
 
 from blackboard import Blackboard
 from pipelets._base import Pipelet
-from pipelets._config import Settings
+from pipelets._config import PipeletConfig
 
 __all__ = ["Filter"]
 
@@ -41,7 +41,7 @@ class Filter(Pipelet):
 
     def configure(self, config: dict[str, Any]) -> None:
         super().configure(config)
-        s = Settings(type(self).__name__, config)
+        s = PipeletConfig(type(self).__name__, config)
         self.attribute: str = s.name("attribute")
         if s.has("equals") and s.has("matches"):
             raise s.error("matches", "give either 'equals' or 'matches', not both")

@@ -9,7 +9,7 @@ from typing import Any
 
 from blackboard import Blackboard
 from pipelets._base import Pipelet
-from pipelets._config import Settings
+from pipelets._config import PipeletConfig
 from pipelets._frames import STRING, FrameIO, cached_column, column, decline, frame_name, java_regex
 
 __all__ = ["ALGORITHMS", "Fingerprint"]
@@ -70,7 +70,7 @@ class Fingerprint(Pipelet):
 
     def configure(self, config: dict[str, Any]) -> None:
         super().configure(config)
-        s = Settings(type(self).__name__, config)
+        s = PipeletConfig(type(self).__name__, config)
         self.attributes: list[str] | None = s.names("attributes", "attribute", default=None)
         self.attachments: list[str] | None = s.names("attachments", "attachment", default=None)
         self.everything = self.attributes is None and self.attachments is None

@@ -10,7 +10,7 @@ from lxml import etree
 
 from blackboard import Blackboard
 from pipelets._base import Pipelet
-from pipelets._config import Settings
+from pipelets._config import PipeletConfig
 from pipelets._io import check_encoding, decode_text, read_endpoints
 
 __all__ = ["HtmlToText", "html_to_text"]
@@ -117,7 +117,7 @@ class HtmlToText(Pipelet):
         smila_meta = {k: v for k, v in config.items() if isinstance(k, str) and k.startswith("meta:")}
         super().configure({k: v for k, v in config.items() if k not in smila_meta})
         self.config = dict(config)
-        s = Settings(type(self).__name__, config)
+        s = PipeletConfig(type(self).__name__, config)
         self.input, self.output = read_endpoints(s, default_input="Content")
         self.title: str | None = s.name("title", default=None)
         meta = {str(k).strip().lower(): v for k, v in s.mapping("meta", default={}).items()}

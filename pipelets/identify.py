@@ -14,7 +14,7 @@ from typing import Any
 
 from blackboard import Blackboard
 from pipelets._base import Pipelet
-from pipelets._config import Settings
+from pipelets._config import PipeletConfig
 
 __all__ = ["EXTENSIONS", "MimeTypeIdentify", "extension_of", "sniff"]
 
@@ -292,7 +292,7 @@ class MimeTypeIdentify(Pipelet):
 
     def configure(self, config: dict[str, Any]) -> None:
         super().configure(config)
-        s = Settings(type(self).__name__, config)
+        s = PipeletConfig(type(self).__name__, config)
         self.attachment: str = s.name("contentAttachment", "ContentAttachment", default="Content")
         self.content_attribute: str | None = s.name("contentAttribute", default=None)
         self.extension: str = s.name("extensionAttribute", "FileExtensionAttribute",

@@ -21,7 +21,7 @@ from typing import Any
 
 from blackboard import Blackboard
 from pipelets._base import Pipelet, PipeletError
-from pipelets._config import Settings
+from pipelets._config import PipeletConfig
 from pipelets.values import text_of
 
 __all__ = ["FullTextIndex", "FullTextSearch", "index_path"]
@@ -85,7 +85,7 @@ class _Index:
             yield self._conn
 
 
-def _index_settings(s: Settings, config: dict[str, Any]) -> tuple[str, str]:
+def _index_settings(s: PipeletConfig, config: dict[str, Any]) -> tuple[str, str]:
     directory = s.name("directory", default=os.environ.get("CHALK_INDEX_DIR", "indexes"))
     name = s.name("indexname", "indexName", default=None)
     if name is None:
@@ -139,13 +139,13 @@ class FullTextIndex(Pipelet):
     def configure(self, config: dict[str, Any]) -> None:
         super().configure(config)
         merged = dict(config)
-        nested = Settings(type(self).__name__, config).mapping("_indexing", default={})
+        nested = PipeletConfig(type(self).__name__, config).mapping("_indexing", default={})
         for key, value in nested.items():
             if key in merged and key != "_indexing":
-                raise Settings(type(self).__name__, config).error(key, "is given in _indexing and outside it")
+                raise PipeletConfig(type(self).__name__, config).error(key, "is given in _indexing and outside it")
             merged[key] = value
         merged.pop("_indexing", None)
-        s = Settings(type(self).__name__, merged)
+        s = PipeletConfig(type(self).__name__, merged)
         unknown = sorted(set(merged) - self.parameters)
         if unknown:
             raise s.error(unknown[0], "unknown in _indexing; accepted: indexname, executionMode, allowDoublets")
@@ -201,7 +201,7 @@ class FullTextSearch(Pipelet):
 
     def configure(self, config: dict[str, Any]) -> None:
         super().configure(config)
-        s = Settings(type(self).__name__, config)
+        s = PipeletConfig(type(self).__name__, config)
         self.directory, self.name = _index_settings(s, config)
         self.query: str = s.name("query", default="Query")
         self.output: str = s.name("output", default="Results")

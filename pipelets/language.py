@@ -16,7 +16,7 @@ from typing import Any
 
 from blackboard import Blackboard
 from pipelets._base import Pipelet
-from pipelets._config import Settings
+from pipelets._config import PipeletConfig
 from pipelets._literals import string_values
 
 __all__ = ["LANGUAGES", "LanguageIdentify", "identify_language", "language_scores"]
@@ -135,7 +135,7 @@ class LanguageIdentify(Pipelet):
 
     def configure(self, config: dict[str, Any]) -> None:
         super().configure(config)
-        s = Settings(type(self).__name__, config)
+        s = PipeletConfig(type(self).__name__, config)
         self.attributes: list[str] = s.names("attributes", "attribute", default=["Content"])
         self.output: str = s.name("output", default="language")
         langs = [lang.lower() for lang in s.names("languages", default=list(LANGUAGES))]

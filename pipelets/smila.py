@@ -15,7 +15,7 @@ from typing import Any
 
 from blackboard import Blackboard, Literal
 from pipelets._base import Pipelet, PipeletError
-from pipelets._config import Settings
+from pipelets._config import PipeletConfig
 from pipelets.values import text_of
 
 __all__ = ["AddLiteral", "ErrorOnDemand", "HelloWorld", "Splitter"]
@@ -48,7 +48,7 @@ class Splitter(Pipelet):
 
     def configure(self, config: dict[str, Any]) -> None:
         super().configure(config)
-        s = Settings(type(self).__name__, config)
+        s = PipeletConfig(type(self).__name__, config)
         self.factor: int = s.integer("factor", default=3, minimum=1)
         self.marker: str = s.name("marker", default="fragment")
         if "#" in self.marker:
@@ -86,7 +86,7 @@ class AddLiteral(Pipelet):
 
     def configure(self, config: dict[str, Any]) -> None:
         super().configure(config)
-        s = Settings(type(self).__name__, config)
+        s = PipeletConfig(type(self).__name__, config)
         self.attribute: str = s.name("attribute", default=self.DEFAULT_ATTRIBUTE)
         self.prefix: str = s.text("prefix", default="SMILA #", empty=True)
 
@@ -128,7 +128,7 @@ class ErrorOnDemand(Pipelet):
 
     def configure(self, config: dict[str, Any]) -> None:
         super().configure(config)
-        s = Settings(type(self).__name__, config)
+        s = PipeletConfig(type(self).__name__, config)
         self.mode: str | None = s.choice("mode", self.MODES, default=None)
         self.setting: str = s.name("setting", default=self.DEFAULT_SETTING)
         self.timeout: int = s.integer("timeoutSeconds", default=15, minimum=0)
@@ -185,7 +185,7 @@ class HelloWorld(Pipelet):
 
     def configure(self, config: dict[str, Any]) -> None:
         super().configure(config)
-        s = Settings(type(self).__name__, config)
+        s = PipeletConfig(type(self).__name__, config)
         self.source: str = s.name("source_attribute_name", "input")
         self.target: str = s.name("target_attribute_name", "output")
         self.suffix: str = s.text("suffix", default=" --- Hello world!!!", empty=True)

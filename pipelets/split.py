@@ -10,7 +10,7 @@ from urllib.parse import unquote, urlparse
 
 from blackboard import Blackboard
 from pipelets._base import Pipelet
-from pipelets._config import Settings
+from pipelets._config import PipeletConfig
 from pipelets._io import read_endpoints
 from pipelets._literals import string_values
 
@@ -98,7 +98,7 @@ class DocumentSplitter(Pipelet):
 
     def configure(self, config: dict[str, Any]) -> None:
         super().configure(config)
-        s = Settings(type(self).__name__, config)
+        s = PipeletConfig(type(self).__name__, config)
         self.attribute: str = s.name("attribute", default="Content")
         self.mode: str = s.choice("mode", ("paragraphs", "size"), default="paragraphs")
         self.max_size: int | None = s.integer("maxSize", default=None, minimum=1)
@@ -233,7 +233,7 @@ class XmlSplit(Pipelet):
 
     def configure(self, config: dict[str, Any]) -> None:
         super().configure(config)
-        s = Settings(type(self).__name__, config)
+        s = PipeletConfig(type(self).__name__, config)
         self.begin: str = s.name("beginTagName")
         self.begin_closing: bool = s.boolean("isBeginClosingTag", default=False)
         self.end: str = s.name("endTagName")

@@ -8,7 +8,7 @@ from typing import Any
 
 from blackboard import Blackboard
 from pipelets._base import Pipelet
-from pipelets._config import Settings
+from pipelets._config import PipeletConfig
 from pipelets._frames import (
     INT,
     STRING,
@@ -75,7 +75,7 @@ class NormalizeWhitespace(Pipelet):
 
     def configure(self, config: dict[str, Any]) -> None:
         super().configure(config)
-        s = Settings(type(self).__name__, config)
+        s = PipeletConfig(type(self).__name__, config)
         self.attribute: str = s.name("attribute")
         self.lowercase: bool = s.boolean("lowercase", default=False)
         self.output: str = s.name("output", default=self.attribute)
@@ -113,7 +113,7 @@ class Lowercase(Pipelet):
 
     def configure(self, config: dict[str, Any]) -> None:
         super().configure(config)
-        s = Settings(type(self).__name__, config)
+        s = PipeletConfig(type(self).__name__, config)
         self.attribute: str = s.name("attribute")
         self.output: str = s.name("output", default=self.attribute)
 
@@ -145,7 +145,7 @@ class WordCount(Pipelet):
 
     def configure(self, config: dict[str, Any]) -> None:
         super().configure(config)
-        s = Settings(type(self).__name__, config)
+        s = PipeletConfig(type(self).__name__, config)
         self.attribute: str = s.name("attribute")
         self.output: str = s.name("output")
 
@@ -181,7 +181,7 @@ def _template_problem(pattern: re.Pattern[str], template: str) -> str | None:
     return None
 
 
-def _flags(s: Settings) -> int:
+def _flags(s: PipeletConfig) -> int:
     flags = 0
     if s.boolean("ignoreCase", default=False):
         flags |= re.IGNORECASE
@@ -211,7 +211,7 @@ class RegexExtract(Pipelet):
 
     def configure(self, config: dict[str, Any]) -> None:
         super().configure(config)
-        s = Settings(type(self).__name__, config)
+        s = PipeletConfig(type(self).__name__, config)
         self.attribute: str = s.name("attribute")
         self.output: str = s.name("output")
         self.pattern: re.Pattern[str] = s.regex("pattern", flags=_flags(s))
@@ -277,7 +277,7 @@ class Replace(Pipelet):
 
     def configure(self, config: dict[str, Any]) -> None:
         super().configure(config)
-        s = Settings(type(self).__name__, config)
+        s = PipeletConfig(type(self).__name__, config)
         self.attribute: str = s.name("attribute")
         self.output: str = s.name("output", default=self.attribute)
         regex = s.boolean("regex", default=True)

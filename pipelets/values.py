@@ -9,7 +9,7 @@ from urllib.parse import quote
 
 from blackboard import Annotation, Blackboard, Literal
 from pipelets._base import Pipelet
-from pipelets._config import Settings
+from pipelets._config import PipeletConfig
 from pipelets._frames import STRING, STRINGS, FrameIO, cached_column, frame_name
 from pipelets._literals import copy_attribute
 
@@ -25,7 +25,7 @@ def _convert(owner: str, param: str, value: Any, kind: str | None) -> Any:
         return value
     if kind == "str":
         return text_of(value)
-    s = Settings(owner, {param: value})
+    s = PipeletConfig(owner, {param: value})
     try:
         if kind == "int":
             return s.integer(param)
@@ -49,7 +49,7 @@ class _ValuesPipelet(Pipelet):
 
     def _read(self, config: dict[str, Any], *, plural: bool) -> None:
         owner = type(self).__name__
-        s = Settings(owner, config)
+        s = PipeletConfig(owner, config)
         self.attribute: str = s.name("attribute", "outputAttribute")
         kind = s.choice("type", _TYPES, default=None)
         semantic = s.name("semanticType", default=None)
@@ -140,7 +140,7 @@ class Copy(Pipelet):
 
     def configure(self, config: dict[str, Any]) -> None:
         super().configure(config)
-        s = Settings(type(self).__name__, config)
+        s = PipeletConfig(type(self).__name__, config)
         self.input: str = s.name("input", "inputName")
         self.output: str = s.name("output", "outputName")
         kinds = ("attribute", "attachment")
@@ -208,7 +208,7 @@ class Rename(Pipelet):
 
     def configure(self, config: dict[str, Any]) -> None:
         super().configure(config)
-        s = Settings(type(self).__name__, config)
+        s = PipeletConfig(type(self).__name__, config)
         self.source: str = s.name("from")
         self.target: str = s.name("to")
         if self.source == self.target:
@@ -233,7 +233,7 @@ class RemoveAttribute(Pipelet):
 
     def configure(self, config: dict[str, Any]) -> None:
         super().configure(config)
-        self.attributes: list[str] = Settings(type(self).__name__, config).names(
+        self.attributes: list[str] = PipeletConfig(type(self).__name__, config).names(
             "attributes", "attribute")
 
     def process_record(self, blackboard: Blackboard, rid: str) -> None:
@@ -264,7 +264,7 @@ class SubAttributeExtract(Pipelet):
 
     def configure(self, config: dict[str, Any]) -> None:
         super().configure(config)
-        s = Settings(type(self).__name__, config)
+        s = PipeletConfig(type(self).__name__, config)
         self.input: str = s.name("inputPath")
         self.output: str = s.name("outputPath")
         self.mode: str = s.choice("mode", ("ALL_AS_LIST", "ALL_AS_ONE", "FIRST", "LAST"),
@@ -320,7 +320,7 @@ class SetAttributes(Pipelet):
         super().configure(config)
         for name, value in config.items():
             if not isinstance(name, str) or not name.strip():
-                raise Settings(type(self).__name__, config).error(str(name), "is not an attribute name")
+                raise PipeletConfig(type(self).__name__, config).error(str(name), "is not an attribute name")
             if not isinstance(value, Annotation):
                 _check_value(type(self).__name__, name, value)
         self.values = {k: v for k, v in config.items() if not isinstance(v, Annotation)}
@@ -341,7 +341,7 @@ def _check_value(owner: str, name: str, value: Any) -> None:
         for inner in value:
             _check_value(owner, name, inner)
     elif not isinstance(value, (str, int, float, bool)):
-        raise Settings(owner, {}).error(name, f"cannot be written to a record: {value!r}")
+        raise PipeletConfig(owner, {}).error(name, f"cannot be written to a record: {value!r}")
 
 
 class FileUri(Pipelet):
@@ -365,7 +365,7 @@ class FileUri(Pipelet):
 
     def configure(self, config: dict[str, Any]) -> None:
         super().configure(config)
-        s = Settings(type(self).__name__, config)
+        s = PipeletConfig(type(self).__name__, config)
         self.source: str | None = s.name("filenameAttribute", "_filenameAttribute", default=None)
         self.output: str = s.name("output", default="rdf:about")
 

@@ -14,7 +14,7 @@ from lxml import etree
 
 from blackboard import Blackboard
 from pipelets._base import Pipelet
-from pipelets._config import Settings
+from pipelets._config import PipeletConfig
 from pipelets._io import read_endpoints
 
 __all__ = ["XPathExtract", "XsltTransform", "from_document", "parse_xml", "safe_parser"]
@@ -111,7 +111,7 @@ class XsltTransform(Pipelet):
 
     def configure(self, config: dict[str, Any]) -> None:
         super().configure(config)
-        s = Settings(type(self).__name__, config)
+        s = PipeletConfig(type(self).__name__, config)
         self.input, self.output = read_endpoints(s, default_input="Content")
         if s.has("stylesheet") == s.has("stylesheetFile", "xslFile"):
             raise s.error("stylesheet", "give either the stylesheet inline or "
@@ -190,7 +190,7 @@ class XPathExtract(Pipelet):
 
     def configure(self, config: dict[str, Any]) -> None:
         super().configure(config)
-        s = Settings(type(self).__name__, config)
+        s = PipeletConfig(type(self).__name__, config)
         s.name("output", "outputName")   # required here
         self.input, self.output = read_endpoints(s, default_input="Content",
                                                  default_input_type="attachment")

@@ -2,11 +2,11 @@ from __future__ import annotations
 
 import pytest
 
-from pipelets import Pipelet, PipeletConfigurationError, PipeletError, Settings
+from pipelets import Pipelet, PipeletConfig, PipeletConfigurationError, PipeletError
 
 
 def test_settings_convert_text_from_xml():
-    s = Settings("P", {"b": "Yes", "n": " 3 ", "names": "a, b ,", "one": "x", "m": {"k": "v"}})
+    s = PipeletConfig("P", {"b": "Yes", "n": " 3 ", "names": "a, b ,", "one": "x", "m": {"k": "v"}})
     assert s.boolean("b") is True
     assert s.integer("n") == 3
     assert s.names("names") == ["a", "b"]
@@ -17,13 +17,13 @@ def test_settings_convert_text_from_xml():
 
 def test_settings_errors_name_the_pipelet_and_parameter():
     with pytest.raises(PipeletConfigurationError) as err:
-        Settings("MyPipelet", {"n": "3.5"}).integer("n")
+        PipeletConfig("MyPipelet", {"n": "3.5"}).integer("n")
     assert str(err.value).startswith("MyPipelet: parameter 'n'")
 
 
 def test_settings_refuse_a_setting_given_under_two_names():
     with pytest.raises(PipeletConfigurationError) as err:
-        Settings("P", {"input": "a", "inputName": "b"}).name("input", "inputName")
+        PipeletConfig("P", {"input": "a", "inputName": "b"}).name("input", "inputName")
     assert "given twice" in str(err.value)
 
 
