@@ -15,6 +15,7 @@ from engine._draft import draft_graph
 from engine._errors import (
     EngineError,
     RunnerError,
+    RunTimedOut,
     UnknownWorkflowError,
     WorkflowDefinitionError,
     WorkflowFault,
@@ -37,6 +38,7 @@ __all__ = [
     "FileReport",
     "InstanceResult",
     "LocalRunner",
+    "RunTimedOut",
     "RunnerError",
     "SparkRunner",
     "Unknown",
