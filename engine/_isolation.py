@@ -10,10 +10,10 @@ with the reason.  (Halving the batch instead would wait out the timeout once
 per halving step.)  A suspect that was alone in its attempt and ran past the
 deadline is the culprit already.
 
-Once every instance of the batch is known or being rerun, the outcomes known
-so far go to ``settle`` (when no rerun finished for ``QUIET`` seconds and
-none waits for a worker), again as more reruns finish: the batch's good
-instances need not wait for the culprit's deadline.
+Once the batch needs isolating, the outcomes known so far go to ``settle``
+(when no rerun finished for ``QUIET`` seconds and none waits for a worker),
+again as more attempts finish: the batch's good instances need not wait for
+the culprit's deadline, nor for a part of the batch still in its first run.
 
 A :class:`Budget` bounds the time one batch spends isolating (it matters
 when hangs outnumber the workers: each holds one for its deadline): past it,
@@ -89,13 +89,17 @@ class Attempt(Protocol):
 def run_attempts(first: Sequence[Attempt], *, rerun: Callable[[list[InstanceInput]], list[Attempt]],
                  capacity: int, budget: Budget,
                  settle: Callable[[list[InstanceOutput]], None] | None = None,
-                 suspects: Sequence[InstanceInput] = ()) -> list[InstanceOutput]:
+                 suspects: Sequence[InstanceInput] = (), eager: bool = False
+                 ) -> list[InstanceOutput]:
     """Wait for the ``first`` attempts (started), rerunning the suspects of any that fail
     (and ``suspects`` from the start) as ``rerun(rows)``, at most ``capacity`` reruns
     started at once; the outcomes not settled.
 
     ``settle`` (on this thread) takes known outcomes while reruns are still
-    going (module doc); the list returned holds only the others.
+    going (module doc); the list returned holds only the others.  ``eager``:
+    as soon as outcomes are known, before another rerun starts (reruns in the
+    caller's own process, where a crash would take what is not settled with
+    it).
     """
     active: list[Attempt] = list(first)
     reruns: set[int] = set()
@@ -114,6 +118,9 @@ def run_attempts(first: Sequence[Attempt], *, rerun: Callable[[list[InstanceInpu
             for attempt in [a for a in active if a.waiting()]:
                 active.remove(attempt)
                 unsettled += attempt.abandon(reason)
+        if eager and settle is not None and unsettled:  # before another rerun may crash us
+            settle(unsettled)
+            unsettled = []
         while pending and sum(1 for a in active if id(a) in reruns) < capacity:
             attempt = pending.popleft()
             attempt.start()
@@ -133,8 +140,10 @@ def run_attempts(first: Sequence[Attempt], *, rerun: Callable[[list[InstanceInpu
                 pending.extend(more)
         if not active and not pending:
             break
-        settling = settle is not None and unsettled and not pending and all(
-            id(a) in reruns and not a.waiting() for a in active)
+        settling = settle is not None and unsettled and (eager or reruns and not pending and not any(
+            id(a) in reruns and a.waiting() for a in active))
+        if settling and eager:
+            continue
         if settling and now - last >= QUIET:
             assert settle is not None
             settle(unsettled)
