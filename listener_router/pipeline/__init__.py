@@ -37,7 +37,7 @@ from listener_router.pipeline._commit import (
     Executed,
     InCommit,
 )
-from listener_router.pipeline._execute import HANG_EXIT, ExecuteStage, Runner, hang_watch
+from listener_router.pipeline._execute import ExecuteStage, Runner
 from listener_router.pipeline._finish import (
     CONFIRM_TIMEOUT,
     Finishing,
@@ -48,7 +48,7 @@ from listener_router.pipeline._finish import (
 )
 from listener_router.pipeline._gather import GatherStage
 from listener_router.pipeline._held import Held, Holds
-from listener_router.pipeline._in_process import CRASHED, InProcess
+from listener_router.pipeline._in_process import CRASHED, HUNG, InProcess
 from listener_router.pipeline._inflight import InFlight
 from listener_router.pipeline._lanes import (
     MAX_WINDOW,
@@ -78,7 +78,7 @@ __all__ = [
     "BACKLOG",
     "CRASHED",
     "CONFIRM_TIMEOUT",
-    "HANG_EXIT",
+    "HUNG",
     "TRANSITIONS",
     "AdaptiveSizing",
     "Batch",
@@ -122,7 +122,6 @@ __all__ = [
     "check_transition",
     "hook_name",
     "default_sizing",
-    "hang_watch",
     "make_lane",
     "prefetch_for",
 ]
