@@ -11,7 +11,9 @@ past it is *abandoned*: it goes on in the process until its pipelet returns,
 and nothing it does is ever applied.  Then, as on Spark, each instance of
 the batch runs again alone on a thread of its own with a deadline of its own
 (``engine._isolation``), and only the one(s) that run past it fail, naming
-the pipelet call they were in; or, with ``isolate=False``, the run raises
+the pipelet call they were in; outcomes are settled as soon as they are
+known (a rerun that crashes would take the process, and what it had not
+settled, with it).  Or, with ``isolate=False``, the run raises
 :class:`~engine._errors.RunTimedOut` for the caller to run the batch
 elsewhere.  What cannot be bounded here: a pipelet that ends the process
 (``os._exit``, a crash) ends it.
@@ -188,4 +190,4 @@ def isolate_locally(workflow: Workflow, rows: list[InstanceInput], seconds: floa
         return [_ThreadAttempt(workflow, row, seconds) for row in suspects]
 
     return run_attempts([], rerun=rerun, capacity=AT_ONCE, budget=budget, settle=settle,
-                        suspects=rows)
+                        suspects=rows, eager=True)
