@@ -74,13 +74,13 @@ from pipelets import Pipelet
 
 
 class Count(Pipelet):
+    """Adds one to "count": a record committed twice would show 2."""
+
     runs_in_service = True
 
-    def process(self, blackboard, ids):
-        for rid in ids:
-            has = blackboard.has_literals(rid, "count")
-            blackboard.set_literal(rid, "count", (blackboard.get_literal(rid, "count").value if has else 0) + 1)
-        return ids
+    def process_record(self, blackboard, rid):
+        before = blackboard.get_literal(rid, "count").value if blackboard.has_literals(rid, "count") else 0
+        blackboard.set_literal(rid, "count", before + 1)
 
 
 class Trouble(Pipelet):

@@ -165,7 +165,7 @@ class ExecuteStage:
                 results = self._run_main_here(workflow, bb, works, instances, early)
             else:
                 results = _run(self.runner, self._keywords, workflow, bb, instances,
-                               settle_early=early)
+                               settle_early=early, suspect=self._crashed(works, instances))
         except Exception as e:  # the runner failed on the driver: nothing is known done
             self.meter.time("run", time.perf_counter() - started, report)
             self._check_runner(e)
@@ -255,6 +255,14 @@ class ExecuteStage:
             self.settlement.works_done(works, batch)
         if self._main_here:  # acked before a rerun in this process may take it down
             self.settlement.finish.input.drain()
+
+    def _crashed(self, works: list[Work], instances: list[list[str]]) -> bool:
+        """Whether a batch delivered again holds records of a run that took this service's
+        process down: on Spark each of its messages then runs alone from the start (the
+        culprit is among them; its first run would only find that out at a timeout)."""
+        if self.in_process is None or not any(w.delivery.redelivered for w in works):
+            return False
+        return bool(self.in_process.quarantined([rid for ids in instances for rid in ids]))
 
     def _begin_here(self, name: str, works: list[Work], instances: list[list[str]]
                     ) -> str | None:
