@@ -24,6 +24,7 @@ from engine._graph import render_graph, to_dot, workflow_graph
 from engine._loader import WorkflowRegistry, WorkflowVersion, load_workflow
 from engine._pipelets import DEFAULT_ALIASES, DEFAULT_SERVICES, classes_not_in_service
 from engine._pipelets import instantiate as instantiate_pipelet
+from engine._progress import PipeletCall
 from engine._runner import InstanceResult, LocalRunner, SparkRunner
 from engine._session import spark_session
 from engine._specs import Workflow
@@ -37,6 +38,7 @@ __all__ = [
     "EngineError",
     "FileReport",
     "InstanceResult",
+    "PipeletCall",
     "LocalRunner",
     "RunTimedOut",
     "RunnerError",

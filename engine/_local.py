@@ -42,13 +42,16 @@ log = logging.getLogger(__name__)
 AT_ONCE = 4  # instances rerun at once on threads of their own while isolating
 
 SettleEarly = Callable[[list[InstanceResult]], None]
+Watch = Callable[[PipeletCall], None]
 
 
 class _Watched:
     """``run_instances`` over ``rows`` on a daemon thread of its own, its last pipelet call noted."""
 
-    def __init__(self, workflow: Workflow, rows: list[InstanceInput], name: str):
+    def __init__(self, workflow: Workflow, rows: list[InstanceInput], name: str,
+                 watch: Watch | None = None):
         self.rows = rows
+        self.watch = watch
         self.call: PipeletCall | None = None
         self.outputs: list[InstanceOutput] | None = None
         self.error: BaseException | None = None
@@ -60,6 +63,8 @@ class _Watched:
     def _run(self, workflow: Workflow) -> None:
         def tell(call: PipeletCall) -> None:
             self.call = call
+            if self.watch is not None:
+                self.watch(call)
 
         try:
             with watched(tell):
@@ -86,10 +91,11 @@ class _Watched:
 class _ThreadAttempt:
     """One suspect on a thread of its own, given up past ``seconds`` (``engine._isolation``)."""
 
-    def __init__(self, workflow: Workflow, row: InstanceInput, seconds: float):
+    def __init__(self, workflow: Workflow, row: InstanceInput, seconds: float,
+                 watch: Watch | None):
         self.row = row
         self.seconds = seconds
-        self.run = _Watched(workflow, [row], f"chalk-isolate-{row.index}")
+        self.run = _Watched(workflow, [row], f"chalk-isolate-{row.index}", watch)
         self.done = self.run.done
         self.deadline: float | None = None
 
@@ -135,7 +141,7 @@ class LocalRunner:
 
     def run(self, workflow: Workflow, blackboard: Any, instances: list[list[str]], *,
             settle_early: SettleEarly | None = None, isolate: bool = True,
-            suspect: bool = False) -> list[InstanceResult]:
+            suspect: bool = False, watch: Watch | None = None) -> list[InstanceResult]:
         """Run ``workflow`` for each instance (a list of record IDs on ``blackboard``).
 
         Past ``batch_timeout`` the run is abandoned; with ``isolate`` each
@@ -144,6 +150,8 @@ class LocalRunner:
         thread, applied onto ``blackboard`` first; the list returned holds
         only the others); without, :class:`RunTimedOut` is raised.
         ``suspect``: isolate from the start (the batch broke a run before).
+        ``watch`` hears of each pipelet call before it is made (on the run's
+        thread; with a ``batch_timeout`` only).
         """
         if not instances:
             return []
@@ -154,7 +162,7 @@ class LocalRunner:
             with frozen_heap():
                 return apply_outputs(blackboard, run_instances(workflow, rows))
         if not suspect:
-            first = _Watched(workflow, rows, f"chalk-local-{workflow.name}")
+            first = _Watched(workflow, rows, f"chalk-local-{workflow.name}", watch)
             first.start()
             first.thread.join(seconds)
             if not first.thread.is_alive():
@@ -174,20 +182,20 @@ class LocalRunner:
             settle_early(apply_outputs(blackboard, outputs))
 
         outputs = isolate_locally(workflow, rows, seconds, Budget(self.isolation_budget),
-                                  settle if settle_early is not None else None)
+                                  settle if settle_early is not None else None, watch)
         return apply_outputs(blackboard, outputs)
 
 
 def isolate_locally(workflow: Workflow, rows: list[InstanceInput], seconds: float,
-                    budget: Budget, settle: Callable[[list[InstanceOutput]], None] | None
-                    ) -> list[InstanceOutput]:
+                    budget: Budget, settle: Callable[[list[InstanceOutput]], None] | None,
+                    watch: Watch | None = None) -> list[InstanceOutput]:
     """Each instance alone on a thread of its own, ``AT_ONCE`` at a time, each given up
     past ``seconds``."""
     log.info("isolating %d instance(s) of %s in this process: each alone, at most %g s",
              len(rows), workflow.name, seconds, extra={"workflow": workflow.name})
 
     def rerun(suspects: list[InstanceInput]) -> list[Attempt]:
-        return [_ThreadAttempt(workflow, row, seconds) for row in suspects]
+        return [_ThreadAttempt(workflow, row, seconds, watch) for row in suspects]
 
     return run_attempts([], rerun=rerun, capacity=AT_ONCE, budget=budget, settle=settle,
                         suspects=rows, eager=True)

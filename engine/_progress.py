@@ -51,6 +51,10 @@ class PipeletCall:
         """``pipelet mod.Class (file.xml:14, invokePipelet 's2')``"""
         return f"{self.kind} {self.cls} ({self.where}, {self.tag} {self.name!r})"
 
+    def on(self) -> str:
+        """``record 'a'``, ``records 'a', 'b' and 3 more``: the records it was called with."""
+        return on_records(self.records, self.count)
+
     def to_json(self) -> bytes:
         return orjson.dumps([self.kind, self.cls, self.where, self.tag, self.name,
                              list(self.records), self.count])
@@ -76,15 +80,14 @@ def _culprit(call: PipeletCall | None, records: Sequence[str]) -> str:
     """Where a run was: in a call (its pipelet and records), or only its records."""
     if call is None:
         return f"on {on_records(records)} (outside any pipelet call)"
-    return f"in {call.text()} on {on_records(call.records, call.count)}"
+    return f"in {call.text()} on {call.on()}"
 
 
 def timeout_reason(call: PipeletCall | None, seconds: float, records: Sequence[str]) -> str:
     """``timeout: pipelet X (file:line, invokePipelet 'n') ran longer than 30 s on record 'r'``"""
     if call is None:
         return f"timeout: the run of {on_records(records)} ran longer than {seconds:g} s"
-    return (f"timeout: {call.text()} ran longer than {seconds:g} s on "
-            f"{on_records(call.records, call.count)}")
+    return f"timeout: {call.text()} ran longer than {seconds:g} s on {call.on()}"
 
 
 def died_reason(how: str, call: PipeletCall | None, records: Sequence[str]) -> str:

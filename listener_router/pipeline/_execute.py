@@ -75,7 +75,7 @@ def _keywords(runner: Any) -> frozenset[str]:
     except (AttributeError, TypeError, ValueError):
         return frozenset()
     if any(p.kind is p.VAR_KEYWORD for p in parameters):
-        return frozenset({"settle_early", "suspect", "isolate"})
+        return frozenset({"settle_early", "suspect", "isolate", "watch"})
     return frozenset(p.name for p in parameters if p.kind is p.KEYWORD_ONLY)
 
 
@@ -191,7 +191,7 @@ class ExecuteStage:
         assert self.local_runner is not None and self.in_process is not None
         try:
             return _run(self.local_runner, self._local_keywords, workflow, bb, instances,
-                        isolate=False)
+                        isolate=False, watch=self.in_process.watch(run_id))
         except engine.RunTimedOut as e:
             ids = list(dict.fromkeys(rid for one in instances for rid in one))
             log.warning("workflow %s: a batch of %d message(s) %s: %s; its %d record(s) are "
@@ -214,7 +214,7 @@ class ExecuteStage:
             run_id = self.in_process.begin(workflow.name, works)
             try:
                 return list(_run(self.runner, self._keywords, workflow, bb, instances,
-                                 settle_early=early))
+                                 settle_early=early, watch=self._watch(run_id)))
             finally:
                 if run_id is not None:
                     self.in_process.end(run_id)
@@ -227,12 +227,16 @@ class ExecuteStage:
                 continue
             run_id = self.in_process.begin(workflow.name, [w])
             try:
-                one = _run(self.runner, self._keywords, workflow, bb, [ids])[0]
+                one = _run(self.runner, self._keywords, workflow, bb, [ids],
+                           watch=self._watch(run_id))[0]
             finally:
                 if run_id is not None:
                     self.in_process.end(run_id)
             early([dataclasses.replace(one, index=index)])
         return []
+
+    def _watch(self, run_id: str | None) -> Any:
+        return self.in_process.watch(run_id) if self.in_process and run_id else None
 
     def _settle_early(self, group: Group, works: list[Work],
                       results: list[InstanceResult]) -> None:

@@ -4,8 +4,9 @@ that do (``store/_local_runs.py`` says why).
 Before a run here its messages are written down; after it they are
 forgotten.  A run an earlier incarnation of this member left written down
 took that process down: :meth:`InProcess.recover` quarantines its records
-and returns it, so that the plug-ins can tell (the job log writes the
-attempt that crashed).  A run that hangs here is abandoned by the execute
+(the reason names the pipelet call it was in, from its ``_trail``) and
+returns it, so that the plug-ins can tell (the job log writes the attempt
+that crashed).  A run that hangs here is abandoned by the execute
 stage, which quarantines its records at once (:meth:`InProcess.quarantine`)
 and runs them on Spark.  A quarantined record never runs here again.
 """
@@ -13,10 +14,12 @@ and runs them on Spark.  A quarantined record never runs here again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from engine import PipeletCall
 from listener_router._errors import StoreUnavailable
+from listener_router.pipeline._trail import Trail
 from listener_router.pipeline._work import Work
 from listener_router.store import LocalRun, RunMessage, ServiceStore, unavailable
 
@@ -37,10 +40,11 @@ class InProcess:
         self.store = store
         self.member = member
         self.incarnation = ""          # the membership's, once it is made
+        self.trail = Trail(member)
 
     def culprit(self, reason: str) -> bool:
         """Whether a quarantine ``reason`` says the record took the process down alone."""
-        return reason.endswith(CRASHED_ALONE)
+        return CRASHED_ALONE in reason
 
     def quarantined(self, ids: Sequence[str]) -> dict[str, str]:
         """Those of ``ids`` that must not run here, with the reason (all of them, when the
@@ -65,7 +69,12 @@ class InProcess:
                         "runner instead: %s", e)
             return None
 
+    def watch(self, run_id: str) -> Callable[[PipeletCall], None]:
+        """What the run tells each pipelet call to, before it makes it (its trail)."""
+        return self.trail.watch(run_id)
+
     def end(self, run_id: str) -> None:
+        self.trail.end(run_id)
         try:
             with self.store.writes, unavailable():
                 self.store.local_runs.end(run_id)
@@ -85,15 +94,17 @@ class InProcess:
         quarantined, the runs forgotten and returned."""
         with unavailable():
             runs = self.store.local_runs.left(self.member, besides=self.incarnation)
+        calls = self.trail.left()
         for run in runs:
             log.warning("a run of %s over %d message(s) in this member's process %s; its "
                         "%d record(s) are quarantined (they run on Spark from now on; with "
                         "runner = \"local\", one by one)", run.workflow, len(run.messages),
                         CRASHED, len(run.records))
             alone = len(run.messages) == 1  # the culprit, known
-            self.quarantine(run.records,
-                            f"workflow {run.workflow}: {CRASHED_ALONE if alone else CRASHED}",
-                            replace=alone)
+            call = calls.get(run.id)
+            where = f", in {call.text()} on {call.on()}" if call is not None else ""
+            self.quarantine(run.records, f"workflow {run.workflow}: "
+                            f"{CRASHED_ALONE if alone else CRASHED}{where}", replace=alone)
         with self.store.writes, unavailable():
             self.store.local_runs.forget(runs)
         return runs
