@@ -15,6 +15,7 @@ from engine._draft import draft_graph
 from engine._errors import (
     EngineError,
     RunnerError,
+    RunTimedOut,
     UnknownWorkflowError,
     WorkflowDefinitionError,
     WorkflowFault,
@@ -23,6 +24,7 @@ from engine._graph import render_graph, to_dot, workflow_graph
 from engine._loader import WorkflowRegistry, WorkflowVersion, load_workflow
 from engine._pipelets import DEFAULT_ALIASES, DEFAULT_SERVICES, classes_not_in_service
 from engine._pipelets import instantiate as instantiate_pipelet
+from engine._progress import PipeletCall
 from engine._runner import InstanceResult, LocalRunner, SparkRunner
 from engine._session import spark_session
 from engine._specs import Workflow
@@ -36,7 +38,9 @@ __all__ = [
     "EngineError",
     "FileReport",
     "InstanceResult",
+    "PipeletCall",
     "LocalRunner",
+    "RunTimedOut",
     "RunnerError",
     "SparkRunner",
     "Unknown",

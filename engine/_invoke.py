@@ -24,6 +24,7 @@ from engine import _variables
 from engine._errors import WorkflowFault
 from engine._instances import Instance, State
 from engine._interpreter import Interpreter
+from engine._progress import starting
 from engine._specs import InvokePipelet, InvokeService, InvokeWorkflow, Workflow
 from engine._structured import process
 
@@ -38,6 +39,7 @@ def invoke_pipelet(it: Interpreter, wf: Workflow, act: InvokePipelet, cohort: li
     if not all_ids:
         return
     where = f"{wf.path}:{act.line}: {act.label()}"
+    starting("pipelet", act.pipelet_class, wf, act, all_ids)
     try:
         pipelet = it.pipelet_for(wf, act)
     except Exception as e:
@@ -135,6 +137,7 @@ def invoke_service(it: Interpreter, wf: Workflow, act: InvokeService, cohort: li
     for inst in cohort:
         frame = inst.frame
         assert frame is not None
+        starting("service", act.service_class, wf, act, inst.ids)
         try:
             parts = frame.copy_parts(act.input_variable) if act.input_variable else {}
             reply = service.invoke(act.operation, parts)

@@ -1,15 +1,19 @@
-"""Runners: a batch of workflow instances on Spark (one job) or in this process.
+"""The Spark runner: a batch of workflow instances as one Spark job, or on warm workers.
 
-Both take the driver's blackboard with every instance's records loaded, run
-the workflow, and import the changes of the instances that succeeded back
+It takes the driver's blackboard with every instance's records loaded, runs
+the workflow, and imports the changes of the instances that succeeded back
 onto it.  Failed instances' records are left as loaded: the caller
-invalidates them (``record_ids``) and commits the others.
+invalidates them (``record_ids``) and commits the others.  (The local
+runner, ``engine._local``, does the same in this process.)
 
-Poison isolation (Spark): a job that fails as a whole (a Python worker died:
-``os._exit``, segfault, out of memory) or runs past ``batch_timeout`` (a
-hang; the job is cancelled) is split in halves and each half rerun, until the
-instance(s) that break a job are alone; those are reported failed with the
-reason, all others complete.
+Poison isolation: a chunk or job that fails as a whole (a Python worker
+died: ``os._exit``, segfault, out of memory) or runs past ``batch_timeout``
+(a hang) leaves its instances *suspects*; each runs again alone, many at
+once, each with a deadline of its own (``engine._isolation``), so that the
+culprit is known in about one timeout: it fails with the reason (the
+pipelet it was in, its ``file:line`` and records), all others complete.
+What is known while the culprit still runs can be settled early
+(``settle_early``).
 """
 
 from __future__ import annotations
@@ -21,94 +25,34 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from engine._errors import RunnerError
 from engine._frames import FramePlan, frame_plan
-from engine._jobs import Batch, Budget, JobFailed, Pending, short_reason
+from engine._isolation import Attempt, Budget, run_attempts
+from engine._jobs import Batch, JobAttempt, JobFailed, Pending, WarmChunk, short_reason
+from engine._local import LocalRunner
+from engine._results import InstanceResult, apply_outputs, inputs_for
 from engine._session import exclude_local_folding, spark_session
 from engine._shipping import ship_pipelet_code
 from engine._specs import Workflow
-from engine._warm import Call, WarmUnavailable, WarmWorkers, warm_workers
+from engine._warm import WarmUnavailable, WarmWorkers, warm_workers
 from engine._worker import (
     InstanceInput,
     InstanceOutput,
     chunk_partition,
-    export_items,
     frozen_heap,
     inputs_to_chunks,
     outputs_from_chunks,
-    pack_items,
-    run_instances,
-    unpack_items,
+    split_inputs,
 )
 
 __all__ = ["InstanceResult", "LocalRunner", "SparkRunner", "spark_session"]
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class InstanceResult:
-    """How one workflow instance ended.
-
-    ``index`` is the instance's position in the ``instances`` argument of
-    ``run``; ``result_ids`` the records the workflow returned (for routing);
-    ``record_ids`` every record of the instance on the driver's blackboard:
-    for an OK instance its inputs and the fragments it made (all imported),
-    for a failed one its inputs (to invalidate).
-    """
-
-    index: int
-    ok: bool
-    error: str | None
-    result_ids: list[str] = field(default_factory=list)
-    record_ids: list[str] = field(default_factory=list)
-
-
-def _inputs(blackboard: Any, instances: list[tuple[int, list[str]]]) -> list[InstanceInput]:
-    """Export ``(index, record IDs)`` instances for the interpreter."""
-    unique = [(index, list(dict.fromkeys(ids))) for index, ids in instances]
-    items = export_items(blackboard, [rid for _, ids in unique for rid in ids], "all")  # one call for the batch
-    out: list[InstanceInput] = []
-    at = 0
-    for index, ids in unique:
-        out.append(InstanceInput(index, ids, pack_items(items[at:at + len(ids)])))
-        at += len(ids)
-    return out
-
-
-def _apply(blackboard: Any, outputs: list[InstanceOutput]) -> list[InstanceResult]:
-    results = []
-    changes: list[dict[str, Any]] = []
-    for out in outputs:
-        if out.ok and out.packed is not None and out.packed.docs:
-            changes.extend(unpack_items(out.packed))
-        results.append(InstanceResult(out.index, out.ok, out.error, list(out.result_ids), list(out.record_ids)))
-    if changes:
-        blackboard.import_records(changes, changed=True)
-    failed = sum(1 for r in results if not r.ok)
-    if failed:
-        log.info("%d of %d instance(s) failed", failed, len(results))
-    return results
-
-
-class LocalRunner:
-    """Runs a batch in this process, with the semantics of one Spark partition.
-
-    Records make the same round trip as on Spark (JSON and blobs) so a value
-    that cannot travel fails here too.  For debugging (``--local``) and tests.
-    """
-
-    def run(self, workflow: Workflow, blackboard: Any, instances: list[list[str]]) -> list[InstanceResult]:
-        """Run ``workflow`` for each instance (a list of record IDs on ``blackboard``)."""
-        if not instances:
-            return []
-        with frozen_heap():
-            outputs = run_instances(workflow, _inputs(blackboard, list(enumerate(instances))))
-            return _apply(blackboard, outputs)
+SettleEarly = Callable[[list[InstanceResult]], None]
 
 
 _UNPLANNED = object()
@@ -130,8 +74,10 @@ class SparkRunner:
 
     Args:
         spark: the SparkSession (one per process; see :func:`spark_session`).
-        batch_timeout: seconds a job may run before it is cancelled and its
-            instances isolated by splitting.
+        batch_timeout: seconds a chunk (or a job of its own) may run before it
+            is given up and its instances isolated, each then with as long.
+        isolation_budget: seconds a batch may spend isolating; suspects not
+            started by then fail as not run (to be retried).
         frames: use pipelets' DataFrame forms where a workflow allows
             (default True; False always runs the interpreter).
         warm: run interpreter batches on warm workers (``engine._warm``:
@@ -151,9 +97,10 @@ class SparkRunner:
         if frames:
             exclude_local_folding(spark)
         self.batch_timeout = float(batch_timeout)
-        # Isolating a hang costs a batch_timeout per halving step; past this many
-        # seconds the instances not yet run fail (to be retried) so that a batch
-        # never holds its messages longer than the broker's consumer timeout.
+        # Isolating costs about one batch_timeout, unless hangs outnumber the workers
+        # (each holds one for its deadline); past this many seconds the suspects not
+        # started fail (to be retried), so that a batch never holds its messages
+        # longer than the broker's consumer timeout.
         self.isolation_budget = float(isolation_budget)
         # Compressed, the JVM copies a sixth of the bytes: measured 0.2-0.3 CPU-s
         # less per 10,000 records of ~1 KB in local mode, for ~0.1 more in Python.
@@ -173,11 +120,27 @@ class SparkRunner:
         self._parker = warm_workers(spark)
         self.warm: WarmWorkers | None = self._parker if warm else None
 
-    def run(self, workflow: Workflow, blackboard: Any, instances: list[list[str]]) -> list[InstanceResult]:
-        """Run ``workflow`` for each instance; see the module docstring."""
+    def run(self, workflow: Workflow, blackboard: Any, instances: list[list[str]], *,
+            settle_early: SettleEarly | None = None, suspect: bool = False) -> list[InstanceResult]:
+        """Run ``workflow`` for each instance (a list of record IDs on ``blackboard``).
+
+        When the batch needs isolating (module doc), the results known while
+        suspects still run are applied onto ``blackboard`` and handed to
+        ``settle_early`` on this thread (maybe in more than one call); the
+        list returned holds only the others.  ``suspect``: the batch broke a
+        run before (a hang or a crash elsewhere): isolate from the start.
+        """
         if not instances:
             return []
-        return self._finish(workflow, blackboard, self._start(workflow, blackboard, instances, set()))
+        if suspect:
+            self._ship(workflow)
+            with frozen_heap():
+                rows = inputs_for(blackboard, list(enumerate(instances)))
+            outputs = self._interpreted(workflow, blackboard, [], settle_early, suspects=rows)
+            with frozen_heap():
+                return sorted(apply_outputs(blackboard, outputs), key=lambda r: r.index)
+        return self._finish(workflow, blackboard, self._start(workflow, blackboard, instances, set()),
+                            settle_early)
 
     def run_stream(self, workflow: Workflow, blackboard: Any,
                    batches: Iterable[list[list[str]]]) -> Iterator[list[InstanceResult]]:
@@ -249,10 +212,10 @@ class SparkRunner:
         pairs = list(enumerate(instances))
         with frozen_heap():
             frame_rows, rest = plan.split(blackboard, pairs) if plan is not None else ([], pairs)
-            rows = _inputs(blackboard, rest) if rest else []
-        batch = Batch(rows, None, plan, frame_rows, None, ids)
+            rows = inputs_for(blackboard, rest) if rest else []
+        batch = Batch(rows, [], plan, frame_rows, None, ids)
         if rows:
-            batch.job = self._submit(workflow, rows, warm_ok=plan is None)
+            batch.attempts = self._submit(workflow, rows, warm_ok=plan is None)
         if frame_rows:
             assert plan is not None
             batch.frame_job = self._submit_frame(plan, frame_rows)
@@ -270,14 +233,12 @@ class SparkRunner:
                 if added and self.warm is not None:
                     self.warm.park()  # tasks started before would not have the new files
 
-    def _finish(self, workflow: Workflow, blackboard: Any, batch: Batch) -> list[InstanceResult]:
+    def _finish(self, workflow: Workflow, blackboard: Any, batch: Batch,
+                settle_early: SettleEarly | None = None) -> list[InstanceResult]:
         started = time.perf_counter()
         outputs: list[InstanceOutput] = []
-        if batch.job is not None:
-            try:
-                outputs = self._collect(workflow, batch.rows, batch.job)
-            except JobFailed as e:
-                outputs = self._isolate(workflow, batch.rows, e, Budget(self.isolation_budget))
+        if batch.attempts:
+            outputs = self._interpreted(workflow, blackboard, batch.attempts, settle_early)
         framed: list[InstanceResult] = []
         if batch.frame_job is not None:
             assert batch.plan is not None
@@ -297,7 +258,7 @@ class SparkRunner:
                     outputs += self._interpret(workflow, blackboard, [
                         row for row in batch.frame_rows if row[1] in declined])
         with frozen_heap():
-            results = _apply(blackboard, outputs) + framed
+            results = apply_outputs(blackboard, outputs) + framed
             results.sort(key=lambda r: r.index)
         log.debug("batch of %d instance(s) of %s on Spark (%d as DataFrame), finished in %.3fs",
                   len(results), workflow.name, len(framed), time.perf_counter() - started,
@@ -309,8 +270,50 @@ class SparkRunner:
                    frame_rows: list[tuple[int, str, list[str | None]]]) -> list[InstanceOutput]:
         """Run frame rows' records in the interpreter job instead (one instance each)."""
         with frozen_heap():
-            rows = _inputs(blackboard, [(index, [rid]) for index, rid, _ in frame_rows])
-        return self._run_rows(workflow, rows, Budget(self.isolation_budget))
+            rows = inputs_for(blackboard, [(index, [rid]) for index, rid, _ in frame_rows])
+        return self._interpreted(workflow, blackboard, self._submit(workflow, rows), None)
+
+    def _interpreted(self, workflow: Workflow, blackboard: Any, attempts: list[Attempt],
+                     settle_early: SettleEarly | None, suspects: list[InstanceInput] | None = None
+                     ) -> list[InstanceOutput]:
+        """The outcomes of the interpreter ``attempts``, isolating where one fails
+        (``engine._isolation``); ``suspects``: rows to isolate from the start."""
+        warm = self.warm
+        on_warm = warm is not None and warm.available()
+        capacity = 1 << 30 if on_warm else max(1, int(self.spark.sparkContext.defaultParallelism))
+
+        def settle(outputs: list[InstanceOutput]) -> None:
+            assert settle_early is not None
+            with frozen_heap():
+                results = apply_outputs(blackboard, outputs)
+            settle_early(results)
+
+        return run_attempts(attempts, rerun=functools.partial(self._reruns, workflow),
+                            capacity=capacity, budget=Budget(self.isolation_budget),
+                            settle=settle if settle_early is not None else None,
+                            suspects=suspects or [])
+
+    def _reruns(self, workflow: Workflow, rows: list[InstanceInput]) -> list[Attempt]:
+        """Each suspect alone: a chunk of its own on the warm workers, or else a job of its own."""
+        log.warning("workflow %s: isolating %d instance(s), each alone, at most %g s each",
+                    workflow.name, len(rows), self.batch_timeout, extra={"workflow": workflow.name})
+        warm = self.warm
+        if warm is not None and warm.available():
+            compress = not warm.local
+            with frozen_heap():
+                chunks = [inputs_to_chunks([row], 1, compress)[0] for row in rows]
+            try:
+                requests = warm.submit(workflow, chunks, compress, limit=self.batch_timeout)
+            except WarmUnavailable:
+                pass
+            else:
+                return [WarmChunk(warm, [row], request, first=False)
+                        for row, request in zip(rows, requests, strict=True)]
+        return [JobAttempt(self, workflow, [row]) for row in rows]
+
+    def start_rows(self, workflow: Workflow, rows: list[InstanceInput]) -> Pending:
+        """``rows`` as a job of its own, started (``JobAttempt``)."""
+        return self._start_job(workflow, f"{len(rows)} instance(s)", self._job_of(workflow, rows))
 
     def _sweep(self) -> None:
         """Free the JVM objects of finished jobs (every ``SWEEP_EVERY`` jobs).
@@ -364,50 +367,27 @@ class SparkRunner:
                       .mapPartitions(touch).collect())
         return time.perf_counter() - started
 
-    def _run_rows(self, workflow: Workflow, rows: list[InstanceInput], budget: Budget) -> list[InstanceOutput]:
-        if budget.spent():
-            reason = (f"not run: isolating a failure in this batch took longer than "
-                      f"{self.isolation_budget:g}s")
-            return [InstanceOutput(r.index, False, reason, [], list(r.ids), None) for r in rows]
-        try:
-            return self._collect(workflow, rows, self._submit(workflow, rows))
-        except JobFailed as e:
-            return self._isolate(workflow, rows, e, budget)
-
-    def _isolate(self, workflow: Workflow, rows: list[InstanceInput], e: JobFailed,
-                 budget: Budget) -> list[InstanceOutput]:
-        budget.start()
-        if len(rows) == 1:
-            index, ids = rows[0].index, rows[0].ids
-            log.warning("instance %d of %s isolated as poison: %s", index, workflow.name, e.reason,
-                        extra={"workflow": workflow.name})
-            return [InstanceOutput(index, False, e.reason, [], list(ids), None)]
-        half = len(rows) // 2
-        log.warning("job of %d instance(s) of %s failed (%s); splitting to isolate the cause",
-                    len(rows), workflow.name, e.reason, extra={"workflow": workflow.name})
-        return self._run_rows(workflow, rows[:half], budget) + self._run_rows(workflow, rows[half:], budget)
-
-    def _submit(self, workflow: Workflow, rows: list[InstanceInput], warm_ok: bool = True) -> Pending:
-        """Start the interpreter job for ``rows`` on its own thread (the blackboard is not
-        touched): on the warm workers unless ``warm_ok`` is false (a DataFrame job of the
-        same batch will need the cores), else a job of its own."""
+    def _submit(self, workflow: Workflow, rows: list[InstanceInput], warm_ok: bool = True
+                ) -> list[Attempt]:
+        """Start the interpreter work for ``rows`` (the blackboard is not touched): on the
+        warm workers, a request per chunk, each given ``batch_timeout`` of running time;
+        else (none, or ``warm_ok`` false: a DataFrame job of the same batch will need the
+        cores) a job of its own on a thread of its own."""
         warm = self.warm
-        what = f"{len(rows)} instance(s)"
-        if warm is None or not warm.available() or not warm_ok:
-            return self._start_job(workflow, what, self._job_of(workflow, rows))
-        # A socket on this host: compressing would only cost CPU on both sides.
-        compress = not warm.local
-        with frozen_heap():
-            chunks = inputs_to_chunks(rows, warm.slots, compress)
-        call = Call()
-
-        def produce() -> Any:
+        if warm is not None and warm.available() and warm_ok:
+            # A socket on this host: compressing would only cost CPU on both sides.
+            compress = not warm.local
+            with frozen_heap():
+                groups = split_inputs(rows, warm.slots)
+                chunks = [inputs_to_chunks(group, 1, compress)[0] for group in groups]
             try:
-                return warm.run(workflow, chunks, compress, call)
+                requests = warm.submit(workflow, chunks, compress, limit=self.batch_timeout)
             except WarmUnavailable:
-                return self._regular(self._job_of(workflow, rows))
-
-        return self._start_job(workflow, what, produce, warm=(warm, call))
+                pass
+            else:
+                return [WarmChunk(warm, group, request, first=True)
+                        for group, request in zip(groups, requests, strict=True)]
+        return [JobAttempt(self, workflow, rows, self.start_rows(workflow, rows))]
 
     def _job_of(self, workflow: Workflow, rows: list[InstanceInput]) -> Any:
         """What runs ``rows`` as a job of its own: one RDD job, a partition per chunk."""
@@ -438,13 +418,13 @@ class SparkRunner:
         return self._start_job(plan.workflow, f"{len(rows)} record(s) as a DataFrame",
                                lambda: plan.apply(spark.createDataFrame(table)).toArrow())
 
-    def _start_job(self, workflow: Workflow, what: str, produce: Any,
-                   warm: tuple[WarmWorkers, Call] | None = None) -> Pending:
+    def _start_job(self, workflow: Workflow, what: str, produce: Any, *,
+                   regular: bool = True) -> Pending:
         """Run ``produce`` on a thread of its own, in a job group of its own (cancelled on
-        a timeout; where ``produce`` runs a call on warm workers, that call is aborted)."""
+        a timeout); a ``regular`` job parks the warm workers first."""
         sc = self.spark.sparkContext
-        job = Pending(f"chalk-{workflow.name}-{uuid.uuid4().hex[:12]}", warm=warm)
-        if warm is None:
+        job = Pending(f"chalk-{workflow.name}-{uuid.uuid4().hex[:12]}")
+        if regular:
             produce = functools.partial(self._regular, produce)
 
         def run() -> None:
@@ -455,6 +435,7 @@ class SparkRunner:
                 job.box["error"] = e
             finally:
                 sc.clearJobGroup() if hasattr(sc, "clearJobGroup") else None
+                job.done.set_result(None)
 
         job.thread = threading.Thread(target=run, name=job.group, daemon=True)
         job.started = time.monotonic()
@@ -467,7 +448,8 @@ class SparkRunner:
         job.thread.join(max(0.0, job.started + self.batch_timeout - time.monotonic()))
         if job.thread.is_alive():
             job.cancel(self.spark.sparkContext)
-            raise JobFailed(f"batch timeout: the job ran longer than {self.batch_timeout:g}s and was cancelled")
+            raise JobFailed(f"timeout: the job ran longer than {self.batch_timeout:g} s and was "
+                            "cancelled", timeout=True)
         if "error" in job.box:
             e = job.box["error"]
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
@@ -478,8 +460,8 @@ class SparkRunner:
             raise RunnerError("Spark job returned nothing")
         return result
 
-    def _collect(self, workflow: Workflow, rows: list[InstanceInput], job: Pending) -> list[InstanceOutput]:
-        """Wait for the interpreter ``job`` and decode its outputs."""
+    def collect(self, workflow: Workflow, rows: list[InstanceInput], job: Pending) -> list[InstanceOutput]:
+        """Wait for the interpreter ``job`` (of its own) and decode its outputs."""
         result = self._wait(job)
         with frozen_heap():
             outputs = outputs_from_chunks(result)
@@ -487,3 +469,4 @@ class SparkRunner:
         if missing:
             raise RunnerError(f"Spark job lost instance(s) {sorted(missing)}")
         return outputs
+

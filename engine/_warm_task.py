@@ -3,33 +3,52 @@ framing both sides speak (see ``engine._warm`` for the theory of operation).
 
 A frame is a length (8 bytes, big-endian) and that many bytes.  The task's
 first frame is its hello: the secret its function carries, its partition and
-pid.  Then the driver sends requests, pickled ``(key, workflow or None, chunk,
-compress)`` (the workflow goes once per worker and version), and the task
-answers each with ``b"C"`` + a chunk framed as bytes, ``b"N"`` (nothing to send
-back) or ``b"E"`` + the text of an error it raised: answers are never pickled,
-so nothing that connects can make the driver unpickle.
+pid.  Then the driver sends requests: a limit (seconds, a double; 0: none)
+and, pickled, ``(key, workflow or None, chunk, compress)`` (the workflow goes
+once per runner process and version).  The task answers each with ``b"C"`` +
+a chunk framed as bytes, ``b"N"`` (nothing to send back), ``b"E"`` + the
+text of an error it raised, ``b"T"`` (it ran past its limit and was killed)
+or ``b"D"`` + how its process died (``exit 3``, ``signal 11``); answers are
+never pickled, so nothing that connects can make the driver unpickle.
+Before each pipelet call it sends ``b"A"`` + the call (``engine._progress``),
+so that the driver can say where a chunk was when it hung or died.
+
+The task does not run chunks itself: it *supervises* a child process it
+forked (:class:`_Child`, with everything the worker imported already there)
+that does, relaying requests and answers.  A chunk past its limit gets the
+child killed; a pipelet that ends its process ends the child.  Either way the
+task answers for the chunk and forks a new child (milliseconds): the Spark
+task, the warm job and every other chunk on the warm workers go on.  (A
+``T`` or ``D`` answer tells the driver that the new child has no workflow
+yet.)
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
+import signal
 import socket
 import struct
+import time
 import traceback
 from collections.abc import Iterator
 from typing import Any
 
+from engine._progress import PipeletCall, watched
 from engine._specs import Workflow
 from engine._worker import Chunk, chunk_partition
 
-__all__ = ["CONNECT_TIMEOUT", "HELLO", "LENGTH", "SECRET_SIZE", "WorkerLost", "decode_answer", "recv", "send",
-           "warm_task"]
+__all__ = ["CONNECT_TIMEOUT", "HELLO", "LENGTH", "LIMIT", "SECRET_SIZE", "ChunkFailed",
+           "WorkerLost", "decode_answer", "recv", "send", "warm_task"]
 
 CONNECT_TIMEOUT = 30.0   # seconds the driver waits for the tasks to connect
 SECRET_SIZE = 32         # bytes of the secret a task proves itself with
 HELLO = struct.Struct("!iq")       # partition, pid
 LENGTH = struct.Struct("!Q")       # of a frame
+LIMIT = struct.Struct("!d")        # a request's limit, seconds (0: none)
+GONE = 70                          # a child's exit code when it could not go on (EX_SOFTWARE)
 
 
 class WorkerLost(RuntimeError):
@@ -37,9 +56,24 @@ class WorkerLost(RuntimeError):
     killed), or the warm workers stopped before a queued chunk ran."""
 
 
+class ChunkFailed(WorkerLost):
+    """A chunk that did not come back: it ran past its limit (``kind`` ``timeout``, after
+    ``seconds``) or the process that ran it died (``died``; ``how`` is ``exit 3``,
+    ``signal 9``, or empty when the driver cannot know).  ``call`` is the pipelet call it
+    was in, as far as the driver heard."""
+
+    def __init__(self, kind: str, how: str = "", call: PipeletCall | None = None,
+                 seconds: float = 0.0) -> None:
+        super().__init__(f"{kind} {how}".strip())
+        self.kind = kind
+        self.how = how
+        self.call = call
+        self.seconds = seconds
+
+
 # -- framing --------------------------------------------------------------------------
 
-def send(sock: socket.socket, *parts: bytes) -> None:
+def send(sock: socket.socket, *parts: bytes | memoryview) -> None:
     sock.sendall(LENGTH.pack(sum(map(len, parts))))
     for part in parts:
         sock.sendall(part)
@@ -113,7 +147,7 @@ def decode_answer(frame: bytes) -> Chunk | None:
 # -- the task's side (runs in a Spark Python worker) -----------------------------------
 
 def warm_task(address: Any, secret: bytes, partition: int, items: Iterator[Any]) -> Iterator[Any]:
-    """The warm job's ``mapPartitions`` body: connect to the driver, run chunks until it
+    """The warm job's ``mapPartitions`` body: connect to the driver, have chunks run until it
     closes the connection.  Yields nothing."""
     for _ in items:  # the partition's one element
         pass
@@ -124,22 +158,133 @@ def warm_task(address: Any, secret: bytes, partition: int, items: Iterator[Any])
     sock.settimeout(None)
     if family == socket.AF_INET:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    workflows: dict[tuple[str, str], Workflow] = {}
+    child: _Child | None = None
     try:
         send(sock, secret, HELLO.pack(partition, os.getpid()))
         while True:
             frame = recv(sock)
             if frame is None:
                 break
+            (limit,) = LIMIT.unpack_from(frame)
+            if child is None:
+                child = _Child(sock)
+            answer = child.run(sock, memoryview(frame)[LIMIT.size:], limit or None)
+            if not child.alive:
+                child = None
+            send(sock, *answer)
+    finally:
+        if child is not None:
+            child.close()
+        sock.close()
+    return iter(())
+
+
+class _Child:
+    """The process that runs a warm worker's chunks, forked from it (module doc)."""
+
+    def __init__(self, driver: socket.socket):
+        mine, theirs = socket.socketpair()
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            mine.close()
+            _child(theirs, driver, parent)  # never returns
+        theirs.close()
+        self.pid = pid
+        self.conn = mine
+        self.alive = True
+
+    def run(self, driver: socket.socket, payload: memoryview, limit: float | None) -> list[bytes]:
+        """Have the child run one request (its calls sent on to the driver as they come): its
+        answer, or ``T`` / ``D`` when it was killed at ``limit`` or died (it is gone then)."""
+        deadline = None if limit is None else time.monotonic() + limit
+        try:
+            self.conn.settimeout(None)
+            send(self.conn, payload)
+            while True:
+                if deadline is not None:
+                    self.conn.settimeout(max(0.0, deadline - time.monotonic()) or 1e-6)
+                frame = recv(self.conn)
+                if frame is None:
+                    break
+                if frame[:1] != b"A":
+                    return [frame]
+                try:
+                    send(driver, frame)
+                except OSError:  # the driver is gone: so is the point of this run
+                    self.end(kill=True)
+                    raise
+        except TimeoutError:
+            self.end(kill=True)
+            return [b"T"]
+        except OSError:
+            if not self.alive:
+                raise
+        return [b"D", self.end(kill=False).encode()]
+
+    def end(self, *, kill: bool) -> str:
+        """Reap the child (killed first when ``kill``); how it ended."""
+        self.alive = False
+        if kill:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+        self.conn.close()
+        _, status = os.waitpid(self.pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        return f"exit {code}" if code >= 0 else f"signal {-code}"
+
+    def close(self) -> None:
+        """The task ends: the child goes (told by its connection closing; killed if it lingers)."""
+        if not self.alive:
+            return
+        self.alive = False
+        self.conn.close()
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            if os.waitpid(self.pid, os.WNOHANG)[0]:
+                return
+            time.sleep(0.01)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+
+
+def _child(conn: socket.socket, driver: socket.socket, parent: int) -> None:
+    """The child's loop: run each request, its pipelet calls told before they are made."""
+    code = 0
+    try:
+        _die_with_parent(parent)
+        driver.close()  # the driver must see the connection break when the worker dies
+        workflows: dict[tuple[str, str], Workflow] = {}
+        while True:
+            frame = recv(conn)
+            if frame is None:
+                break
             try:
                 key, workflow, chunk, compress = pickle.loads(frame)
                 if workflow is not None:  # every version it was sent: the driver counts on it
                     workflows[key] = workflow
-                out = list(chunk_partition(workflows[key], [chunk], compress))
+                with watched(lambda call: send(conn, b"A", call.to_json())):
+                    out = list(chunk_partition(workflows[key], [chunk], compress))
                 answer = _encode_chunk(out[0]) if out else [b"N"]
             except Exception:
                 answer = [b"E", traceback.format_exc().encode()]
-            send(sock, *answer)
+            send(conn, *answer)
+    except SystemExit as e:  # a pipelet's sys.exit(n): reported as that exit
+        code = e.code if isinstance(e.code, int) else 1
+    except BaseException:
+        code = GONE
     finally:
-        sock.close()
-    return iter(())
+        os._exit(code)
+
+
+def _die_with_parent(parent: int) -> None:
+    """Have the kernel kill this process when the worker that forked it dies (Linux)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # it died before that took hold
+        os._exit(GONE)

@@ -43,6 +43,7 @@ __all__ = [
     "frozen_heap",
     "pack_items",
     "run_instances",
+    "split_inputs",
     "unpack_items",
 ]
 
@@ -365,6 +366,11 @@ def _packed_size(p: Packed | None) -> int:
     return 64 + 96 * len(p.env) + sum(map(len, p.docs)) + sum(map(len, p.blobs))
 
 
+def split_inputs(inputs: list[InstanceInput], parts: int) -> list[list[InstanceInput]]:
+    """Instance inputs in about ``parts`` consecutive groups of about the same size."""
+    return _split(inputs, lambda i: _packed_size(i.packed), parts)
+
+
 def inputs_to_chunks(inputs: list[InstanceInput], parts: int, compress: bool = True) -> list[Chunk]:
     """Instance inputs -> about ``parts`` chunks (the driver's side).
 
@@ -372,7 +378,7 @@ def inputs_to_chunks(inputs: list[InstanceInput], parts: int, compress: bool = T
     kind); the runner compresses, as the JVM's copies cost more than zstd.
     """
     chunks = []
-    for group in _split(inputs, lambda i: _packed_size(i.packed), parts):
+    for group in split_inputs(inputs, parts):
         heads: list[list[Any]] = []
         data: list[bytes] = []
         blobs: list[bytes] = []

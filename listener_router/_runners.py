@@ -15,7 +15,8 @@ def make_runner(settings: Settings, spark: Any = None) -> Runner:
     """``LocalRunner`` (``[engine] runner = "local"``), or ``SparkRunner`` on ``spark`` (a
     session made from the settings when None)."""
     if settings.runner == "local":
-        return engine.LocalRunner()
+        return engine.LocalRunner(batch_timeout=settings.batch_timeout,
+                                  isolation_budget=settings.isolation_budget)
     if spark is None:
         spark = engine.spark_session(settings.spark_master, dict(settings.spark_conf))
     return engine.SparkRunner(spark,

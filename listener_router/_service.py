@@ -234,7 +234,7 @@ class Service:
         self.runner = runner
         self.local_runner = None
         if s.local_below != 0 and not isinstance(runner, engine.LocalRunner):
-            self.local_runner = engine.LocalRunner()
+            self.local_runner = engine.LocalRunner(batch_timeout=s.batch_timeout)
         warm_up = getattr(runner, "warm_up", None)
         if warm_up is not None:
             log.info("Spark workers warmed up in %.1f s", warm_up())

@@ -38,7 +38,7 @@ from listener_router.pipeline._commit import (
     Executed,
     InCommit,
 )
-from listener_router.pipeline._execute import HANG_EXIT, ExecuteStage, Runner, hang_watch
+from listener_router.pipeline._execute import ExecuteStage, Runner
 from listener_router.pipeline._finish import (
     CONFIRM_TIMEOUT,
     Finishing,
@@ -50,7 +50,7 @@ from listener_router.pipeline._finish import (
 from listener_router.pipeline._flow import POLL, FlowWatch
 from listener_router.pipeline._gather import GatherStage
 from listener_router.pipeline._held import Held, Holds
-from listener_router.pipeline._in_process import CRASHED, InProcess
+from listener_router.pipeline._in_process import CRASHED, HUNG, InProcess
 from listener_router.pipeline._inflight import InFlight
 from listener_router.pipeline._lanes import (
     MAX_WINDOW,
@@ -97,7 +97,7 @@ __all__ = [
     "BACKLOG",
     "CRASHED",
     "CONFIRM_TIMEOUT",
-    "HANG_EXIT",
+    "HUNG",
     "TRANSITIONS",
     "AdaptiveSizing",
     "Batch",
@@ -142,7 +142,6 @@ __all__ = [
     "check_transition",
     "hook_name",
     "default_sizing",
-    "hang_watch",
     "make_lane",
     "prefetch_by_queue",
     "prefetch_for",

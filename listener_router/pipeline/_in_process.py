@@ -4,26 +4,33 @@ that do (``store/_local_runs.py`` says why).
 Before a run here its messages are written down; after it they are
 forgotten.  A run an earlier incarnation of this member left written down
 took that process down: :meth:`InProcess.recover` quarantines its records
-and returns it, so that the plug-ins can tell (the job log writes the
-attempt that crashed).  A quarantined record never runs here again.
+(the reason names the pipelet call it was in, from its ``_trail``) and
+returns it, so that the plug-ins can tell (the job log writes the attempt
+that crashed).  A run that hangs here is abandoned by the execute
+stage, which quarantines its records at once (:meth:`InProcess.quarantine`)
+and runs them on Spark.  A quarantined record never runs here again.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from engine import PipeletCall
 from listener_router._errors import StoreUnavailable
+from listener_router.pipeline._trail import Trail
 from listener_router.pipeline._work import Work
 from listener_router.store import LocalRun, RunMessage, ServiceStore, unavailable
 
-__all__ = ["CRASHED", "InProcess"]
+__all__ = ["CRASHED", "CRASHED_ALONE", "HUNG", "InProcess"]
 
 log = logging.getLogger(__name__)
 
 CRASHED = ("took the service's process down (killed, os._exit, a crash or out of memory) "
            "while it ran there")
+CRASHED_ALONE = CRASHED + " alone"   # the culprit, not one of a batch that crashed
+HUNG = "ran past batch_timeout in the service's process (abandoned there)"
 
 
 class InProcess:
@@ -33,6 +40,11 @@ class InProcess:
         self.store = store
         self.member = member
         self.incarnation = ""          # the membership's, once it is made
+        self.trail = Trail(member)
+
+    def culprit(self, reason: str) -> bool:
+        """Whether a quarantine ``reason`` says the record took the process down alone."""
+        return CRASHED_ALONE in reason
 
     def quarantined(self, ids: Sequence[str]) -> dict[str, str]:
         """Those of ``ids`` that must not run here, with the reason (all of them, when the
@@ -57,7 +69,12 @@ class InProcess:
                         "runner instead: %s", e)
             return None
 
+    def watch(self, run_id: str) -> Callable[[PipeletCall], None]:
+        """What the run tells each pipelet call to, before it makes it (its trail)."""
+        return self.trail.watch(run_id)
+
     def end(self, run_id: str) -> None:
+        self.trail.end(run_id)
         try:
             with self.store.writes, unavailable():
                 self.store.local_runs.end(run_id)
@@ -65,10 +82,10 @@ class InProcess:
             log.warning("could not forget a run in this process (its records will not run "
                         "here again): %s", e)
 
-    def quarantine(self, ids: Sequence[str], reason: str) -> None:
+    def quarantine(self, ids: Sequence[str], reason: str, *, replace: bool = False) -> None:
         try:
             with self.store.writes, unavailable():
-                self.store.quarantine.add(ids, reason, self.member)
+                self.store.quarantine.add(ids, reason, self.member, replace=replace)
         except StoreUnavailable as e:
             log.warning("could not quarantine %d record(s): %s", len(ids), e)
 
@@ -77,11 +94,17 @@ class InProcess:
         quarantined, the runs forgotten and returned."""
         with unavailable():
             runs = self.store.local_runs.left(self.member, besides=self.incarnation)
+        calls = self.trail.left()
         for run in runs:
             log.warning("a run of %s over %d message(s) in this member's process %s; its "
-                        "%d record(s) run on Spark from now on", run.workflow,
-                        len(run.messages), CRASHED, len(run.records))
-            self.quarantine(run.records, f"workflow {run.workflow}: {CRASHED}")
+                        "%d record(s) are quarantined (they run on Spark from now on; with "
+                        "runner = \"local\", one by one)", run.workflow, len(run.messages),
+                        CRASHED, len(run.records))
+            alone = len(run.messages) == 1  # the culprit, known
+            call = calls.get(run.id)
+            where = f", in {call.text()} on {call.on()}" if call is not None else ""
+            self.quarantine(run.records, f"workflow {run.workflow}: "
+                            f"{CRASHED_ALONE if alone else CRASHED}{where}", replace=alone)
         with self.store.writes, unavailable():
             self.store.local_runs.forget(runs)
         return runs

@@ -50,19 +50,23 @@ class Settlement:
         leftover = group.bb.ids()
         if leftover:
             self.loader.invalidate(group.bb, leftover)
-        for w in group.works:
+        self.works_done(group.works, group.batch)
+
+    def works_done(self, works: list[Work], batch: Batch | None) -> None:
+        """Settled messages (their records have left the blackboard) go to the finish stage:
+        a group's, or a part of one settled early while the rest still runs."""
+        for w in works:
             if w.state is State.PROCESSING:  # an unexpected failure settling it
                 w.to(State.DEFERRED, "internal error while settling the batch")
-        batch = group.batch
         if batch is not None:
             report = batch.report
             with report.lock:
-                report.outcome.update((w.delivery.queue, w.state.value) for w in group.works)
+                report.outcome.update((w.delivery.queue, w.state.value) for w in works)
         # On the finish stage's input before a duplicate of these messages can be gathered (that
         # needs the keys released): the duplicate then finds their outbox batch sent.
-        kept = self._keep_order(group.works)   # in the store before anything is acked
-        self.finish.finish(group.works, batch)
-        self._release(group.works, kept)
+        kept = self._keep_order(works)   # in the store before anything is acked
+        self.finish.finish(works, batch)
+        self._release(works, kept)
         if batch is not None:
             self.part_done(batch)
 

@@ -48,7 +48,7 @@ a run here (``c_local·n``, fitted from runs here) would take as long as a
 Spark job (``F + c·n``), at most ``MAX_LOCAL``.  Not a batch holding a
 message delivered again (its first delivery may have crashed a process:
 Spark isolates a crash or a hang, this process cannot), and a run here past
-``batch_timeout`` ends the process (``_execute.hang_watch``).
+``batch_timeout`` is abandoned and goes to Spark (``_execute``).
 ``[engine] local_below = N`` runs batches under N records here whatever the
 pipelets declare; ``0`` never.
 """

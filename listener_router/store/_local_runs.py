@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy import Column, Float, Index, String, Table, Text, delete, insert, select
+from sqlalchemy import Column, Float, Index, String, Table, Text, delete, insert, select, update
 from sqlalchemy.engine import Engine
 
 from listener_router.store._schema import CORE
@@ -128,14 +128,19 @@ class Quarantine:
     def __init__(self, engine: Engine):
         self.engine = engine
 
-    def add(self, records: Sequence[str], reason: str, member: str | None) -> None:
-        """Quarantine ``records`` (those already there keep their first reason)."""
+    def add(self, records: Sequence[str], reason: str, member: str | None, *,
+            replace: bool = False) -> None:
+        """Quarantine ``records`` (those already there keep their first reason, unless
+        ``replace``: a record found to be the culprit after it was quarantined as a suspect)."""
         records = list(dict.fromkeys(records))
         if not records:
             return
         with self.engine.begin() as conn:
             known = set(conn.execute(select(quarantine.c.record).where(
                 quarantine.c.record.in_(records))).scalars())
+            if replace and known:
+                conn.execute(update(quarantine).where(quarantine.c.record.in_(known)).values(
+                    reason=reason[:4000], member=member, at=time.time()))
             fresh = [r for r in records if r not in known]
             if fresh:
                 now = time.time()

@@ -1,0 +1,124 @@
+"""Which pipelet call a run is in, told to whoever watches the run.
+
+A run that hangs or takes its process down cannot say where it was; its
+watcher can, if the interpreter told it before each call.  Before it calls a
+pipelet (or a service), ``invoke_pipelet`` hands :func:`starting` the
+activity and its records; whoever runs the interpreter may watch
+(:func:`watched`, per thread): the local runner keeps the last call in a
+variable, a warm worker sends it to the driver as a small frame.  A timeout
+or a crash is then blamed on that call: the pipelet class, the workflow's
+``file:line`` of its ``invokePipelet`` and its name, and the records
+(:func:`timeout_reason`, :func:`died_reason`).
+
+Nobody watching costs one context-variable read per call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+__all__ = ["NAMED", "PipeletCall", "died_reason", "not_run_reason", "on_records", "starting",
+           "timeout_reason", "watched"]
+
+NAMED = 5  # record IDs a call names at most (the rest are counted)
+
+
+@dataclass(frozen=True, slots=True)
+class PipeletCall:
+    """One call of a pipelet (or a service) as a run's watcher hears of it.
+
+    ``kind`` is ``pipelet`` or ``service``; ``cls`` the dotted class;
+    ``where`` the workflow file and line of the activity; ``tag`` and
+    ``name`` the activity's element and name; ``records`` the first
+    :data:`NAMED` record IDs of the call and ``count`` how many it has.
+    """
+
+    kind: str
+    cls: str
+    where: str
+    tag: str
+    name: str
+    records: tuple[str, ...]
+    count: int
+
+    def text(self) -> str:
+        """``pipelet mod.Class (file.xml:14, invokePipelet 's2')``"""
+        return f"{self.kind} {self.cls} ({self.where}, {self.tag} {self.name!r})"
+
+    def on(self) -> str:
+        """``record 'a'``, ``records 'a', 'b' and 3 more``: the records it was called with."""
+        return on_records(self.records, self.count)
+
+    def to_json(self) -> bytes:
+        return orjson.dumps([self.kind, self.cls, self.where, self.tag, self.name,
+                             list(self.records), self.count])
+
+    @classmethod
+    def from_json(cls, data: bytes) -> PipeletCall:
+        kind, klass, where, tag, name, records, count = orjson.loads(data)
+        return cls(str(kind), str(klass), str(where), str(tag), str(name),
+                   tuple(map(str, records)), int(count))
+
+
+def on_records(records: Sequence[str], count: int | None = None) -> str:
+    """``record 'a'``, ``records 'a', 'b'``, ``records 'a', ... and 7 more``."""
+    count = len(records) if count is None else count
+    named = ", ".join(repr(r) for r in records[:NAMED])
+    if count == 1:
+        return f"record {named}"
+    more = count - min(len(records), NAMED)
+    return f"records {named}" + (f" and {more} more" if more > 0 else "")
+
+
+def _culprit(call: PipeletCall | None, records: Sequence[str]) -> str:
+    """Where a run was: in a call (its pipelet and records), or only its records."""
+    if call is None:
+        return f"on {on_records(records)} (outside any pipelet call)"
+    return f"in {call.text()} on {call.on()}"
+
+
+def timeout_reason(call: PipeletCall | None, seconds: float, records: Sequence[str]) -> str:
+    """``timeout: pipelet X (file:line, invokePipelet 'n') ran longer than 30 s on record 'r'``"""
+    if call is None:
+        return f"timeout: the run of {on_records(records)} ran longer than {seconds:g} s"
+    return f"timeout: {call.text()} ran longer than {seconds:g} s on {call.on()}"
+
+
+def died_reason(how: str, call: PipeletCall | None, records: Sequence[str]) -> str:
+    """``the worker process died (exit 3) in pipelet X (file:line, ...) on record 'r'``"""
+    return f"the worker process died{f' ({how})' if how else ''} {_culprit(call, records)}"
+
+
+def not_run_reason(seconds: float) -> str:
+    return f"not run: isolating a failure in this batch took longer than {seconds:g} s"
+
+
+_watcher: ContextVar[Callable[[PipeletCall], None] | None] = ContextVar("chalk_watcher",
+                                                                         default=None)
+
+
+@contextmanager
+def watched(tell: Callable[[PipeletCall], None]) -> Iterator[None]:
+    """Within the block, on this thread, ``tell`` hears of each call before it is made."""
+    token = _watcher.set(tell)
+    try:
+        yield
+    finally:
+        _watcher.reset(token)
+
+
+def starting(kind: str, cls: str, wf: Any, act: Any, ids: Sequence[str]) -> None:
+    """The interpreter is about to call ``cls`` for activity ``act`` of ``wf`` on ``ids``."""
+    tell = _watcher.get()
+    if tell is None:
+        return
+    tag = "invokeService" if getattr(act, "service", False) else act.kind
+    tell(PipeletCall(kind, cls, f"{wf.path}:{act.line}", tag,
+                     act.name or getattr(act, "requested", "") or cls,
+                     tuple(ids[:NAMED]), len(ids)))

@@ -1,0 +1,72 @@
+"""What the runners share: a batch's instances exported for a run, and their outcomes
+brought back onto the driver's blackboard.
+
+The records travel as copies (``export_items``: JSON and blobs) whether the
+run is on Spark or in this process, so a run never touches the driver's
+blackboard: only :func:`apply_outputs` does, on the caller's thread, for the
+instances that ended.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine._worker import InstanceInput, InstanceOutput, export_items, pack_items, unpack_items
+
+__all__ = ["InstanceResult", "apply_outputs", "failed", "inputs_for"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class InstanceResult:
+    """How one workflow instance ended.
+
+    ``index`` is the instance's position in the ``instances`` argument of
+    ``run``; ``result_ids`` the records the workflow returned (for routing);
+    ``record_ids`` every record of the instance on the driver's blackboard:
+    for an OK instance its inputs and the fragments it made (all imported),
+    for a failed one its inputs (to invalidate).
+    """
+
+    index: int
+    ok: bool
+    error: str | None
+    result_ids: list[str] = field(default_factory=list)
+    record_ids: list[str] = field(default_factory=list)
+
+
+def inputs_for(blackboard: Any, instances: list[tuple[int, list[str]]]) -> list[InstanceInput]:
+    """Export ``(index, record IDs)`` instances for the interpreter (copies of the records)."""
+    unique = [(index, list(dict.fromkeys(ids))) for index, ids in instances]
+    items = export_items(blackboard, [rid for _, ids in unique for rid in ids], "all")  # one call for the batch
+    out: list[InstanceInput] = []
+    at = 0
+    for index, ids in unique:
+        out.append(InstanceInput(index, ids, pack_items(items[at:at + len(ids)])))
+        at += len(ids)
+    return out
+
+
+def failed(row: InstanceInput, reason: str) -> InstanceOutput:
+    """The outcome of an instance that did not run to its end."""
+    return InstanceOutput(row.index, False, reason, [], list(row.ids), None)
+
+
+def apply_outputs(blackboard: Any, outputs: Sequence[InstanceOutput]) -> list[InstanceResult]:
+    """Import the changes of the instances that succeeded; a result per output, in order."""
+    results = []
+    changes: list[dict[str, Any]] = []
+    for out in outputs:
+        if out.ok and out.packed is not None and out.packed.docs:
+            changes.extend(unpack_items(out.packed))
+        results.append(InstanceResult(out.index, out.ok, out.error, list(out.result_ids), list(out.record_ids)))
+    if changes:
+        blackboard.import_records(changes, changed=True)
+    failures = sum(1 for r in results if not r.ok)
+    if failures:
+        log.info("%d of %d instance(s) failed", failures, len(results))
+    return results
