@@ -174,7 +174,8 @@ class Settings:
         "partner link) → dotted Python path", section="workflows")
     runner: str = setting("spark", "`local`: in the service's process, same semantics "
                           "(debugging)", section="engine", choices=("spark", "local"))
-    batch_timeout: float = setting(300.0, "seconds; a partition past it is treated as hung",
+    batch_timeout: float = setting(30.0, "seconds a workflow run may take; past it the run is "
+                                   "treated as hung and its messages rerun one by one",
                                    section="engine", minimum=0, positive=True)
     isolation_budget: float = setting(
         900.0, "seconds a batch may spend isolating failing instances (the rest then retry; "
