@@ -6,14 +6,13 @@ Each instance here is one message with several records.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_helpers import pipelet, records
+from engine_helpers import pipelet, records, snapshot
 
 from blackboard import Blackboard
-from engine import InstanceResult, LocalRunner, Workflow
+from engine import InstanceResult, LocalRunner, SparkRunner, Workflow
 from engine._instances import Splits
 
 
@@ -172,7 +171,7 @@ def test_a_mixed_condition_is_per_record_with_records_meaning_all_of_them(make_w
 
 
 def test_bpel_variables_stay_one_per_message(make_workflow: Any) -> None:
-    wf = make_workflow(f"""
+    wf = make_workflow("""
         <variables><variable name="seen" type="xsd:string"/></variables>
         <sequence>
           <assign><copy><from>'start'</from><to variable="seen"/></copy></assign>
@@ -402,10 +401,40 @@ def test_copies_to_record_targets_read_the_record_they_write(make_workflow: Any)
     assert [attr(bb, r, "first") for r in ("r1", "r2", "r3")] == ["0", "0", "0"]
 
 
-def test_a_one_record_message_runs_as_before(make_workflow: Any, tmp_path: Path,
-                                             split_count: list[int]) -> None:
+def test_a_one_record_message_runs_as_before(make_workflow: Any, split_count: list[int]) -> None:
     wf = make_workflow(THREE_WAYS)
     results, bb = run(wf, SCORES, [["r1"], ["r2"], ["r3"]])
     assert all(r.ok for r in results)
     assert [attr(bb, r, "priority") for r in ("r1", "r2", "r3")] == ["low", "medium", "high"]
     assert split_count == [0]
+
+
+@pytest.mark.spark
+def test_spark_runs_split_messages_as_the_local_runner_does(spark: Any, make_workflow: Any) -> None:
+    wf = make_workflow(f"""
+        <sequence>
+          <if><condition>$record/Val[@key='score'] &gt; 5</condition>
+            <sequence>{mark('high')}{pipelet('fails', 'FailWhen', named='false')}</sequence>
+            <elseif><condition>$record/Val[@key='score'] &gt; 2</condition>{pipelet('split', 'SplitInTwo')}</elseif>
+            <else>{mark('low')}</else></if>
+          <while><condition>string-length($record/Val[@key='bar']) &lt; $record/Val[@key='score']</condition>
+            <assign><copy><from>concat($record/Val[@key='bar'], '#')</from><to attribute="bar"/></copy></assign>
+          </while>
+          {order()}
+        </sequence>""")
+    batch = {"a1": {"score": 9, "bar": ""}, "a2": {"score": 3, "bar": ""}, "a3": {"score": 0, "bar": ""},
+             "b1": {"score": 7, "bar": "", "fail": 1}, "b2": {"score": 1, "bar": ""},
+             "c1": {"score": 4, "bar": ""}}
+    instances = [["a1", "a2", "a3"], ["b1", "b2"], ["c1"]]
+    outcomes = []
+    for runner in (LocalRunner(), SparkRunner(spark, batch_timeout=120)):
+        bb = Blackboard.local()
+        records(bb, batch)
+        results = runner.run(wf, bb, instances)
+        outcomes.append(([(r.ok, r.result_ids, r.record_ids) for r in results], snapshot(bb)))
+    assert outcomes[0] == outcomes[1]
+    results, after = outcomes[1]
+    assert [ok for ok, _, _ in results] == [True, False, True]
+    assert results[0][1] == ["a1", "a2#a", "a2#b", "a3"]
+    assert after["a1"]["bar"] == "#########" and after["a2#b"]["bar"] == "###"
+    assert after["a3"]["order"] == "a1 a2#a a2#b a3"  # rerun alone after b1's call raised
