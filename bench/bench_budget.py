@@ -13,9 +13,14 @@ Every figure is CPU time (user + system), in µs per message, median of the runs
 * **per step** inside the threads: each step of the hot path is wrapped, at
   the class or module level, in a probe that adds the thread's CPU clock
   across the call (``time.thread_time``: CPU of that thread only, whatever the
-  other threads and processes do meanwhile).  Steps called once per message
-  (parse, write attributes, route) cost the probe ~1 µs a message, which the
-  figures include; steps called per batch cost it nothing to speak of.
+  other threads and processes do meanwhile), less what the probes inside it
+  take: the steps of a thread add up.  A probed call costs ~2 µs more (two
+  clock reads); the steps called once per message (parse + match, write
+  attributes, route)
+  pay it on every message, the others once a batch.  The script calibrates
+  it and prints what it adds to the service's figures (they include it).
+  Threads and steps are read as ``Service.run`` starts and returns, the
+  window in which ``bench_listener.py`` reads the processes.
 
 Inside the processes no probe reaches (the broker I/O process, Spark's Python
 workers), the split comes from micro-benchmarks of the same code on the same
@@ -64,23 +69,27 @@ def _probe(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     the same name counts in the outer one."""
     clock = time.thread_time
 
+    entry = _spent[name]
+
     def probed(*args: Any, **kwargs: Any) -> Any:
-        stack = getattr(_local, "stack", None)
-        if stack is None:
-            stack = _local.stack = []
-        if any(frame[0] == name for frame in stack):
+        try:
+            stack, active = _local.stack, _local.active
+        except AttributeError:
+            stack, active = _local.stack, _local.active = [], set()
+        if name in active:
             return fn(*args, **kwargs)
-        frame = [name, clock(), 0.0]  # name, started, CPU of the probes inside
+        active.add(name)
+        frame = [clock(), 0.0]  # started, CPU of the probes inside
         stack.append(frame)
         try:
             return fn(*args, **kwargs)
         finally:
             stack.pop()
-            spent = clock() - frame[1]
+            active.discard(name)
+            spent = clock() - frame[0]
             if stack:
-                stack[-1][2] += spent
-            entry = _spent[name]
-            entry[0] += spent - frame[2]
+                stack[-1][1] += spent
+            entry[0] += spent - frame[1]
             entry[1] += 1
 
     probed.__wrapped__ = fn  # type: ignore[attr-defined]
@@ -205,7 +214,7 @@ def _window_on_run() -> None:
 
 
 def probes() -> dict[str, tuple[float, int]]:
-    return {k: (v[0], int(v[1])) for k, v in _spent.items()}
+    return {k: (v[0], int(v[1])) for k, v in _spent.items() if k != "calibration"}
 
 
 def _diff(after: dict[str, Any], before: dict[str, Any]) -> dict[str, float]:
@@ -232,7 +241,27 @@ def service_pass(bench: Any, n: int) -> dict[str, Any]:
             "threads": {k: v * per for k, v in _diff(after_threads, before_threads).items()
                         if v * per >= 0.05},
             "steps": {k: v * per for k, v in _diff(after_probes, before_probes).items()},
+            "calls": {k: (after_probes[k][1] - before_probes.get(k, (0.0, 0))[1]) / n
+                      for k in after_probes},
             "stage_ms": one["phases_ms"]}  # the service's own meter: wall time by stage
+
+
+def probe_cost(calls: int = 100_000) -> float:
+    """µs of CPU a probed call adds to the call it wraps (a probed no-op against a no-op)."""
+    def nothing() -> None:
+        return None
+
+    probed = _probe("calibration", nothing)
+    best = float("inf")
+    for _ in range(3):
+        started = time.thread_time()
+        for _ in range(calls):
+            probed()
+        middle = time.thread_time()
+        for _ in range(calls):
+            nothing()
+        best = min(best, (middle - started) - (time.thread_time() - middle))
+    return best / calls * 1e6
 
 
 def idle_pass(bench: Any, seconds: float) -> dict[str, float]:
@@ -625,10 +654,16 @@ def main() -> int:
                                      "handwritten": median([r["rate"] for r in hand])}}
     out["budget"] = budget_table([budget(c, h) for c, h in zip(chalk, hand, strict=True)])
     out["runs_raw"] = {"chalk": chalk, "handwritten": hand}
+    cost = probe_cost()
+    out["probes_us"] = {"per_call": cost,
+                        "per_message": median([cost * sum(c["calls"].values()) for c in chalk])}
     print(f"\nCPU µs per one-record message, median (min–max) of {args.runs} run(s) of "
           f"{args.messages:,}; records/s: Chalk {out['rates']['chalk']:,.0f}, hand-written "
           f"{out['rates']['handwritten']:,.0f}; load now {os.getloadavg()[0]:.1f}")
     print_budget(out["budget"])
+    print(f"  (the probes themselves: {cost:.1f} µs a call, "
+          f"{out['probes_us']['per_message']:.1f} µs a message of Chalk's service process, in "
+          "the rows above)")
     if idle:
         out["idle_ms_per_s"] = idle
         print(f"\nIdle, CPU ms per second over {args.idle:.0f} s: "
