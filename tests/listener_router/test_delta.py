@@ -13,10 +13,11 @@ import pytest
 from listener_router_helpers import publish_ids, stored_attributes, write_test_workflows
 from sqlalchemy import create_engine
 
-from listener_router import ConfigError, RouterRule, load_settings, push_records
+from listener_router import ConfigError, ListenerRule, RouterRule, load_settings, push_records
 from listener_router.cli import main
 from listener_router.delta import CrawlMoved, crawl_status, finish, seen_on_push, start
 from listener_router.jobs import JobLogTables
+from listener_router.reprocess import Reprocess, RunSelection, begin
 from listener_router.store import ServiceStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -168,3 +169,31 @@ def test_delta_keys_are_read_checked_and_listed_with_the_listener_rule(tmp_path)
     assert f"{path}:4:" in str(caught.value) and '"hash"' in str(caught.value)
     reference = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
     assert "| `delta_unchanged` |" in reference and "the `delta` plug-in's keys" in reference
+
+
+@pytest.mark.slow
+def test_reprocessing_through_a_rule_of_its_own_runs_records_a_delta_rule_finds_unchanged(
+        make_settings, tmp_path, qname, run_service):
+    """operations.md: a rule with condition = "$reprocess" before the delta rule on the queue
+    runs reprocessed records, which the delta rule would settle as unchanged."""
+    workflows = write_test_workflows(tmp_path / "workflows")
+    queue = qname("in")
+    rules = (ListenerRule(name="again", queue=queue, workflow="Counting",
+                          condition="$reprocess", max_wait_ms=100),
+             ListenerRule(name="crawl", queue=queue, workflow="Counting", max_wait_ms=100,
+                          delta="hash"))
+    settings = make_settings("Counting", workflows_dir=workflows, rules=rules)
+    docs = [(f"d{i}", {"text": f"t{i}"}) for i in range(6)]
+    _push(settings, docs, "web")
+    run_service(settings, until=_done(6))
+    _push(settings, docs, "web")                       # the same content: unchanged
+    assert run_service(settings, until=_done(6))["unchanged"] == 6
+    store = ServiceStore.connect(settings.blackboard_url)
+    begun = begin(settings, store, workflow="Counting", selection=RunSelection(source="web"),
+                  queue=queue)
+    Reprocess(settings, store, begun.run).run()
+    stats = run_service(settings, until=_done(6))
+    store.close()
+    assert (stats["committed"], stats["unchanged"]) == (6, 0)
+    counts = stored_attributes(settings.blackboard_url, [d for d, _a in docs], ["count"])
+    assert {a["count"] for a in counts.values()} == {2}
