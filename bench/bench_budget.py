@@ -604,7 +604,7 @@ def _print_table(title: str, figures: dict[str, float]) -> None:
 
 
 def main() -> int:
-    from bench_listener import Bench, purge  # noqa: F401  (the service's side, as the bench runs it)
+    from bench_listener import Bench  # the service's side, as the bench runs it
 
     from listener_router.broker import ensure_local_broker
 
