@@ -380,11 +380,12 @@ def _line(process: subprocess.Popen[str], timeout: float, what: str) -> str:
 
 def measure(url: str, messages: int, per_message: int = 1, *, queue_type: str = "quorum",
             db: str | Path | None = None, first: int = 0, batch: int = 500,
-            work: str = "text") -> dict[str, Any]:
+            work: str = "text", serve: str = "bench_handwritten.serve") -> dict[str, Any]:
     """One pass: ``messages`` messages of ``per_message`` records (numbered from ``first``)
     published, then consumed by the hand-written consumer in a process of its own (a
     fresh interpreter importing only this module).  ``db``: a SQLite file kept across
-    passes (default: a new one)."""
+    passes (default: a new one).  ``serve``: the function the process runs (``module.name``
+    in this folder; ``bench_budget.serve_probed`` adds probes)."""
     tag = uuid.uuid4().hex[:6]
     src, dst = f"bench.{tag}.hand.in", f"bench.{tag}.hand.out"
     db = db or Path(tempfile.mkdtemp(prefix="chalk-hand-")) / "hand.db"
@@ -395,9 +396,10 @@ def measure(url: str, messages: int, per_message: int = 1, *, queue_type: str = 
         config = json.dumps({"url": url, "queue": src, "out": dst, "db": str(db),
                              "messages": messages, "batch": batch, "work": work})
         here = str(Path(__file__).resolve().parent)
+        module = serve.rsplit(".", 1)[0]
         process = subprocess.Popen(
             [sys.executable, "-c", f"import sys; sys.path.insert(0, {here!r}); "
-             "import bench_handwritten; bench_handwritten.serve(sys.argv[1])", config],
+             f"import {module}; {serve}(sys.argv[1])", config],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         rabbit = broker_pid(url)
         try:
@@ -428,7 +430,8 @@ def measure(url: str, messages: int, per_message: int = 1, *, queue_type: str = 
         cpu["RabbitMQ"] = (after - before) / messages * 1e6
     return {"messages": messages, "records": n_records, "per_message": per_message,
             "seconds": result["seconds"], "rate": n_records / result["seconds"],
-            "message_rate": messages / result["seconds"], "cpu_us": cpu}
+            "message_rate": messages / result["seconds"], "cpu_us": cpu,
+            **({"probes": result["probes"]} if "probes" in result else {})}
 
 
 def main() -> int:
