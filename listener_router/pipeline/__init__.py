@@ -41,6 +41,7 @@ from listener_router.pipeline._commit import (
 from listener_router.pipeline._execute import ExecuteStage, Runner
 from listener_router.pipeline._finish import (
     CONFIRM_TIMEOUT,
+    Finish,
     Finishing,
     FinishStage,
     Orphans,
@@ -110,6 +111,7 @@ __all__ = [
     "Dispatcher",
     "ExecuteStage",
     "Executed",
+    "Finish",
     "FinishStage",
     "Finishing",
     "GatherStage",
