@@ -75,6 +75,7 @@ from listener_router.pipeline._report import (
     WorkflowRun,
     hook_name,
 )
+from listener_router.pipeline._retries import attempts_note
 from listener_router.pipeline._settlement import Settlement
 from listener_router.pipeline._sizing import (
     AdaptiveSizing,
@@ -141,6 +142,7 @@ __all__ = [
     "WakeHeld",
     "Work",
     "WorkflowRun",
+    "attempts_note",
     "check_transition",
     "hook_name",
     "default_sizing",
