@@ -8,9 +8,14 @@ object* (the SMILA concept's term)::
     <Val>b</Val></Seq><Map key="author"><Val key="name">X</Val></Map></Record>
 
 and the compiled expression runs over it with these variables bound:
-``$record`` (the first record), ``$records`` (all of them) and SMILA's
-``$request.records`` (a wrapper element whose children are the records, so
-``$request.records/rec:Record[1]/rec:Val[@key="x"]`` works unchanged).  When
+``$record`` (the record the decision is about), ``$records`` (all of them)
+and SMILA's ``$request.records`` (a wrapper element whose children are the
+records, so ``$request.records/rec:Record[1]/rec:Val[@key="x"]`` works
+unchanged).  A condition that names ``$record`` is *per record*
+(``CompiledCondition.per_record``): :meth:`~CompiledCondition.test_each`
+renders the records once and answers for each of them, ``$record`` bound to
+it in turn; :meth:`~CompiledCondition.test` answers once, ``$record`` the
+first record (or the one ``current`` names).  When
 the expression uses a prefix bound to SMILA's record namespace, the object is
 built in that namespace; otherwise without one.  BPEL variables and
 ``forEach`` counters come in as extra bindings (``engine._variables``).
@@ -98,24 +103,45 @@ class CompiledCondition:
     old: bool = False  # render SMILA's older record form
     new: bool = True  # render the newer one
     bound: frozenset[str] = frozenset()  # variables that are not the records (BPEL variables, counters, links)
+    per_record: bool = False  # names $record: decided for each record, not once for all of them
 
-    def evaluate(self, documents: Sequence[Mapping[str, Any]], extra: Mapping[str, Any] | None = None) -> Any:
-        """Evaluate over the records ``documents`` (first one is ``$record``)."""
+    def evaluate(self, documents: Sequence[Mapping[str, Any]], extra: Mapping[str, Any] | None = None,
+                 current: int = 0) -> Any:
+        """Evaluate over the records ``documents``; ``$record`` is ``documents[current]``."""
         records = render_records(documents, namespaced=self.namespaced, keys=self.keys, old=self.old,
                                  new=self.new)
-        return self.xpath(records, **_variables(records, extra))
+        return self.xpath(records, **_variables(records, extra, current))
+
+    def evaluate_each(self, documents: Sequence[Mapping[str, Any]],
+                      extra: Mapping[str, Any] | None = None) -> list[Any]:
+        """One value per record of ``documents``, ``$record`` bound to it (the records rendered once)."""
+        records = render_records(documents, namespaced=self.namespaced, keys=self.keys, old=self.old,
+                                 new=self.new)
+        variables = _variables(records, extra, 0)
+        out = []
+        for item in records:
+            variables["record"] = [item]
+            out.append(self.xpath(records, **variables))
+        return out
 
     def test(self, documents: Sequence[Mapping[str, Any]], extra: Mapping[str, Any] | None = None) -> bool:
-        """Evaluate and convert to boolean by XPath 1.0 rules."""
+        """Evaluate and convert to boolean by XPath 1.0 rules (``$record``: the first record)."""
         if self.fast is not None:
             return self.fast(documents)
         return _boolean(self.evaluate(documents, extra))
 
+    def test_each(self, documents: Sequence[Mapping[str, Any]],
+                  extra: Mapping[str, Any] | None = None) -> list[bool]:
+        """:meth:`test` for each record of ``documents`` in turn as ``$record``."""
+        if self.fast is not None and self.per_record:  # $record alone: the other records do not matter
+            return [self.fast((doc,)) for doc in documents]
+        return [_boolean(value) for value in self.evaluate_each(documents, extra)]
 
-def _variables(records: etree._Element, extra: Mapping[str, Any] | None) -> dict[str, Any]:
+
+def _variables(records: etree._Element, extra: Mapping[str, Any] | None, current: int = 0) -> dict[str, Any]:
     items = list(records)
     variables: dict[str, Any] = {
-        "record": items[:1],
+        "record": items[current:current + 1],
         "records": items,
         "request.records": records,
         "request": records,
@@ -171,6 +197,7 @@ def _compile(expression: str, namespaces: tuple[tuple[str, str], ...]) -> Compil
         old=old,
         new=new,
         bound=variables - _BUILTIN,
+        per_record="record" in variables,
     )
 
 

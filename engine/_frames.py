@@ -11,7 +11,10 @@ written columns come back.  :func:`frame_plan` decides once per workflow
 version; :meth:`FramePlan.split` decides per record, sending to the frame
 only single-record instances whose touched attributes are absent or hold
 one plain portable string (``pipelets.frames``), so both paths compute the
-same records.  Everything else runs through the interpreter as before.
+same records.  (The interpreter decides per record too, so a row's arm is
+the branch its record takes there; with one record ``$record``,
+``$records`` and ``$request.records/rec:Record[1]`` are the same record.)
+Everything else runs through the interpreter as before.
 """
 
 from __future__ import annotations

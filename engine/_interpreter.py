@@ -22,6 +22,17 @@ way at the same record -- and only the others are rerun.
 (a legal BPEL serialization); a link not (yet) set reads as false, which is
 dead-path elimination in that order.
 
+Decisions are per record.  A condition that names ``$record`` is decided for
+each record of an instance (:meth:`Interpreter.verdicts`, ``$record`` that
+record, ``$records`` all of the instance's); one that does not is decided
+once.  Where the records disagree, the construct splits the instance into
+parts and rejoins them after it (``engine._instances.Splits``).  With one
+record, or when they agree, it is one answer and nothing is split.  A link
+whose transition condition holds for some records only holds for those (a
+frozenset of their IDs); an activity it leads to runs for the records whose
+join holds, the others take the dead path, and the instance is whole again
+after the activity.
+
 What runs each kind of activity is a table of plain functions,
 ``engine._activities.RUNNERS`` (the parser's ``PARSERS`` table's twin), each
 ``step(interpreter, workflow, activity, cohort)``.  The interpreter is given
@@ -43,7 +54,7 @@ from lxml import etree
 
 from engine import _conditions, _variables
 from engine._errors import WorkflowFault
-from engine._instances import Instance, State
+from engine._instances import Instance, Splits, State
 from engine._specs import Activity, Condition, InvokePipelet, InvokeService, Workflow, walk
 
 __all__ = ["Instance", "Interpreter", "PipeletFactory", "ServiceFactory", "State", "Step"]
@@ -77,8 +88,9 @@ class Interpreter:
         cohort = [i for i in cohort if i.running]
         if not cohort:
             return
+        splits = None
         if act.targets:
-            cohort = self._join(act, cohort)
+            cohort, splits = self._join(act, cohort)
             if not cohort:
                 return
         self.steps[type(act)](self, wf, act, cohort)
@@ -86,19 +98,26 @@ class Interpreter:
             for inst in cohort:
                 if inst.running:
                     self._set_sources(act, inst)
+        if splits is not None:
+            splits.rejoin()
 
     # -- links ------------------------------------------------------------------
-    def _join(self, act: Activity, cohort: list[Instance]) -> list[Instance]:
+    def _join(self, act: Activity, cohort: list[Instance]) -> tuple[list[Instance], Splits | None]:
         go: list[Instance] = []
+        splits: Splits | None = None
         for inst in cohort:
             statuses = {name: inst.links.get(name, False) for name in act.targets}
-            if act.join_condition is None:
-                ok = any(statuses.values())
-            else:
-                ok = self.test(act.join_condition, inst, statuses)
-                if not inst.running:
-                    continue
-            if ok:
+            ok = self._joins(act, inst, statuses)
+            if ok is None:
+                continue
+            if not isinstance(ok, bool):  # the records whose join holds run it, the others take the dead path
+                splits = splits or Splits()
+                ids = [[rid for rid, k in zip(inst.ids, ok, strict=True) if k],
+                       [rid for rid, k in zip(inst.ids, ok, strict=True) if not k]]
+                yes, no = splits.parts(inst, ids)
+                self._dead_path(act, no)
+                go.append(yes)
+            elif ok:
                 go.append(inst)
             elif act.suppress_join_failure:
                 self._dead_path(act, inst)
@@ -107,7 +126,41 @@ class Interpreter:
                     "joinFailure",
                     f"{self.workflow.path}:{act.line}: {act.label()}: join condition is false "
                     f"(links: {statuses}); set suppressJoinFailure=\"yes\" to skip it instead"))
-        return go
+        return go, splits
+
+    def _joins(self, act: Activity, inst: Instance, statuses: dict[str, Any]) -> bool | list[bool] | None:
+        """Whether ``act``'s join holds for ``inst``: once, or per record when a link holds for
+        some records only and they disagree (a join failure of some faults the whole); None: faulted."""
+        if not any(isinstance(v, frozenset) for v in statuses.values()):
+            return self._join_holds(act, inst, statuses)
+        answers: list[bool] = []
+        for rid in inst.ids:
+            ok = self._join_holds(act, inst, {n: self._holds(v, rid) for n, v in statuses.items()})
+            if ok is None:
+                return None
+            answers.append(ok)
+        if all(answers) or not any(answers) or not act.suppress_join_failure:
+            return all(answers)
+        return answers
+
+    def _join_holds(self, act: Activity, inst: Instance, statuses: dict[str, Any]) -> bool | None:
+        if act.join_condition is None:
+            return any(statuses.values())
+        ok = self.test(act.join_condition, inst, statuses)
+        return ok if inst.running else None
+
+    def _holds(self, status: Any, rid: str) -> bool:
+        """A link's status for one record (a fragment made since: its parent's)."""
+        if not isinstance(status, frozenset):
+            return bool(status)
+        for _ in range(64):
+            if rid in status:
+                return True
+            parent = self.bb.document(rid).get("parent") if rid in self.bb else None
+            if parent is None:
+                return False
+            rid = parent
+        return False
 
     @staticmethod
     def _dead_path(act: Activity, inst: Instance) -> None:
@@ -117,9 +170,11 @@ class Interpreter:
 
     def _set_sources(self, act: Activity, inst: Instance) -> None:
         for s in act.sources:
-            status = True if s.condition is None else self.test(s.condition, inst)
+            status: Any = True if s.condition is None else self.verdicts(s.condition, inst)
             if not inst.running:
                 return
+            if not isinstance(status, bool):  # holds for some records only
+                status = frozenset(rid for rid, ok in zip(inst.ids, status, strict=True) if ok)
             inst.links[s.link] = status
 
     def clear_loop_links(self, loop: Activity, cohort: list[Instance]) -> None:
@@ -138,23 +193,61 @@ class Interpreter:
         """The documents of the instance's records (what conditions and copies read)."""
         return [self.bb.document(rid) for rid in inst.ids if rid in self.bb]
 
+    def record_documents(self, inst: Instance) -> list[dict[str, Any]]:
+        """One document per record of the instance, in order (a record not here: just its ID)."""
+        bb = self.bb
+        return [bb.document(rid) if rid in bb else {"id": rid, "meta": {}} for rid in inst.ids]
+
     def test(self, cond: Condition, inst: Instance, extra: dict[str, Any] | None = None) -> bool:
-        """``cond`` for ``inst``; a condition that fails faults the instance (and is false)."""
+        """``cond`` once for ``inst`` (``$record`` its first record); a condition that fails
+        faults the instance (and is false)."""
         try:
             compiled = _conditions.compiled(cond)
             if compiled.bound and inst.frame is not None:
-                names = compiled.bound - set(extra or ())
-                extra = {**_variables.bindings(inst.frame, names, f"{self.workflow.path}:{cond.line}"),
-                         **(extra or {})}
+                extra = self._bindings(compiled, cond, inst, extra)
             return compiled.test(self.documents(inst), extra)
-        except WorkflowFault as f:
-            inst.fail(f)
+        except (WorkflowFault, etree.XPathError, ValueError, TypeError) as e:
+            self._failed(cond, inst, e)
             return False
-        except (etree.XPathError, ValueError, TypeError) as e:
+
+    def verdicts(self, cond: Condition, inst: Instance, among: list[int] | None = None) -> bool | list[bool]:
+        """``cond`` for each record of ``inst`` when it names ``$record``, else once.
+
+        One answer when the records agree (those at the positions ``among``,
+        if given), else one per record, in order.  A one-record instance
+        costs what :meth:`test` does.
+        """
+        if len(inst.ids) < 2:
+            return self.test(cond, inst)
+        try:
+            compiled = _conditions.compiled(cond)
+            if not compiled.per_record:
+                return self.test(cond, inst)
+            extra = self._bindings(compiled, cond, inst, None) if compiled.bound and inst.frame is not None \
+                else None
+            answers = compiled.test_each(self.record_documents(inst), extra)
+        except (WorkflowFault, etree.XPathError, ValueError, TypeError) as e:
+            self._failed(cond, inst, e)
+            return False
+        chosen = answers if among is None else [answers[p] for p in among]
+        if all(chosen):
+            return True
+        if not any(chosen):
+            return False
+        return answers
+
+    def _bindings(self, compiled: Any, cond: Condition, inst: Instance, extra: dict[str, Any] | None
+                  ) -> dict[str, Any]:
+        names = compiled.bound - set(extra or ())
+        return {**_variables.bindings(inst.frame, names, f"{self.workflow.path}:{cond.line}"), **(extra or {})}
+
+    def _failed(self, cond: Condition, inst: Instance, e: Exception) -> None:
+        if isinstance(e, WorkflowFault):
+            inst.fail(e)
+        else:
             inst.fail(WorkflowFault(
                 "conditionError",
                 f"{self.workflow.path}:{cond.line}: condition {cond.expression.strip()!r} failed: {e}"))
-            return False
 
 
 #: What runs one kind of activity for a cohort: ``step(interpreter, workflow, activity, cohort)``.

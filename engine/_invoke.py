@@ -64,10 +64,17 @@ def _pipelet_record_id(exc: BaseException) -> str | None:
     return rid if isinstance(rid, str) else None
 
 
+def _root(inst: Instance) -> Instance:
+    while inst.parent is not None:
+        inst = inst.parent
+    return inst
+
+
 def _pipelet_failed(where: str, cohort: list[Instance], exc: Exception) -> None:
     message = f"{where}: {type(exc).__name__}: {exc}"
-    if len(cohort) == 1:
-        cohort[0].fail(WorkflowFault("pipeletError", message))
+    if len({id(_root(i)) for i in cohort}) == 1:  # one message (or its parts): alone it fails the same
+        for inst in cohort:
+            inst.fail(WorkflowFault("pipeletError", message))
         return
     culprit: Instance | None = None
     rid = _pipelet_record_id(exc)

@@ -2,11 +2,16 @@
 
 ``while`` tests its condition before each iteration, ``repeatUntil`` after;
 each iteration runs for the instances whose condition still holds, as one
-cohort, with the links set inside the loop forgotten first.
+cohort, with the links set inside the loop forgotten first.  The condition
+is decided per record: a record leaves the loop when its own condition says
+so, the others go round again as a part of their instance, and the instance
+is whole again after the loop (``engine._instances.Splits``).
 
 A counted ``forEach`` (``startCounterValue``/``finalCounterValue``, BPEL's form): start,
 final and the completion condition's ``branches`` are evaluated once, when
-the loop starts, as unsigned integers (else ``invalidExpressionValue``).
+the loop starts, as unsigned integers (else ``invalidExpressionValue``);
+per record when they name ``$record``: records with different values run
+as one part each, side by side in the same iterations.
 start > final runs nothing; ``branches`` = 0 completes at once; ``branches``
 greater than the number of iterations is ``invalidBranchCondition``.  The
 body runs over the instance's records once per counter value, the counter
@@ -23,7 +28,8 @@ Over records (no counter values), the body runs once per record, ``$record``
 bound to it and the counter (if named) to its position from 1; parallel runs
 every record's branch as one cohort, sequential one position at a time.  A
 sequential one may have a completion condition: after that many branches the
-remaining records go on unchanged, without the body.
+remaining records go on unchanged, without the body.  That condition counts
+the instance's records: it is decided once (``$record`` the first record).
 
 Branches count as completed when they end normally; a body that is a scope
 whose fault handler ran counts too, unless ``successfulBranchesOnly="yes"``.
@@ -31,10 +37,10 @@ whose fault handler ran counts too, unless ``successfulBranchesOnly="yes"``.
 
 from __future__ import annotations
 
-from engine import _variables
+from engine import _conditions, _variables
 from engine._compensation import terminate
 from engine._errors import WorkflowFault
-from engine._instances import Instance, State
+from engine._instances import Instance, Splits, State
 from engine._interpreter import Interpreter
 from engine._specs import Condition, ForEach, RepeatUntil, Scope, While, Workflow
 
@@ -43,28 +49,56 @@ __all__ = ["for_each", "repeat_until", "while_"]
 
 def while_(it: Interpreter, wf: Workflow, act: While, cohort: list[Instance]) -> None:
     assert act.condition is not None and act.body is not None
+    splits: Splits | None = None
     active = cohort
     while active:
-        active = [i for i in active if i.running and it.test(act.condition, i)]
+        active, splits = _still_in(it, act.condition, active, splits, True)
         if not active:
-            return
+            break
         it.clear_loop_links(act.body, active)
         it.step(wf, act.body, active)
+    if splits is not None:
+        splits.rejoin()
 
 
 def repeat_until(it: Interpreter, wf: Workflow, act: RepeatUntil, cohort: list[Instance]) -> None:
     assert act.condition is not None and act.body is not None
+    splits: Splits | None = None
     active = cohort
     while active:
         it.clear_loop_links(act.body, active)
         it.step(wf, act.body, active)
-        active = [i for i in active if i.running and not it.test(act.condition, i)]
+        active, splits = _still_in(it, act.condition, active, splits, False)
+    if splits is not None:
+        splits.rejoin()
 
 
-def _unsigned(it: Interpreter, wf: Workflow, cond: Condition, inst: Instance, what: str) -> int | None:
+def _still_in(it: Interpreter, cond: Condition, active: list[Instance], splits: Splits | None, stay: bool
+              ) -> tuple[list[Instance], Splits | None]:
+    """The instances whose condition is ``stay`` go round again; per record, so when their records
+    disagree, the records that stay go on as a part and the others leave the loop."""
+    going: list[Instance] = []
+    for inst in active:
+        if not inst.running:
+            continue
+        verdict = it.verdicts(cond, inst)
+        if verdict is stay:
+            going.append(inst)
+        elif not isinstance(verdict, bool):
+            splits = splits or Splits()
+            going.append(splits.narrow(inst, [v is stay for v in verdict]))
+    return (going if splits is None else splits.going(going)), splits
+
+
+def _unsigned(it: Interpreter, wf: Workflow, cond: Condition, inst: Instance, what: str,
+              current: int | None = None) -> int | None:
+    """``cond`` as an unsigned integer for ``inst`` (``$record``: its record at ``current``)."""
     where = f"{wf.path}:{cond.line}"
     try:
-        value = _variables.evaluate(cond, it.documents(inst), inst.frame, where)
+        if current is None:
+            value = _variables.evaluate(cond, it.documents(inst), inst.frame, where)
+        else:
+            value = _variables.evaluate(cond, it.record_documents(inst), inst.frame, where, current=current)
     except WorkflowFault as f:
         inst.fail(f)
         return None
@@ -100,31 +134,75 @@ def for_each(it: Interpreter, wf: Workflow, act: ForEach, cohort: list[Instance]
 
 
 # -- forEach, counted ----------------------------------------------------------------
+def _plan(it: Interpreter, wf: Workflow, act: ForEach, inst: Instance, current: int | None = None
+          ) -> list[int] | None:
+    """``[start, final, branches or -1, completed]`` for ``inst`` (its record at ``current``);
+    None when no iteration runs (or it faulted)."""
+    assert act.start is not None and act.final is not None
+    start = _unsigned(it, wf, act.start, inst, "startCounterValue", current)
+    final = _unsigned(it, wf, act.final, inst, "finalCounterValue", current) if start is not None else None
+    branches = -1
+    if final is not None and act.branches is not None:
+        got = _unsigned(it, wf, act.branches, inst, "branches", current)
+        if got is None:
+            return None
+        branches = got
+    if start is None or final is None or start > final or branches == 0:
+        return None
+    if branches > final - start + 1:
+        inst.fail(WorkflowFault(
+            "invalidBranchCondition",
+            f"{wf.path}:{act.line}: {act.label()}: <branches> is {branches} but there are only "
+            f"{final - start + 1} iterations"))
+        return None
+    return [start, final, branches, 0]
+
+
+def _per_record(act: ForEach) -> bool:
+    return any(_conditions.compiled(c).per_record for c in (act.start, act.final, act.branches) if c is not None)
+
+
 def _for_each_counted(it: Interpreter, wf: Workflow, act: ForEach, cohort: list[Instance]) -> None:
+    """Start, final and branches are decided per record when they name ``$record``: records with
+    different counter ranges run as one part per range (in the same iterations)."""
     assert act.start is not None and act.final is not None and act.body is not None
     plans: dict[int, list[int]] = {}  # id(inst) -> [next counter, final, branches or -1, completed]
+    active: list[Instance] = []
+    splits: Splits | None = None
     for inst in cohort:
-        start = _unsigned(it, wf, act.start, inst, "startCounterValue")
-        final = _unsigned(it, wf, act.final, inst, "finalCounterValue") if start is not None else None
-        branches = -1
-        if final is not None and act.branches is not None:
-            got = _unsigned(it, wf, act.branches, inst, "branches")
-            if got is None:
+        if len(inst.ids) > 1 and _per_record(act):
+            each = [_plan(it, wf, act, inst, k) for k in range(len(inst.ids))]
+            if not inst.running:
                 continue
-            branches = got
-        if start is None or final is None or start > final or branches == 0:
-            continue
-        if branches > final - start + 1:
-            inst.fail(WorkflowFault(
-                "invalidBranchCondition",
-                f"{wf.path}:{act.line}: {act.label()}: <branches> is {branches} but there are only "
-                f"{final - start + 1} iterations"))
-            continue
-        plans[id(inst)] = [start, final, branches, 0]
-    active = [i for i in cohort if id(i) in plans]
+            if any(p != each[0] for p in each):
+                groups: dict[tuple[int, ...] | None, list[str]] = {}
+                for rid, p in zip(inst.ids, each, strict=True):
+                    groups.setdefault(tuple(p) if p is not None else None, []).append(rid)
+                splits = splits or Splits()
+                for key, part in zip(groups, splits.parts(inst, list(groups.values())), strict=True):
+                    if key is not None:
+                        plans[id(part)] = list(key)
+                        active.append(part)
+                continue
+            plan = each[0]
+        else:
+            plan = _plan(it, wf, act, inst)
+        if plan is not None:
+            plans[id(inst)] = plan
+            active.append(inst)
+    _iterate(it, wf, act, active, plans, splits)
+    if splits is not None:
+        splits.rejoin()
+
+
+def _iterate(it: Interpreter, wf: Workflow, act: ForEach, active: list[Instance], plans: dict[int, list[int]],
+             splits: Splits | None) -> None:
+    assert act.body is not None
     counter = act.counter_name or ""
     while active:
         this = [i for i in active if i.running and plans[id(i)][0] <= plans[id(i)][1]]
+        if splits is not None:
+            this = splits.going(this)
         if not this:
             return
         saved = {id(i): i.frame for i in this}

@@ -258,7 +258,7 @@ def _records_target(ctx: _Context, text: str) -> tuple[str, Any] | None:
         if var is not None and not ctx.is_records(var):
             return None
         key = next(g for g in m.groups()[2:] if g is not None)
-        return (kind, (int(index or 1), key))
+        return (kind, (int(index) if index else 0, key))  # $record/...: 0, each record its own
     return None
 
 

@@ -273,9 +273,10 @@ class CopySpec:
     ``proc:ProcessorMessage`` variables: the instance's records),
     ``("record_attribute", (n, key))`` -- attribute ``key`` of the instance's
     n-th record (1-based), SMILA's ``$request.records/rec:Record[n]/rec:Val[@key=...]``
-    or ``.../rec:A[@n=...]/rec:L/rec:V`` -- or ``("record_annotation", (n, name))``
-    (``.../rec:An[@n=...]``); for those the source is evaluated once over all
-    the instance's records.  ``query`` is a :class:`Condition` (``<query>``)
+    or ``.../rec:A[@n=...]/rec:L/rec:V``; n is 0 for ``$record/Val[@key=...]``:
+    each record's own -- or ``("record_annotation", (n, name))``
+    (``.../rec:An[@n=...]``); for those the source is evaluated over all the
+    instance's records, ``$record`` the one written.  ``query`` is a :class:`Condition` (``<query>``)
     or None.  A copy between two records variables (``$request`` to
     ``$result`` in SMILA's echo pipelines) does nothing: both are the records.
     """

@@ -1,7 +1,9 @@
 """Structured activities: ``sequence``, ``flow``, ``if`` and ``scope``, and a process as a scope.
 
 Each splits or orders the cohort and runs its children through
-:meth:`Interpreter.step <engine._interpreter.Interpreter.step>`.  ``flow``
+:meth:`Interpreter.step <engine._interpreter.Interpreter.step>`.  ``if``
+decides per record: an instance whose records choose different branches
+runs each branch as a part, whole again after the ``if``.  ``flow``
 runs its branches one after the other in the order the checker fixed (see
 ``engine._validate``); when one faults, the branches not run yet are
 terminated.  A ``scope`` pushes its variables and a scope frame, catches its
@@ -18,7 +20,7 @@ import logging
 from engine import _variables
 from engine._compensation import default_fault_handler, terminate
 from engine._errors import WorkflowFault
-from engine._instances import Completed, Instance, ScopeFrame, State
+from engine._instances import Completed, Instance, ScopeFrame, Splits, State
 from engine._interpreter import Interpreter
 from engine._specs import Flow, If, Scope, Sequence, Variable, Workflow
 
@@ -73,14 +75,56 @@ def flow(it: Interpreter, wf: Workflow, act: Flow, cohort: list[Instance]) -> No
 
 
 def if_(it: Interpreter, wf: Workflow, act: If, cohort: list[Instance]) -> None:
-    remaining = cohort
-    for cond, branch in act.branches:
-        taken = [i for i in remaining if it.test(cond, i)]
-        chosen = {id(i) for i in taken}
-        remaining = [i for i in remaining if i.running and id(i) not in chosen]
-        it.step(wf, branch, taken)
-    if act.otherwise is not None:
-        it.step(wf, act.otherwise, remaining)
+    """Each instance takes the first branch whose condition holds; decided per record, so an
+    instance whose records choose different branches runs as one part per branch (all decided
+    before any branch runs, the branches in document order), whole again after the ``if``."""
+    arms: list[list[Instance]] = [[] for _ in range(len(act.branches) + 1)]  # the last: else
+    splits: Splits | None = None
+    for inst in cohort:
+        choice = _choose(it, act, inst)
+        if isinstance(choice, int):
+            if choice >= 0:
+                arms[choice].append(inst)
+            continue
+        groups: dict[int, list[str]] = {}
+        for rid, arm in zip(inst.ids, choice, strict=True):
+            groups.setdefault(arm, []).append(rid)
+        splits = splits or Splits()
+        for arm, part in zip(groups, splits.parts(inst, list(groups.values())), strict=True):
+            arms[arm].append(part)
+    branches = [branch for _, branch in act.branches] + [act.otherwise]
+    for branch, taken in zip(branches, arms, strict=True):
+        if branch is not None and taken:
+            it.step(wf, branch, taken if splits is None else splits.going(taken))
+    if splits is not None:
+        splits.rejoin()
+
+
+def _choose(it: Interpreter, act: If, inst: Instance) -> int | list[int]:
+    """The branch ``inst`` takes (``len(branches)``: else; -1: it faulted), or each record's."""
+    otherwise = len(act.branches)
+    choice: list[int] | None = None
+    undecided: list[int] = []
+    for arm, (cond, _) in enumerate(act.branches):
+        verdict = it.verdicts(cond, inst, undecided if choice is not None else None)
+        if not inst.running:
+            return -1
+        if verdict is False:
+            continue
+        if verdict is True:
+            if choice is None:
+                return arm
+            for position in undecided:
+                choice[position] = arm
+            return choice
+        if choice is None:
+            choice = [otherwise] * len(inst.ids)
+            undecided = list(range(len(inst.ids)))
+        for position in undecided:
+            if verdict[position]:
+                choice[position] = arm
+        undecided = [p for p in undecided if not verdict[p]]
+    return otherwise if choice is None else choice
 
 
 def scope(it: Interpreter, wf: Workflow, act: Scope, cohort: list[Instance]) -> None:

@@ -34,7 +34,7 @@ from engine._conditions import RECORDS
 from engine._errors import WorkflowFault
 from engine._specs import Condition, Variable
 
-__all__ = ["Frame", "as_texts", "bindings", "evaluate", "read_source", "write_target"]
+__all__ = ["Frame", "as_texts", "bindings", "evaluate", "evaluate_each", "read_source", "write_target"]
 
 _UNSET: Any = object()
 
@@ -141,13 +141,21 @@ def bindings(frame: Frame | None, names: Iterable[str], where: str) -> dict[str,
 
 
 def evaluate(cond: Condition, documents: list[dict[str, Any]], frame: Frame | None, where: str,
-             extra: Mapping[str, Any] | None = None) -> Any:
-    """``cond`` over the records ``documents`` with the variables of ``frame`` bound."""
+             extra: Mapping[str, Any] | None = None, current: int = 0) -> Any:
+    """``cond`` over the records ``documents`` with the variables of ``frame`` bound
+    (``$record`` is ``documents[current]``)."""
     compiled = _conditions.compiled(cond)
     bound = dict(extra or {})
     if compiled.bound:
         bound.update(bindings(frame, compiled.bound - set(bound), where))
-    return compiled.evaluate(documents, bound)
+    return compiled.evaluate(documents, bound, current)
+
+
+def evaluate_each(cond: Condition, documents: list[dict[str, Any]], frame: Frame | None, where: str) -> list[Any]:
+    """``cond`` once per record of ``documents``, ``$record`` bound to it (rendered once)."""
+    compiled = _conditions.compiled(cond)
+    bound = bindings(frame, compiled.bound, where) if compiled.bound else None
+    return compiled.evaluate_each(documents, bound)
 
 
 def _one(result: Any, where: str, what: str) -> Any:

@@ -121,7 +121,7 @@ def test_the_record_xml_on_the_conditions_page_is_what_the_engine_renders(
     from engine._conditions import render_records
 
     document = _condition_record(tmp_path, monkeypatch)
-    newer, older = blocks("conditions.md", "xml")
+    newer, older = [b for b in blocks("conditions.md", "xml") if b.startswith("<records>")]
     assert _normal(newer) == etree.tostring(render_records([document])).decode()
     assert _normal(older) == etree.tostring(render_records([document], new=False, old=True)).decode()
 
@@ -136,6 +136,26 @@ def test_every_condition_on_the_conditions_page_gives_the_result_shown(
     wrong = [(code(expr), shown) for expr, shown in rows
              if engine.compile_condition(code(expr)).test([document]) != (shown == "true")]
     assert wrong == []
+
+
+def test_the_per_record_table_on_the_conditions_page_decides_as_shown(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each condition is decided per record or once, as the table's second column says, with the
+    answers shown for the page's three records."""
+    import engine
+
+    bb = run_python("conditions.md", tmp_path, monkeypatch)["bb"]
+    message = [bb.document(rid) for rid in ("r1", "r2", "r3")]
+    rows = [r for r in table_rows("conditions.md", 3) if r[1] in ("per record", "once")]
+    assert len(rows) >= 6 and {r[1] for r in rows} == {"per record", "once"}
+    for expression, decided, shown in rows:
+        condition = engine.compile_condition(code(expression))
+        assert condition.per_record == (decided == "per record"), expression
+        answers = [a == "true" for a in re.findall(r"true|false", shown)]
+        if condition.per_record:
+            assert condition.test_each(message) == answers, expression
+        else:
+            assert condition.test(message) == answers[0] and len(answers) == 1, expression
 
 
 def test_a_condition_from_the_conditions_page_steers_a_workflow(tmp_path: Path) -> None:

@@ -91,6 +91,28 @@ def first_pages(tmp_path: Path) -> None:
     assert all(r.ok for r in results)
     assert bb.get_attributes("long") == {"pages": 5, "read": "1 2 ", "note": "stopped before page 5"}
     assert bb.get_attributes("short") == {"pages": 2, "read": "1 2 "}
+    # both in one message: each record's own range (finalCounterValue names $record)
+    results, bb = _run(tmp_path, "FirstPages", {"long": {"pages": 5}, "short": {"pages": 2}}, [["long", "short"]])
+    assert all(r.ok for r in results)
+    assert bb.get_attributes("long") == {"pages": 5, "read": "1 2 ", "note": "stopped before page 5"}
+    assert bb.get_attributes("short") == {"pages": 2, "read": "1 2 "}
+
+
+def priority(tmp_path: Path) -> None:
+    scores = {"r1": {"score": 0}, "r2": {"score": 3}, "r3": {"score": 9}}
+    (result,), bb = _run(tmp_path, "Priority", scores, [["r1", "r2", "r3"]])
+    assert result.ok and result.result_ids == ["r1", "r2", "r3"]
+    assert [bb.get_attributes(r) for r in scores] == [
+        {"score": 0, "priority": "low", "together": 3},
+        {"score": 3, "priority": "medium", "together": 3},
+        {"score": 9, "priority": "high", "together": 3}]
+
+
+def fill(tmp_path: Path) -> None:
+    widths = {"a": {"width": 1, "bar": ""}, "b": {"width": 3, "bar": ""}, "c": {"width": 2, "bar": ""}}
+    (result,), bb = _run(tmp_path, "Fill", widths, [["a", "b", "c"]])
+    assert result.ok
+    assert [bb.get_attributes(r)["bar"] for r in widths] == ["#", "###", "##"]
 
 
 def index_or_undo(tmp_path: Path) -> None:
@@ -124,6 +146,8 @@ EXAMPLES: dict[str, Callable[[Path], None]] = {
     "Greeting": greeting,
     "FirstPages": first_pages,
     "IndexOrUndo": index_or_undo,
+    "Priority": priority,
+    "Fill": fill,
     "Welcome": welcome,
 }
 

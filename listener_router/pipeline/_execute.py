@@ -207,17 +207,19 @@ class ExecuteStage:
         """``runner = "local"``: each run is written down, so that a crash is known at the next
         start.  There is no Spark to send its records to: after it, the messages of the run
         that crashed run one by one (each written down alone, each settled before the next
-        runs), and one that crashed the process alone fails without running."""
+        runs, with nothing else running here meanwhile), and one that crashed the process alone
+        fails without running."""
         assert self.in_process is not None
         banned = self.in_process.quarantined([rid for ids in instances for rid in ids])
         if not banned:
-            run_id = self.in_process.begin(workflow.name, works)
-            try:
-                return list(_run(self.runner, self._keywords, workflow, bb, instances,
-                                 settle_early=early, watch=self._watch(run_id)))
-            finally:
-                if run_id is not None:
-                    self.in_process.end(run_id)
+            with self.in_process.shared():
+                run_id = self.in_process.begin(workflow.name, works)
+                try:
+                    return list(_run(self.runner, self._keywords, workflow, bb, instances,
+                                     settle_early=early, watch=self._watch(run_id)))
+                finally:
+                    if run_id is not None:
+                        self.in_process.end(run_id)
         for index, (w, ids) in enumerate(zip(works, instances, strict=True)):
             why = next((f"record {rid!r} {banned[rid]}" for rid in ids
                         if self.in_process.culprit(banned.get(rid, ""))), None)
@@ -225,13 +227,14 @@ class ExecuteStage:
                 early([InstanceResult(index, False, f"not run: {why} (runner = \"local\" has "
                                       "nowhere else to run it)", [], list(ids))])
                 continue
-            run_id = self.in_process.begin(workflow.name, [w])
-            try:
-                one = _run(self.runner, self._keywords, workflow, bb, [ids],
-                           watch=self._watch(run_id))[0]
-            finally:
-                if run_id is not None:
-                    self.in_process.end(run_id)
+            with self.in_process.alone():
+                run_id = self.in_process.begin(workflow.name, [w])
+                try:
+                    one = _run(self.runner, self._keywords, workflow, bb, [ids],
+                               watch=self._watch(run_id))[0]
+                finally:
+                    if run_id is not None:
+                        self.in_process.end(run_id)
             early([dataclasses.replace(one, index=index)])
         return []
 

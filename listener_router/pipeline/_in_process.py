@@ -9,12 +9,20 @@ returns it, so that the plug-ins can tell (the job log writes the attempt
 that crashed).  A run that hangs here is abandoned by the execute
 stage, which quarantines its records at once (:meth:`InProcess.quarantine`)
 and runs them on Spark.  A quarantined record never runs here again.
+
+Lanes run here at once, so a crash may leave several runs written down: the
+culprit is known only when one run of one message was left.  With
+``runner = "local"`` the suspects then run one at a time with nothing else
+in the process (:meth:`InProcess.alone`; other runs wait for it,
+:meth:`InProcess.shared`), so that the next crash names its record.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from engine import PipeletCall
@@ -41,6 +49,37 @@ class InProcess:
         self.member = member
         self.incarnation = ""          # the membership's, once it is made
         self.trail = Trail(member)
+        self._turns = threading.Condition()
+        self._running = 0          # shared runs in the process now
+        self._alone = 0            # runs alone waiting or running (they go first)
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[None]:
+        """A run beside others; it waits while a suspect runs alone (or waits to)."""
+        with self._turns:
+            self._turns.wait_for(lambda: not self._alone)
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._turns:
+                self._running -= 1
+                self._turns.notify_all()
+
+    @contextlib.contextmanager
+    def alone(self) -> Iterator[None]:
+        """A suspect's run, with nothing else running in the process (module doc)."""
+        with self._turns:
+            self._alone += 1
+            self._turns.wait_for(lambda: not self._running)
+            self._running = -1             # taken: neither shared nor alone may start
+        try:
+            yield
+        finally:
+            with self._turns:
+                self._running = 0
+                self._alone -= 1
+                self._turns.notify_all()
 
     def culprit(self, reason: str) -> bool:
         """Whether a quarantine ``reason`` says the record took the process down alone."""
@@ -100,7 +139,7 @@ class InProcess:
                         "%d record(s) are quarantined (they run on Spark from now on; with "
                         "runner = \"local\", one by one)", run.workflow, len(run.messages),
                         CRASHED, len(run.records))
-            alone = len(run.messages) == 1  # the culprit, known
+            alone = len(runs) == 1 and len(run.messages) == 1  # the culprit, known
             call = calls.get(run.id)
             where = f", in {call.text()} on {call.on()}" if call is not None else ""
             self.quarantine(run.records, f"workflow {run.workflow}: "

@@ -184,6 +184,23 @@ class BatchSize(Pipelet):
         return ids
 
 
+class Order(Pipelet):
+    """Append to ``attribute`` (default ``order``) the IDs the call got, space-separated (shows which
+    records came, in which order)."""
+
+    parameters = frozenset({"attribute"})
+
+    def configure(self, config: dict[str, Any]) -> None:
+        super().configure(config)
+        self.attribute = str(config.get("attribute", "order"))
+
+    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
+        seen = " ".join(ids)
+        for rid in ids:
+            blackboard.add_literal(rid, self.attribute, seen)
+        return ids
+
+
 class Greeter:
     """A message service for BPEL ``invoke``: ``sayHi`` answers "Hello <arg0>" (stands in for a web service)."""
 
