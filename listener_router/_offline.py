@@ -27,8 +27,10 @@ What differs from a delivered message, and why:
 - no routing: router rules do not apply (results go to ``--output``);
 - no retries: a failed message is failed, with its instance's own reason
   (without the attempts note ``fail`` adds); a deferred one (its records
-  held by another owner, the database unavailable) is failed too, with its
-  reason;
+  held by another owner) is failed too, with its reason;
+- the database out (the loader or the commit stage holds messages for it):
+  the run stops with :class:`StoreUnavailable` once the chunk is settled,
+  as ``chalk process`` always has (exit 2); there is no one to retry;
 - a record named again in the file starts a new chunk (a batch never holds
   a record twice, as the service's in-flight keys ensure), and that
   message's ID counts the occurrence: ``process:<run>/2:<record>``.
@@ -46,6 +48,7 @@ from typing import Any
 
 import engine
 from blackboard import Blackboard, default_owner
+from listener_router._errors import StoreUnavailable
 from listener_router._messages import Incoming
 from listener_router._plugin import Plugin, hooked
 from listener_router._rules import Router
@@ -83,6 +86,9 @@ PROCESS_QUEUE = "(process)"      # the queue of a process run's messages (and it
 # A chunk's seconds by stage as the job log keeps them for a process run: loading (with
 # the attributes), the run, and the commit (with routing, which is nothing here).
 _STAGES = (("load", ("load",)), ("run", ("run",)), ("commit", ("route", "commit")))
+
+# The reasons the loader and the commit stage hold a message for while the database is out.
+_OUTAGES = ("storage unavailable: ", "commit failed: ")
 
 Keep = Callable[[Blackboard, list[str]], Any]   # (blackboard, result IDs) → kept for the caller
 
@@ -278,6 +284,9 @@ class ProcessRun:
             leftover = bb.ids()
             if leftover:
                 self.loader.invalidate(bb, leftover)
+        for w in works:
+            if w.state is State.DEFERRED and w.error and w.error.startswith(_OUTAGES):
+                raise StoreUnavailable(w.error)
         out: list[Processed] = []
         for w in works:
             m = w.message
