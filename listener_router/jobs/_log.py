@@ -23,9 +23,10 @@ never lost).  A failed write is kept and tried again with the next one.
 The leader drops rows older than ``[node] retention_days`` (:class:`JobLogRetention`).
 
 ``chalk process`` runs through the pipeline too (``listener_router._offline``),
-with no inbox: the same hooks write its messages (queue ``(process)``) as
-rows of their own, ``processed`` in the commit transaction and ``failed``
-when settled; :class:`ProcessLog` is the log configured for such a run.
+with no inbox: :class:`ProcessLog`, the log of such a run, writes its
+messages (queue ``(process)``) as rows of their own, ``processed`` in the
+commit transaction and ``failed`` when settled; batch rows and stage times
+as above.
 """
 
 from __future__ import annotations
@@ -182,9 +183,6 @@ class JobLog(Plugin):
         at = time.time()
         period = self.period(at)
         workflow, member = commit.workflow, self.member
-        if commit.committed and commit.committed[0].message.queue == PROCESS_QUEUE:  # type: ignore[union-attr]
-            self._processed(commit, at, batch, seen)
-            return
         logged = commit.inbox_log = InboxLog(workflow, member, batch)
         append = logged.rows.append
         others: list[Other] = []
@@ -214,28 +212,6 @@ class JobLog(Plugin):
             with self._lock:
                 seen.pairs.update((q, workflow) for q in messages)
 
-    def _processed(self, commit: Commit, at: float, batch: str | None,
-                   seen: _Seen | None) -> None:
-        """A ``chalk process`` commit (no inbox rows): a ``processed`` row per message."""
-        workflow, member = commit.workflow, self.member
-        rows: list[LogRow] = []
-        others: list[Other] = []
-        for w in commit.committed:
-            m = w.message
-            assert m is not None
-            ids = m.record_ids
-            rows.append((at, "processed", m.queue, m.message_id, 0, m.attempts, workflow,
-                         member, batch, w.received_at, ids[0] if ids else None, len(ids), 0,
-                         None))
-            others += [(rid, m.queue, m.message_id, ids[0], at) for rid in ids[1:]]
-        conn = commit.connection
-        JobLogTables.write(conn, rows, others)
-        JobLogTables.add_counts(conn, member, {
-            (self.period(at), PROCESS_QUEUE, workflow, "processed"): len(rows)})
-        if seen is not None:
-            with self._lock:
-                seen.pairs.add((PROCESS_QUEUE, workflow))
-
     # -- settled, before the ack ----------------------------------------------------------
     def settled(self, works: Sequence[Work], report: BatchReport | None) -> None:
         at = time.time()
@@ -247,13 +223,6 @@ class JobLog(Plugin):
         taken: dict[tuple[str, str], list[float]] = {}   # committed: when each was taken up
         committed = State.COMMITTED
         for w in works:
-            if w.message is not None and w.message.queue == PROCESS_QUEUE:
-                if w.state is not committed:  # no retries: anything else failed
-                    row, extra = self._row(w, "failed", at, batch)
-                    rows.append(row)
-                    others += extra
-                    taken.setdefault((row[2], row[6] or ""), [])
-                continue
             if w.state is committed:
                 key = (w.message.queue, w.workflow or "")  # type: ignore[union-attr]
                 found = taken.get(key)
@@ -395,3 +364,45 @@ class ProcessLog(JobLog):
     def __init__(self, store: ServiceStore, *, interval: float = 60.0):
         super().__init__(store, f"process {socket.gethostname()}/{os.getpid()}",
                          interval=interval, flush_every=math.inf)
+
+    def in_transaction(self, commit: Commit) -> None:
+        """A row per committed record (``processed``): there is no inbox row to log on."""
+        seen = self._seen(commit.report)
+        batch = seen.id if seen is not None else None
+        at = time.time()
+        workflow, member = commit.workflow, self.member
+        rows: list[LogRow] = []
+        others: list[Other] = []
+        for w in commit.committed:
+            m = w.message
+            assert m is not None
+            ids = m.record_ids
+            rows.append((at, "processed", m.queue, m.message_id, 0, m.attempts, workflow,
+                         member, batch, w.received_at, ids[0] if ids else None, len(ids), 0,
+                         None))
+            others += [(rid, m.queue, m.message_id, ids[0], at) for rid in ids[1:]]
+        conn = commit.connection
+        JobLogTables.write(conn, rows, others)
+        JobLogTables.add_counts(conn, member, {
+            (self.period(at), PROCESS_QUEUE, workflow, "processed"): len(rows)})
+        if seen is not None:
+            with self._lock:
+                seen.pairs.add((PROCESS_QUEUE, workflow))
+
+    def settled(self, works: Sequence[Work], report: BatchReport | None) -> None:
+        """A row per record that did not commit (``failed``: nothing is retried)."""
+        at = time.time()
+        seen = self._seen(report)
+        batch = seen.id if seen is not None else None
+        rows: list[LogRow] = []
+        others: list[Other] = []
+        for w in works:
+            if w.state is not State.COMMITTED:
+                row, extra = self._row(w, "failed", at, batch)
+                rows.append(row)
+                others += extra
+        if rows:
+            if seen is not None:
+                with self._lock:
+                    seen.pairs.update((row[2], row[6] or "") for row in rows)
+            self._write_outcomes(rows, others)
