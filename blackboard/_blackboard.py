@@ -250,6 +250,21 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
         """The ID of the record a fragment was split from (None for other records)."""
         return self._entry(record_id).doc.get("parent")
 
+    def get_source(self, record_id: str) -> str | None:
+        """The source the record belongs to (None: none)."""
+        return self._entry(record_id).doc.get("source")
+
+    def set_source(self, record_id: str, source: str | None) -> None:
+        """Make the record belong to ``source`` (None: to none); written on commit.
+
+        Raises :class:`ValueTypeError` for a source that is not a string or None.
+        """
+        if source is not None and not isinstance(source, str):
+            raise ValueTypeError(f"{where(record_id)}: source {source!r} is not a string",
+                                 record_id=record_id)
+        if self._entry(record_id).doc.get("source") != source:
+            self._doc(record_id, change=True)["source"] = source
+
     def split(self, record_id: str, fragment: str, *, lock_timeout: float | None = None) -> str:
         """Copy a record to the fragment ``id#fragment``, lease it, and return its ID.
 

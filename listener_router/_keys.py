@@ -21,6 +21,16 @@ The type comes from the field's annotation: ``str``, ``int``, ``float``,
 ``tuple[X, ...]`` (a TOML array; one value alone is a one-element list),
 or ``tuple[Rule, ...]`` of a dataclass whose fields are settings too (an
 array of tables, ``[[section]]``).
+
+A plug-in may add keys to each rule of the core's lists (``[[listener]]``):
+a dataclass of :func:`setting` fields marked with :func:`rule_keys`, read
+from the same table as the rule's own keys and kept on the rule
+(``rule.extra("sample")``)::
+
+    @rule_keys("listener", "sample", "Sampling: only one message in N runs.")
+    @dataclass(frozen=True)
+    class SampleKeys:
+        sample_every: int = setting(1, "run one message in N", minimum=1)
 """
 
 from __future__ import annotations
@@ -39,8 +49,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Key", "Section", "setting", "section", "section_of", "key_of", "kind_of",
-           "rule_class", "check_value", "parse_env", "env_names", "type_name", "toml_text"]
+__all__ = ["Key", "RuleKeys", "Section", "setting", "section", "section_of", "key_of", "kind_of",
+           "rule_class", "rule_keys", "rule_keys_of", "check_value", "parse_env", "env_names",
+           "type_name", "toml_text"]
 
 
 @dataclass(frozen=True)
@@ -128,6 +139,40 @@ def section_of(cls: type) -> Section:
     found = getattr(cls, "__chalk_section__", None)
     if not isinstance(found, Section) or found.cls is not cls:
         raise TypeError(f"{cls.__qualname__} is not marked with @section(...)")
+    return found
+
+
+@dataclass(frozen=True)
+class RuleKeys:
+    """A plug-in's keys of each rule of a core list: ``[[rules]]`` tables may hold the
+    fields of ``cls`` besides the rule's own; ``name`` is what the rule keeps them under
+    (``rule.extra(name)``, a ``cls``), ``doc`` one line on what they are for."""
+
+    rules: str
+    name: str
+    doc: str
+    cls: type
+
+    def keys(self) -> list[tuple[dataclasses.Field[Any], Key]]:
+        """The keys, in declaration order."""
+        return [(f, key) for f in dataclasses.fields(self.cls)
+                if (key := key_of(f)) is not None]
+
+
+def rule_keys(rules: str, name: str, doc: str) -> Callable[[type], type]:
+    """Mark a dataclass of :func:`setting` fields as keys a plug-in adds to each rule of the
+    core's ``[[rules]]`` list (see the module doc and :class:`RuleKeys`)."""
+    def mark(cls: type) -> type:
+        cls.__chalk_rule_keys__ = RuleKeys(rules, name, doc, cls)  # type: ignore[attr-defined]
+        return cls
+    return mark
+
+
+def rule_keys_of(cls: type) -> RuleKeys:
+    """The :class:`RuleKeys` a class was marked as (TypeError when it was not)."""
+    found = getattr(cls, "__chalk_rule_keys__", None)
+    if not isinstance(found, RuleKeys) or found.cls is not cls:
+        raise TypeError(f"{cls.__qualname__} is not marked with @rule_keys(...)")
     return found
 
 

@@ -29,6 +29,7 @@ from listener_router._settings import (
     configured,
     default_features,
     feature_sections,
+    rule_extras,
     rules_of,
     settings_keys,
 )
@@ -143,10 +144,40 @@ def _rule(cls: type, table: Any, spot: _Spot) -> Any:
         spot.add(f"{spot.text()} must be a table, got {table!r}")
         return None
     fields = [f for f in dataclasses.fields(cls) if key_of(f) is not None]
-    bad = _unknown(table, [f.name for f in fields], spot.text())
+    extras = rule_extras(spot.name) \
+        if "extras" in {f.name for f in dataclasses.fields(cls)} else []
+    bad = _unknown(table, [f.name for f in fields]
+                   + [f.name for keys in extras for f, _k in keys.keys()], spot.text())
     if bad:
         spot.add(bad)
         return None
+    values = _values(cls, fields, table, spot)
+    added = {keys.name: _values(keys.cls, [f for f, _k in keys.keys()], table, spot)
+             for keys in extras if any(f.name in table for f, _k in keys.keys())}
+    if values is None or any(v is None for v in added.values()):
+        return None
+    # keys set to their defaults are a rule without them (the reference file's rule is the
+    # default rule)
+    added = {name: v for name, v in added.items()
+             if next(k for k in extras if k.name == name).cls(**(v or {}))
+             != next(k for k in extras if k.name == name).cls()}
+    if added:
+        values["extras"] = tuple(sorted((name, next(k for k in extras if k.name == name)
+                                         .cls(**(v or {}))) for name, v in added.items()))
+    rule = cls(**values)
+    problems = [getattr(part, "problem", lambda: None)()
+                for part in (rule, *(v for _name, v in values.get("extras", ())))]
+    problem = next((p for p in problems if p), None)
+    if problem:
+        spot.add(f"{spot.text()}: {problem}")
+        return None
+    return rule
+
+
+def _values(cls: type, fields: list[dataclasses.Field[Any]], table: Mapping[str, Any],
+            spot: _Spot) -> dict[str, Any] | None:
+    """The keys of ``fields`` in ``table`` as ``cls``'s values; None (and the problems noted)
+    if any is bad."""
     values: dict[str, Any] = {}
     ok = True
     for f in fields:
@@ -162,14 +193,7 @@ def _rule(cls: type, table: Any, spot: _Spot) -> Any:
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             assert spot.index is not None
             values[f.name] = f"{spot.name}{spot.index + 1}"  # the name: listener1, listener2, …
-    if not ok:
-        return None
-    rule = cls(**values)
-    problem = getattr(rule, "problem", lambda: None)()
-    if problem:
-        spot.add(f"{spot.text()}: {problem}")
-        return None
-    return rule
+    return values if ok else None
 
 
 def _from_env(env: Mapping[str, str], key: Key) -> tuple[str, str] | None:

@@ -9,6 +9,10 @@ says, before anything is built:
 - ``sections``: its settings, leaf dataclasses marked with
   :func:`~listener_router._keys.section` (``[jobs]``, ``[[schedule]]``) that
   the loader composes with the core's;
+- ``rule_keys``: keys it adds to each rule of a core list, dataclasses
+  marked with :func:`~listener_router._keys.rule_keys` (a key such as
+  ``sample_every = 10`` on a ``[[listener]]`` rule), read with the rule's own
+  keys and kept on it (``rule.extra(name)``);
 - :meth:`Plugin.configure`: settings it derives from its own (a schedule's
   queue gets a listener rule) — called by the loader, idempotent;
 - :meth:`Plugin.build`: the plug-in for these settings, or None when its
@@ -18,7 +22,10 @@ The instance is installed into a running service (:meth:`Plugin.install`,
 given a :class:`Host`), started, and stopped in reverse order.  It takes
 part in the pipeline by overriding hooks, each a no-op here, so the core
 calls only the hooks a plug-in overrides (nothing at all for a feature that
-is off; a plug-in that sets one to None on itself turns it off for the run): inside a batch's commit transaction (:meth:`Plugin.in_commit`),
+is off; a plug-in that sets one to None on itself turns it off for the run):
+before the run, on records just loaded, where it may settle messages or some
+of their records without running them (:meth:`Plugin.screen`), inside a
+batch's commit transaction (:meth:`Plugin.in_commit`),
 after its settling (:meth:`Plugin.settle_messages`, :meth:`Plugin.settled`),
 once a batch is finished (:meth:`Plugin.batch_finished`), on a view change
 (:meth:`Plugin.view_established`, in the leader's fenced transaction, and
@@ -27,7 +34,8 @@ of this member interrupted (:meth:`Plugin.interrupted`), as a leader task
 (:meth:`Plugin.leader_tasks`) and on the metrics snapshot
 (:meth:`Plugin.snapshot`).  A hook that raises is logged and never stops the
 service, except :meth:`Plugin.in_commit`, whose failure rolls its
-transaction back (its batch is tried again).
+transaction back (its batch is tried again), and :meth:`Plugin.screen`,
+whose failure holds the messages it was shown (they are tried again).
 
 The core finds plug-ins through the ``chalk.plugins`` entry points of the
 installed distributions (``pyproject.toml``), never by importing them; a
@@ -55,7 +63,7 @@ if TYPE_CHECKING:
         TopologyEvent,
         ViewChange,
     )
-    from listener_router.pipeline import BatchReport, Commit, Stats, Work
+    from listener_router.pipeline import BatchReport, Commit, Screen, Stats, Work
     from listener_router.store import LocalRun, Schema, ServiceStore
 
 __all__ = ["ENTRY_POINTS", "HOOKS", "Host", "Plugin", "hooked", "ordered", "plugin_classes"]
@@ -97,6 +105,7 @@ class Plugin:
     requires: ClassVar[tuple[str, ...]] = ()
     after: ClassVar[tuple[str, ...]] = ()
     sections: ClassVar[tuple[type, ...]] = ()
+    rule_keys: ClassVar[tuple[type, ...]] = ()
 
     # -- before anything is built ----------------------------------------------------------
     @classmethod
@@ -130,6 +139,14 @@ class Plugin:
         """Stop (in reverse start order; the pipeline is drained by then)."""
 
     # -- hooks -----------------------------------------------------------------------------
+    def screen(self, screen: Screen) -> None:
+        """A workflow's messages just taken up, their records loaded and the messages'
+        attributes written, before they run (on the gather stage's thread): settle records
+        that need no run with ``screen.settle(work, ids, step=…, route=…)``.  A message with
+        every record settled is committed at once without a run (inbox row, routed records,
+        ``in_commit`` hooks, no record written) and logged under the step; one with some
+        settled runs with the others.  Raising holds the messages shown (tried again)."""
+
     def in_commit(self, commit: Commit) -> None:
         """Inside a batch's commit transaction, before its inbox and outbox rows: write rows
         with ``commit.connection``, add messages with ``commit.publish``.  Raising rolls the
@@ -169,7 +186,7 @@ class Plugin:
         return f"<plug-in {self.name or type(self).__name__}>"
 
 
-HOOKS = ("in_commit", "settle_messages", "settled", "batch_finished", "view_established",
+HOOKS = ("screen", "in_commit", "settle_messages", "settled", "batch_finished", "view_established",
          "topology_event", "interrupted", "snapshot")
 
 

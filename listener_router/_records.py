@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,15 +47,28 @@ def chunked(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
         yield items[start:start + size]
 
 
-def store_records(bb: Blackboard, records: Sequence[dict[str, Any]], chunk: int = 1000) -> None:
-    """Write records to the store (attributes given replace those of the stored record)."""
+# Called inside each transaction that stores records, with their IDs.
+StoreHook = Callable[[Any, Sequence[str]], None]
+
+
+def _call(hook: StoreHook, ids: Sequence[str], conn: Any) -> None:
+    hook(conn, ids)
+
+
+def store_records(bb: Blackboard, records: Sequence[dict[str, Any]], chunk: int = 1000, *,
+                  source: str | None = None, hook: StoreHook | None = None) -> None:
+    """Write records to the store (attributes given replace those of the stored record;
+    ``source``: they belong to it).  ``hook(connection, ids)`` runs in each chunk's
+    transaction."""
     for part in chunked(records, chunk):
         ids = [r["id"] for r in part]
         bb.load_many(ids)
         try:
             for record in part:
                 bb.set_attributes(record["id"], record["attributes"])
-            bb.commit_many(ids)
+                if source is not None:
+                    bb.set_source(record["id"], source)
+            bb.commit_many(ids, hook=None if hook is None else functools.partial(_call, hook, ids))
         except BaseException:
             bb.invalidate_many(ids)
             raise
@@ -62,11 +76,14 @@ def store_records(bb: Blackboard, records: Sequence[dict[str, Any]], chunk: int 
 
 def push_records(settings: Settings, queue: str, records: Sequence[dict[str, Any]], *,
                  store: bool = True, operation: str = "ADD", per_message: int = 1,
-                 progress: Any = None) -> int:
+                 progress: Any = None, source: str | None = None,
+                 hook: StoreHook | None = None) -> int:
     """Store the records (unless ``store`` is false) and publish their IDs to ``queue``.
 
     Each message carries ``per_message`` record IDs and a fresh message ID.
     Publishing waits for the broker's confirms.  Returns the number of messages.
+    ``source``: the stored records belong to it.  ``hook(connection, ids)`` runs in each
+    transaction that stores records (not storing: in one of its own, before publishing).
     """
     if operation not in OPERATIONS:
         raise ConfigError(f"unknown operation {operation!r}; the service accepts "
@@ -74,9 +91,12 @@ def push_records(settings: Settings, queue: str, records: Sequence[dict[str, Any
     ids = list(dict.fromkeys(r["id"] for r in records))
     if len(ids) != len(records):
         raise RecordFileError("the same record ID appears more than once in the input")
-    if store:
+    if store or hook is not None:
         with Blackboard.connect(settings.blackboard_url) as bb:
-            store_records(bb, records)
+            if store:
+                store_records(bb, records, source=source, hook=hook)
+            elif hook is not None:
+                bb.commit_many([], hook=functools.partial(_call, hook, ids))
     rule = next((r for r in settings.listeners if r.queue == queue), ListenerRule(name="push", queue=queue))
 
     def prepare(conn: Any) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from listener_router._keys import Key, env_names, key_of, kind_of, toml_text, type_name
 from listener_router._loader import Part, parts
+from listener_router._settings import rule_extras
 
 __all__ = ["configuration_reference"]
 
@@ -118,10 +119,20 @@ def _list(part: Part) -> tuple[list[str], list[str]]:
                      _cell(rkey.doc)))
         items.append((rf.name, getattr(default_rules[0], rf.name) if default_rules
                       else _default(rf)))
+    notes: list[str] = []
+    has_extras = "extras" in {f.name for f in dataclasses.fields(rules)}
+    for extra in rule_extras(section) if has_extras else []:
+        names = []
+        for rf, rkey in extra.keys():
+            rows.append((f"`{rf.name}`", _rule_of(kind_of(extra.cls, rf.name), rkey),
+                         _shown(_default(rf), section), _cell(rkey.doc)))
+            items.append((rf.name, _default(rf)))
+            names.append(f"`{rf.name}`")
+        notes += [f"{', '.join(names)}: the `{extra.name}` plug-in's keys. {extra.doc}", ""]
     lines = _example(section, items, array=True)
     if not default_rules:  # none by default: the example is commented out
         lines = [line if line.startswith("#") else f"# {line}" for line in lines]
-    return out + _table(rows) + [""], lines
+    return out + _table(rows) + [""] + notes, lines
 
 
 def _table_section(part: Part) -> tuple[list[str], list[str]]:

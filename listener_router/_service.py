@@ -297,6 +297,9 @@ class Service:
                                             meter=self.meter,
                                             in_commit=hooked(self.plugins, "in_commit"),
                                             orders=orders, cancelled=self.cancelled)
+        screens = hooked(self.plugins, "screen")
+        screening = pipeline.Screening(screens, commit=commit, loader=self.loader,
+                                       meter=self.meter) if screens else None
         self._in_process = pipeline.InProcess(self.store, self.node)
         self._execute = pipeline.ExecuteStage(registry=self.registry, runner=self.runner,
                                      local_runner=self.local_runner, placement=None,
@@ -311,7 +314,7 @@ class Service:
                 gathering=lane.gathering, finish=self._finish, settlement=settlement,
                 meter=self.meter, owner=self.node, lease_seconds=s.lease_seconds,
                 stopping=self._stopping, name=f"chalk-gather-{lane.queue}",
-                cancelled=self.cancelled, ordered=orders.get(lane.queue))
+                cancelled=self.cancelled, ordered=orders.get(lane.queue), screening=screening)
             lane.gather.set_paused(lane.paused)
         self.dispatcher = pipeline.Dispatcher(self.lanes, self._run_batch, slots=s.concurrent_batches)
         assert self.store is not None

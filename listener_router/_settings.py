@@ -14,16 +14,28 @@ reading the file and the ``CHALK_<SECTION>_<KEY>`` environment overrides
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from listener_router._entry_points import plugin_classes
 from listener_router._errors import ConfigError
-from listener_router._keys import Key, Section, key_of, kind_of, rule_class, section_of, setting
+from listener_router._keys import (
+    Key,
+    RuleKeys,
+    Section,
+    key_of,
+    kind_of,
+    rule_class,
+    rule_keys_of,
+    section_of,
+    setting,
+)
 
 __all__ = ["CORE_SECTIONS", "DEFAULT_BROKER", "LANE_KEYS", "ListenerRule", "RouterRule", "Settings",
-           "configured", "default_features", "feature_sections", "rules_of", "settings_keys"]
+           "configured", "default_features", "feature_sections", "rule_extras", "rules_of",
+           "settings_keys"]
 
 DEFAULT_BROKER = "amqp://guest:guest@localhost:5672/%2F"
 
@@ -95,10 +107,34 @@ class ListenerRule:
     max_output_depth: int | None = setting(
         None, "the queue's lane takes no new batch while a queue its results are routed to "
         "holds more ready messages than this (back-pressure); unset: no limit", minimum=1)
+    extras: tuple[tuple[str, Any], ...] = field(
+        default=(), metadata={"internal": "the keys plug-ins add to the rule, by their name "
+                                          "(extra())"})
 
     @property
     def ordered_by_record(self) -> bool:
         return self.ordered_by == "record"
+
+    def extra(self, name: str) -> Any:
+        """The keys the plug-in's :func:`~listener_router._keys.rule_keys` class ``name`` adds
+        to this rule (a value of that class; its defaults when the rule sets none of them).
+
+        Raises:
+            KeyError: no installed plug-in adds keys under ``name`` to listener rules.
+        """
+        for key, value in self.extras:
+            if key == name:
+                return value
+        return _default_extra("listener", name)
+
+    def __getattr__(self, name: str) -> Any:
+        # A plug-in's key by its own name: ``rule.sample_every`` for ``rule.extra("sample").sample_every``.
+        if name.startswith("__") or name == "extras":
+            raise AttributeError(name)
+        for keys in rule_extras("listener"):
+            if name in _names(keys.cls):
+                return getattr(self.extra(keys.name), name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -120,6 +156,52 @@ class RouterRule:
         if not self.use_next_destination and self.queue is None and self.routing_key is None:
             return "give 'queue', 'exchange'+'routing_key' or 'use_next_destination = true'"
         return None
+
+
+def rule_extras(rules: str) -> list[RuleKeys]:
+    """The keys plug-ins add to each rule of the core's ``[[rules]]`` list, in plug-in order."""
+    found: list[RuleKeys] = []
+    for cls in plugin_classes():
+        found += [keys for k in getattr(cls, "rule_keys", ())
+                  if (keys := rule_keys_of(k)).rules == rules]
+    return found
+
+
+@functools.cache
+def _default_extra(rules: str, name: str) -> Any:
+    for keys in rule_extras(rules):
+        if keys.name == name:
+            return keys.cls()
+    raise KeyError(f"no plug-in adds keys named {name!r} to [[{rules}]] rules (known: "
+                   f"{', '.join(k.name for k in rule_extras(rules)) or 'none'})")
+
+
+_RULE_FIELDS = frozenset(f.name for f in dataclasses.fields(ListenerRule))
+def _names(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+_rule_init = ListenerRule.__init__
+
+
+def _listener_init(self: ListenerRule, *args: Any, **values: Any) -> None:
+    """The dataclass's ``__init__``, also taking a plug-in's rule keys by their own names
+    (``ListenerRule(queue="in", sample_every=10)``; ``dataclasses.replace`` too)."""
+    flat = {name: values.pop(name) for name in [n for n in values if n not in _RULE_FIELDS]}
+    _rule_init(self, *args, **values)
+    if not flat:
+        return
+    extras = dict(self.extras)
+    for name, value in flat.items():
+        owner = next((k for k in rule_extras("listener")
+                      if name in _names(k.cls)), None)
+        if owner is None:
+            raise TypeError(f"ListenerRule() got an unexpected keyword argument {name!r}")
+        extras[owner.name] = replace(extras.get(owner.name) or owner.cls(), **{name: value})
+    object.__setattr__(self, "extras", tuple(sorted(extras.items())))
+
+
+ListenerRule.__init__ = _listener_init  # type: ignore[method-assign]
 
 
 def feature_sections() -> list[Section]:

@@ -17,7 +17,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("blackboard", "pipelets", "engine", "listener_router")
-FEATURES = ("events", "jobs", "schedules", "journal", "dead_letters", "watch", "reprocess")
+FEATURES = ("events", "jobs", "schedules", "journal", "dead_letters", "watch", "reprocess",
+            "delta")
 TOP = ("listener_router", "listener_router.__main__")   # the public face, with the CLI
 
 

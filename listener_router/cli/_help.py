@@ -27,6 +27,7 @@ HELP: dict[str, tuple[str, str]] = {
         "queue, one message per --per-message IDs (or publish IDs alone with --id).",
         "chalk push records.jsonl                 # store and publish to chalk.in\n"
         "chalk push records.jsonl --queue orders.in --per-message 100\n"
+        "chalk push crawl.jsonl --queue web.in --source web   # records of source web (a crawl sees them)\n"
         "chalk push --id doc-1 --id doc-2 --operation DELETE   # IDs only, no records stored",
     ),
     "process": (
@@ -123,6 +124,21 @@ HELP: dict[str, tuple[str, str]] = {
         "chalk reprocess --workflow Welcome --ids-from failed.txt --queue hello.in\n"
         "chalk reprocess --resume 3f2a9c1e                    # go on after Ctrl-C or a crash\n"
         "chalk reprocess --list --json",
+    ),
+    "delta": (
+        "Crawls of a source, for delta processing: start marks a full crawl, every record of "
+        "the source pushed (chalk push --source) or brought by a message through a rule with "
+        "delta = \"hash\" is seen in it; finish publishes a DELETE message to the crawl's "
+        "queue for each stored record of the source it did not see, behind the crawl's own "
+        "messages, and the service deletes (and routes) each exactly once — one whose record "
+        "was seen by then (its message was still queued) is dropped.  finish resumes where a "
+        "killed one stopped.  status shows the crawls: seen, looked at, deletions published, "
+        "deleted, kept, pending.",
+        "chalk delta start web                     # a crawl of source web begins\n"
+        "chalk delta start web --queue web.in --restart   # abandon the running one, begin anew\n"
+        "chalk delta finish web                    # delete what the crawl did not see\n"
+        "chalk delta status\n"
+        "chalk delta status web --json",
     ),
     "demo": (
         "Push sample records through the shipped demo workflow on a local broker and Spark, "

@@ -57,11 +57,16 @@ def cmd_push(args: argparse.Namespace) -> int:
     else:
         raise ConfigError("give a JSONL file of records or --id ID (one or more)")
     ensure_local_broker(settings.broker_url)
+    seen = None
+    if args.source:  # a crawl of the source sees them, in the transaction that stores them
+        from listener_router.delta import seen_on_push
+        seen = seen_on_push(settings.blackboard_url, args.source)
     with Progress(disable=not sys.stderr.isatty()) as progress:
         task = progress.add_task(f"push → {args.queue}", total=len(records))
         sent = push_records(settings, args.queue, records, store=not args.ids_only and not args.ids,
                             operation=args.operation, per_message=args.per_message,
-                            progress=lambda n: progress.advance(task, n))
+                            progress=lambda n: progress.advance(task, n), source=args.source,
+                            hook=seen)
     print(f"pushed {len(records)} record(s) in {sent} message(s) to {args.queue}")
     return 0
 
@@ -279,6 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"operation header, one the service accepts: {', '.join(OPERATIONS)} "
                         "(default ADD)")
     p.add_argument("--per-message", type=int, default=1, help="record IDs per message (default 1)")
+    p.add_argument("--source", metavar="NAME",
+                   help="the records belong to this source (stored ones get it); a crawl of it "
+                        "(chalk delta start) counts them seen")
     p.set_defaults(func=cmd_push)
 
     p = sub.add_parser("process", parents=[common], help="run a workflow over a JSONL file, no broker")
@@ -316,7 +324,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the job log: each message's steps (received, retried, dead, "
                             "replayed, committed), oldest first")
     p.add_argument("--state", action="append", metavar="STATE",
-                   help="committed, retrying, dead, duplicate, replayed, processed, failed, crashed "
+                   help="committed, unchanged, retrying, dead, duplicate, replayed, processed, "
+                        "failed, crashed "
                         "(repeatable, or comma-separated)")
     p.add_argument("--queue", action="append", metavar="QUEUE", help="input queue (repeatable)")
     p.add_argument("--workflow", action="append", metavar="NAME", help="workflow (repeatable)")
@@ -361,11 +370,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--records", type=int, default=1000, help="how many sample records (default 1000)")
     p.set_defaults(func=cmd_demo)
 
+    from listener_router.cli._delta import add_parsers as add_delta_parsers
     from listener_router.cli._flow import add_parsers as add_flow_parsers
     from listener_router.cli._journal import add_parsers
     add_parsers(sub, common)
     add_flow_parsers(sub, common)
     reprocess.add_parsers(sub, common)
+    add_delta_parsers(sub, common)
     describe(sub)
     return parser
 

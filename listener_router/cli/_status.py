@@ -127,7 +127,7 @@ def statistics_rows(store: ServiceStore, since: float, now: float) -> list[dict[
         committed = s.counts.get("committed", 0) + s.counts.get("processed", 0)
         rows.append({
             "queue": queue, "workflow": workflow or None, "committed": committed,
-            "retried": s.counts.get("retrying", 0),
+            "unchanged": s.counts.get("unchanged", 0), "retried": s.counts.get("retrying", 0),
             "dead": s.counts.get("dead", 0) + s.counts.get("failed", 0),
             "duplicate": s.counts.get("duplicate", 0), "records": s.counts.get("records", 0),
             "per_second": round(committed / max(now - (s.first or now), 1.0), 3),
@@ -239,9 +239,13 @@ def print_statistics(stats: dict[str, Any], out: Out) -> None:
     if not stats["rows"]:
         out.text(f"statistics: nothing since {since}")
         return
-    counts = ["committed", "retried", "dead", "dup", "records", "msg/s"]
+    # "unchanged" (delta processing) only where some messages were
+    unchanged = any(r["unchanged"] for r in stats["rows"])
+    counts = ["committed", *(["unchanged"] if unchanged else []), "retried", "dead", "dup",
+              "records", "msg/s"]
     durations = [f"{m.split(':')[-1]} p50/p99" for m in STAGES]
-    rows = [[r["queue"], r["workflow"] or "-", r["committed"], r["retried"], r["dead"],
+    rows = [[r["queue"], r["workflow"] or "-", r["committed"],
+             *([r["unchanged"]] if unchanged else []), r["retried"], r["dead"],
              r["duplicate"], r["records"], f"{r['per_second']:.1f}",
              *(f"{_seconds(p['p50'])} / {_seconds(p['p99'])}" for p in r["seconds"].values())]
             for r in stats["rows"]]

@@ -2,17 +2,18 @@
 
 :class:`JobLog` is a plug-in (built while ``[jobs] log`` is on) with three hooks:
 
-- in the commit transaction (``in_commit``) it logs each committed
-  message on the inbox row its commit writes (``Commit.inbox_log``), and
-  adds to the outcome counts: no row of its own per message, never a write
-  of its own on the hot path, and a committed message is logged exactly
-  when its records are;
-- settled (``settled``), it sees every settled message before its ack: it
+- in the commit transaction (``in_commit``) it logs each committed message
+  on the inbox row its commit writes (``Commit.inbox_log``), and adds to
+  the outcome counts: no row of its own per message, never a write of its
+  own on the hot path, and a committed message is logged exactly when its
+  records are.  A message a plug-in committed without a run (``Work.step``,
+  the delta plug-in's ``unchanged``) is logged and counted under that step;
+- settled (``settled``) it sees every settled message before its ack: it
   writes rows for the retried, dead-lettered and duplicate ones (one small
   transaction, only when there are any; a step written again after a crash
-  is skipped by the log's unique index) and counts each committed
-  message's latency (taken up → settled);
-- once a batch is finished (``batch_finished``), it keeps the batch's row
+  is skipped by the log's unique index) and counts each committed message's
+  latency (taken up → settled);
+- once a batch is finished (``batch_finished``) it keeps the batch's row
   (member, seconds by stage) and adds its stage times to the duration
   histograms.
 
@@ -186,14 +187,14 @@ class JobLog(Plugin):
         logged = commit.inbox_log = InboxLog(workflow, member, batch)
         append = logged.rows.append
         others: list[Other] = []
-        messages: dict[str, int] = {}
+        messages: dict[tuple[str, str], int] = {}    # (queue, committed or a step) → n
         records: dict[str, int] = {}
         sent: dict[str, int] = {}
         for source, _message in commit.outgoing:
             sent[source] = sent.get(source, 0) + 1
         for w in commit.committed:
-            m = w.message
-            assert m is not None
+            m = w.received
+            assert m is not None and w.message is not None
             ids = m.record_ids
             queue = m.queue
             replays = m.headers.get(REPLAYS_HEADER)
@@ -201,16 +202,18 @@ class JobLog(Plugin):
                     ids[0] if ids else None, len(ids), sent.get(m.message_id, 0)))
             if len(ids) > 1:
                 others += [(rid, queue, m.message_id, ids[0], at) for rid in ids[1:]]
-            messages[queue] = messages.get(queue, 0) + 1
-            records[queue] = records.get(queue, 0) + len(ids)
-        counts = {(period, q, workflow, "committed"): n for q, n in messages.items()}
+            key = (queue, w.step or "committed")
+            messages[key] = messages.get(key, 0) + 1
+            if w.step is None:  # the records its run committed
+                records[queue] = records.get(queue, 0) + len(w.message.record_ids)
+        counts = {(period, q, workflow, step): n for (q, step), n in messages.items()}
         counts.update({(period, q, workflow, "records"): n for q, n in records.items()})
         conn = commit.connection
         JobLogTables.write(conn, (), others)
         JobLogTables.add_counts(conn, member, counts)
         if seen is not None:
             with self._lock:
-                seen.pairs.update((q, workflow) for q in messages)
+                seen.pairs.update((q, workflow) for q, _step in messages)
 
     # -- settled, before the ack ----------------------------------------------------------
     def settled(self, works: Sequence[Work], report: BatchReport | None) -> None:
@@ -248,7 +251,7 @@ class JobLog(Plugin):
 
     def _row(self, w: Work, state: str, at: float, batch: str | None
              ) -> tuple[LogRow, list[Other]]:
-        m, d = w.message, w.delivery
+        m, d = w.received, w.delivery
         if m is not None:
             queue, mid, attempt, ids, headers = (m.queue, m.message_id, m.attempts, m.record_ids,
                                                  m.headers)

@@ -16,8 +16,10 @@ Tables (made by ``_schema``):
   is the inbox row its commit writes anyway, with the log's columns
   (:class:`~listener_router.store.InboxLog`), so the log never disagrees
   with the inbox and a commit costs the log no row of its own.  Those
-  entries are read as ``committed`` ones, with a negative ID made from the
-  row's key; the inbox's retention is the log's.
+  entries are read as ``committed`` ones (or under the step of a plug-in
+  that committed the message without a run, the inbox row's status:
+  ``unchanged``), with a negative ID made from the row's key; the inbox's
+  retention is the log's.
 - ``chalk_job_batches``: a row per batch: member, when, and seconds by stage.
 - ``chalk_job_stats``: per interval (``period``, its start), member, queue,
   workflow and metric: a count, a sum and, for durations, a
@@ -133,8 +135,8 @@ job_stats = Table(
 )
 
 # States whose messages count in the statistics (and "records" for committed records).
-COUNTED_STATES = ("committed", "retrying", "dead", "duplicate", "processed", "failed", "cancelled",
-                  "crashed")
+COUNTED_STATES = ("committed", "unchanged", "retrying", "dead", "duplicate", "processed", "failed",
+                  "cancelled", "crashed")
 
 _COLUMNS = ("at", "state", "queue", "message_id", "round", "attempt", "workflow", "member",
             "batch", "received_at", "record", "records", "outgoing", "reason")
@@ -212,8 +214,8 @@ def _entry(row: Any) -> LogEntry:
 
 
 # A logged commit, read from its inbox row as a log entry.
-_LOGGED = (INBOX.c.queue, INBOX.c.message_id, INBOX.c.processed_at, INBOX.c.round,
-           INBOX.c.attempt, INBOX.c.workflow, INBOX.c.member, INBOX.c.log_batch,
+_LOGGED = (INBOX.c.queue, INBOX.c.message_id, INBOX.c.status, INBOX.c.processed_at,
+           INBOX.c.round, INBOX.c.attempt, INBOX.c.workflow, INBOX.c.member, INBOX.c.log_batch,
            INBOX.c.received_at, INBOX.c.record, INBOX.c.records, INBOX.c.outgoing)
 
 
@@ -226,7 +228,7 @@ def _committed_id(queue: str, message_id: str) -> int:
 
 def _committed(row: Any) -> LogEntry:
     return LogEntry(id=_committed_id(row.queue, row.message_id), at=row.processed_at,
-                    state="committed", queue=row.queue, message_id=row.message_id,
+                    state=row.status, queue=row.queue, message_id=row.message_id,
                     round=row.round or 0, attempt=(row.attempt or 0) + 1, workflow=row.workflow,
                     member=row.member, batch=row.log_batch, received_at=row.received_at,
                     record=row.record, records=row.records or 0, outgoing=row.outgoing or 0,
@@ -362,7 +364,7 @@ class JobLogTables:
                 query = query.where(text("state <> 'committed'"))
         if unresolved:
             query = query.where(c.resolved.is_(None))
-        commits = (not states or "committed" in states) and not unresolved
+        commits = not unresolved
         with self._reading() as conn:
             others = self._others(conn, record) if record is not None else []
 
@@ -380,6 +382,8 @@ class JobLogTables:
             if commits:
                 i = INBOX.c
                 logged = select(*_LOGGED).where(i.member.is_not(None))
+                if states:  # committed, or a step a plug-in committed it under (unchanged)
+                    logged = logged.where(i.status.in_(list(states)))
                 found += [_committed(r) for r in conn.execute(
                     matching(logged, i, i.processed_at).order_by(i.processed_at.desc())
                     .limit(limit))]

@@ -7,7 +7,8 @@ batch k+1 is gathered and loaded and batch k-1 is committed and published:
 stage       does                                    thread                 input
 ==========  ======================================  =====================  ==========
 gather      deliveries → parse, match, inbox,       ``chalk-stage``        the link's
-            load records, write attributes                                 deliveries
+            load records, write attributes,                                deliveries
+            screen (``_screen``)
 execute     run each workflow's group (Spark)       ``chalk-run`` (the     ``Gathering``
                                                     service's loop hands   (a ``Batch``)
                                                     it the batch)
@@ -25,8 +26,10 @@ batches in the service's process where the workflow allows).  ``_states`` is the
 table of what may happen to a message; ``_inflight`` keeps batches in flight
 from loading each other's records; ``_held`` keeps deferred messages until
 they are gathered again; ``_retries`` decides retry or dead letter;
-``_settlement`` ends groups and batches; ``_report`` counts;
-``_stage_input`` is a stage's input and thread.
+``_screen`` lets plug-ins settle messages (or some of their records)
+without running them, once they are loaded; ``_settlement`` ends groups
+and batches; ``_report`` counts; ``_stage_input`` is a stage's input and
+thread.
 """
 
 from listener_router.pipeline._batch import Batch, BatchSizing, Gathering, Group
@@ -76,6 +79,7 @@ from listener_router.pipeline._report import (
     hook_name,
 )
 from listener_router.pipeline._retries import attempts_note
+from listener_router.pipeline._screen import Screen, ScreenHook, Screening
 from listener_router.pipeline._settlement import Settlement
 from listener_router.pipeline._sizing import (
     AdaptiveSizing,
@@ -133,6 +137,9 @@ __all__ = [
     "Orphans",
     "Placement",
     "Runner",
+    "Screen",
+    "ScreenHook",
+    "Screening",
     "SettleMessages",
     "Settled",
     "Settlement",

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -64,7 +65,11 @@ class Commit:
     *processing* inside it and become *committed* when it commits.
     ``failed`` are the group's messages that failed instead (*retrying* or
     *dead*; their records were invalidated), reported with the first
-    transaction of the group that commits.  ``blackboard`` still holds the
+    transaction of the group that commits.  A message a plug-in settled
+    whole without a run (``Plugin.screen``) is committed with ``step`` set
+    (``unchanged``), an empty result and no record written; one with some
+    records settled so names only those that ran (``Work.whole``: all of
+    them).  ``blackboard`` still holds the
     committed records as written (read them; ``changed_ids()``,
     ``is_deleted(id)``): they leave it when the transaction commits.
     """
@@ -183,11 +188,23 @@ class CommitStage:
             if w.message.operation == "DELETE":
                 for rid in result.record_ids:
                     bb.delete(rid)
-            w.outgoing = self.router.route(bb, name, w.message, result.result_ids)
+            w.outgoing = [*w.unrun_outgoing,
+                          *self.router.route(bb, name, w.message, result.result_ids)]
             return True
         except Exception as e:  # a router condition or attribute that cannot be rendered
             fail(w, f"routing failed: {type(e).__name__}: {e}")
             return False
+
+    def commit_unrun(self, group: Group, works: list[Work]) -> None:
+        """Commit messages a plug-in settled whole without a run (``_screen``): their inbox
+        rows (status: their step), their records' routed messages (``unrun_outgoing``) and
+        the plug-ins' rows in one transaction, as :meth:`settle` commits a run's; no record
+        is written.  On the calling thread (the gather stage's, owning the group's
+        blackboard)."""
+        for w in works:
+            w.outgoing = list(w.unrun_outgoing)
+        self._commit(group, [(w, InstanceResult(i, True, None)) for i, w in enumerate(works)],
+                     [], [])
 
     def _commit(self, group: Group, committing: list[tuple[Work, InstanceResult]],
                 failed: list[Work], invalidated: list[str]) -> None:
@@ -197,6 +214,8 @@ class CommitStage:
         commit_ids = [rid for _w, result in committing for rid in result.record_ids]
         processed = [(w.message.message_id, w.message.queue)  # type: ignore[union-attr]
                      for w, _ in committing] if self.inbox else []
+        steps = [w.step or "committed" for w, _ in committing] \
+            if any(w.step for w, _ in committing) else None
         outgoing = [(w.message.message_id, m) for w, _ in committing for m in w.outgoing]  # type: ignore[union-attr]
         added: list[OutMessage] = []
         batches: list[str | None] = []
@@ -218,7 +237,7 @@ class CommitStage:
                 messages += [(None, m) for m in commit.added]
                 logged = commit.inbox_log
             batches.append(Outbox.write(conn, processed, messages, writer=bb.owner,
-                                        logged=logged))
+                                        logged=logged, status=steps))
 
         started = time.perf_counter()
         try:
@@ -261,6 +280,8 @@ class CommitStage:
         self.meter.stats.add("records_committed", len(commit_ids))
         if report is not None:
             report.count_records(name, "committed", len(commit_ids))
+            for step, n in Counter(s for w, _ in committing for s in w.unrun.values()).items():
+                report.count_records(name, step, n)   # settled without a run (``_screen``)
 
     def _extend(self, commit: Commit) -> None:
         for hook in self.in_commit:

@@ -214,7 +214,7 @@ class FinishStage:
                         self.store.outbox.mark_sent(batches)
                 except InfrastructureError as e:
                     log.warning("could not mark %d outbox batch(es) sent: %s", len(batches), e)
-            for state, n in Counter(w.state.value for w in done).items():
+            for state, n in Counter(w.label for w in done).items():
                 self.stats.add(state, n)
             for hook in self.settled:
                 try:

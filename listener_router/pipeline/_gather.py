@@ -36,6 +36,7 @@ from listener_router.pipeline._inflight import InFlight
 from listener_router.pipeline._loading import Loader
 from listener_router.pipeline._ordered import Ordered
 from listener_router.pipeline._report import Meter
+from listener_router.pipeline._screen import Screening
 from listener_router.pipeline._settlement import Settlement
 from listener_router.pipeline._states import State
 from listener_router.pipeline._work import Work, keys
@@ -58,7 +59,8 @@ class GatherStage:
                  inflight: InFlight, held: Held, gathering: Gathering, finish: FinishStage,
                  settlement: Settlement, meter: Meter, owner: str, lease_seconds: float,
                  stopping: threading.Event, name: str = "chalk-gather",
-                 cancelled: Cancelled | None = None, ordered: Ordered | None = None):
+                 cancelled: Cancelled | None = None, ordered: Ordered | None = None,
+                 screening: Screening | None = None):
         self.link = link
         self.deliveries = deliveries
         self.name = name
@@ -78,6 +80,7 @@ class GatherStage:
         self._service_stopping = stopping
         self.cancelled = cancelled
         self.ordered = ordered
+        self.screening = screening
         self._stop = threading.Event()
         self._paused = threading.Event()
         self._thread: threading.Thread | None = None
@@ -257,8 +260,10 @@ class GatherStage:
                 group = batch.groups[name] = Group(
                     name, self.store.blackboard(self.owner, self.lease_seconds), batch=batch)
             loaded = self.loader.load(group.bb, group_works, report)
-            group.works += [w for w in loaded if self.loader.apply(group.bb, w)]
-        inflight.release(keys(w for w in fresh if w.state is not State.PROCESSING))
+            runnable = [w for w in loaded if self.loader.apply(group.bb, w)]
+            if self.screening is not None:  # plug-ins may settle some without a run
+                runnable = self.screening.screen(group, runnable)
+            group.works += runnable
         # Parked messages are not the batch's: they take no room, and are counted when
         # they are gathered again.
         parked = [w for w in works if w.parked]
@@ -268,8 +273,16 @@ class GatherStage:
         batch.works += works
         finished = [w for w in works if w.state is not State.PROCESSING]
         with report.lock:
-            report.outcome.update((w.delivery.queue, w.state.value) for w in finished)
+            report.outcome.update((w.delivery.queue, w.label) for w in finished)
+        ended = [w for w in fresh if w.state is not State.PROCESSING]
+        released = keys(ended)
+        if ordered is not None:  # a commit here frees its order keys, as the commit stage's
+            released += [k for w in ended if w.state is State.COMMITTED
+                         for k in ordered.holds(w)]
+        # On the finish stage's input before their keys are released: a copy of one that
+        # committed here (settled without a run) then finds its outbox batch sent.
         self.finish.finish(finished, batch)
+        inflight.release(released)
 
     def _check_inbox(self, live: list[Work]) -> None:
         """Messages already committed become duplicates; an outbox batch of theirs

@@ -57,7 +57,7 @@ class Ordered:
 
     def order_keys(self, w: Work) -> list[str]:
         """The message's keys: its record IDs (``by = "record"``) or its header's value."""
-        m = w.message
+        m = w.received
         if m is None:
             return []
         if self.by == "record":

@@ -74,7 +74,8 @@ class BatchReport:
     size_limit: int = 0            # the batch size the sizing allowed when it was taken
     messages: int = 0              # messages gathered into it
     outcome: Counter[tuple[str, str]] = field(default_factory=Counter)  # (queue, state) → messages
-    records: Counter[tuple[str, str]] = field(default_factory=Counter)  # (workflow, committed|invalidated)
+    # (workflow, committed | invalidated | the step of records settled without a run) → records
+    records: Counter[tuple[str, str]] = field(default_factory=Counter)
     published: int = 0             # messages published for it (routed, retry copies, dead letters)
     sent: Counter[str] = field(default_factory=Counter)  # routed messages by target queue
     runs: list[WorkflowRun] = field(default_factory=list)  # each run of a workflow, in order

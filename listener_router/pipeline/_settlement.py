@@ -61,7 +61,7 @@ class Settlement:
         if batch is not None:
             report = batch.report
             with report.lock:
-                report.outcome.update((w.delivery.queue, w.state.value) for w in works)
+                report.outcome.update((w.delivery.queue, w.label) for w in works)
         # On the finish stage's input before a duplicate of these messages can be gathered (that
         # needs the keys released): the duplicate then finds their outbox batch sent.
         kept = self._keep_order(works)   # in the store before anything is acked

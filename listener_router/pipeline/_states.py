@@ -5,7 +5,9 @@ matched it is *processing*.  It leaves processing in exactly one way:
 
 - *committed*: its records, its inbox row and its outgoing messages (in its
   batch's outbox row) were written in one transaction; after the broker
-  confirmed them it is *acked*.
+  confirmed them it is *acked*.  A message a plug-in settled without a
+  run (``_screen``) is committed so too, at once, with no record written
+  (``Work.step`` names it: ``unchanged``).
 - *duplicate*: its ID is already in the inbox; an outbox batch of its that was
   never confirmed sent is published again, then it is acked.
 - *retrying*: its instance failed with attempts left; a copy with the attempt
@@ -22,7 +24,8 @@ matched it is *processing*.  It leaves processing in exactly one way:
 Nothing is acked before what it depends on is durable, so a crash at any
 point leaves a message either redelivered or done.
 
-Who moves a message: the gather stage out of *received*; the commit stage
+Who moves a message: the gather stage out of *received* (and out of
+*processing*, committing one a plug-in settled without a run); the commit stage
 (and the execute stage, isolating a message that breaks the runner) out of
 *processing*; the finish stage to *acked*, or to *deferred* when publishing
 fails.

@@ -29,11 +29,31 @@ class Work:
     received_at: float = field(default_factory=time.time)   # wall clock, taken up
     loaded: bool = False               # its records were taken up (invalidated if it fails)
     parked: bool = False               # deferred, its delivery parked on a key in flight
+    # Records a plug-in settled without a run (``_screen``): ``unrun`` each one's step;
+    # ``step`` names a message committed with none of its records run (``unchanged``);
+    # ``whole`` is the message as received when ``message`` names only the records that run;
+    # ``unrun_outgoing`` the settled records' routed messages, written with its commit.
+    unrun: dict[str, str] = field(default_factory=dict)
+    step: str | None = None
+    whole: Incoming | None = None
+    unrun_outgoing: list[OutMessage] = field(default_factory=list)
 
     def to(self, state: State, error: str | None = None) -> None:
         self.state = check_transition(self.state, state)
         if error is not None:
             self.error = error
+
+    @property
+    def label(self) -> str:
+        """What the message is counted and logged as: its state, or the step of a plug-in
+        that committed it without a run."""
+        return self.step if self.step is not None and self.state is State.COMMITTED \
+            else self.state.value
+
+    @property
+    def received(self) -> Incoming | None:
+        """The message as received, with every record it names."""
+        return self.whole or self.message
 
 
 def keys(works: Iterable[Work]) -> list[Hashable]:
@@ -41,7 +61,7 @@ def keys(works: Iterable[Work]) -> list[Hashable]:
     found: list[Hashable] = []
     append, extend = found.append, found.extend
     for w in works:
-        message = w.message
+        message = w.whole or w.message
         if message is not None:
             append(message.key)
             extend(message.record_ids)

@@ -55,7 +55,8 @@ inbox = Table(
     "chalk_inbox", CORE.metadata,
     Column("queue", String(255), primary_key=True),
     Column("message_id", String(255), primary_key=True),
-    Column("status", String(16), nullable=False),  # committed
+    # committed; or the step of a plug-in that committed it without a run (``unchanged``)
+    Column("status", String(16), nullable=False),
     Column("processed_at", Float, nullable=False),
     Column("batch", String(64), nullable=True),    # the outbox batch of its outgoing messages
     # The job log's entry of the committed message (``InboxLog``; NULL when the log is
@@ -97,11 +98,11 @@ _CHUNK = 2000
 # work for a batch of a thousand.  ID sets go in as one JSON array (SQLite)
 # or one text array (PostgreSQL): one statement whatever the batch size.
 _INBOX_INSERT = ("INSERT INTO chalk_inbox (queue, message_id, status, processed_at, batch) "
-                 "VALUES (?, ?, 'committed', ?, ?)")
+                 "VALUES (?, ?, ?, ?, ?)")
 _INBOX_INSERT_LOGGED = (
     "INSERT INTO chalk_inbox (queue, message_id, status, processed_at, batch, round, attempt, "
     "received_at, record, records, outgoing, workflow, member, log_batch) "
-    "VALUES (?, ?, 'committed', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 _OUTBOX_INSERT = ("INSERT INTO chalk_outbox_batches (id, created_at, sent_at, size, messages, "
                   "writer) VALUES (?, ?, NULL, ?, ?, ?)")
 _SEEN = {
@@ -174,7 +175,8 @@ class Outbox:
     @staticmethod
     def write(conn: Connection, processed: Sequence[tuple[str, str]],
               messages: Sequence[tuple[str | None, OutMessage]],
-              writer: str | None = None, logged: InboxLog | None = None) -> str | None:
+              writer: str | None = None, logged: InboxLog | None = None,
+              status: Sequence[str] | None = None) -> str | None:
         """Inside the commit transaction: record ``(message_id, queue)`` and the outgoing
         ``(source message_id, message)``; returns the outbox batch (None: no messages).
         ``writer`` names the member (its node name): when it is gone, the leader
@@ -185,7 +187,8 @@ class Outbox:
         batch, so that a redelivery of it publishes the batch again.
 
         ``logged``: the job log's entries of the processed messages, one row each in
-        their order, written on their inbox rows.
+        their order, written on their inbox rows.  ``status``: each processed message's
+        (default ``committed`` for all).
         """
         now = time.time()
         batch = uuid.uuid4().hex if messages else None
@@ -198,17 +201,23 @@ class Outbox:
             sources = {source for source, _m in messages}
             if None in sources:
                 sources.add(processed[0][0])
+            states = ["committed"] * len(processed) if status is None else list(status)
+            if len(states) != len(processed):
+                raise ValueError(f"{len(states)} status(es) for {len(processed)} processed "
+                                 "message(s)")
             if logged is None:
                 conn.exec_driver_sql(_driver_sql(conn, _INBOX_INSERT), [
-                    (q, mid, now, batch if mid in sources else None) for mid, q in processed])
+                    (q, mid, state, now, batch if mid in sources else None)
+                    for (mid, q), state in zip(processed, states, strict=True)])
             else:
                 if len(logged.rows) != len(processed):
                     raise ValueError(f"{len(logged.rows)} job-log row(s) for {len(processed)} "
                                      "processed message(s)")
                 shared = (logged.workflow, logged.member, logged.batch)
                 conn.exec_driver_sql(_driver_sql(conn, _INBOX_INSERT_LOGGED), [
-                    (q, mid, now, batch if mid in sources else None, *row, *shared)
-                    for (mid, q), row in zip(processed, logged.rows, strict=True)])
+                    (q, mid, state, now, batch if mid in sources else None, *row, *shared)
+                    for (mid, q), state, row in zip(processed, states, logged.rows,
+                                                    strict=True)])
         return batch
 
     def unsent(self, batches: Iterable[str] | None = None,

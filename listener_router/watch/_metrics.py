@@ -36,7 +36,7 @@ __all__ = ["Live", "Metrics", "METRICS", "STAGES"]
 
 # BatchReport.seconds keys → the stage label (the gathering is "stage" in reports)
 STAGES = {"stage": "gather", "receive": "receive", "inbox": "inbox", "load": "load",
-          "wait": "wait", "run": "run", "route": "route", "commit": "commit",
+          "screen": "screen", "wait": "wait", "run": "run", "route": "route", "commit": "commit",
           "publish": "publish", "batch": "batch"}
 
 _SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -55,13 +55,17 @@ METRICS: dict[str, str] = {
                                     "for another attempt, by input queue",
     "chalk_messages_dead_lettered_total": "Messages sent to the dead-letter queue, by input queue",
     "chalk_messages_total": "Messages by input queue and the state they were settled in "
-                            "(committed, duplicate, retrying, dead, deferred)",
+                            "(committed, duplicate, retrying, dead, deferred; unchanged: "
+                            "committed without a run, delta processing)",
     "chalk_records_committed_total": "Records committed, by workflow",
     "chalk_records_invalidated_total": "Records invalidated (their instance failed), by workflow",
+    "chalk_records_unrun_total": "Records a plug-in settled without running them, by workflow "
+                                 "and step (delta processing: unchanged), counted when their "
+                                 "message commits",
     "chalk_batches_total": "Batches finished",
     "chalk_batch_messages": "Messages per batch",
     "chalk_stage_seconds": "Seconds a batch spent in each stage (gather, receive, inbox, load, "
-                           "wait, run, route, commit, publish, batch)",
+                           "screen, wait, run, route, commit, publish, batch)",
     "chalk_spark_job_seconds": "Seconds of each Spark job (one per workflow per batch), by workflow",
     "chalk_local_run_seconds": "Seconds of each workflow run in the service's process "
                                "(runner local, or under local_below), by workflow",
@@ -162,6 +166,7 @@ class Metrics(BatchObserver):
         self.messages = counter("chalk_messages_total", ("queue", "state"))
         self.committed = counter("chalk_records_committed_total", ("workflow",))
         self.invalidated = counter("chalk_records_invalidated_total", ("workflow",))
+        self.unrun = counter("chalk_records_unrun_total", ("workflow", "step"))
         self.batches = counter("chalk_batches_total")
         self.batch_messages = Histogram("chalk_batch_messages", METRICS["chalk_batch_messages"],
                                         buckets=_SIZES, registry=registry)
@@ -193,7 +198,12 @@ class Metrics(BatchObserver):
         if published.events:
             self.events.inc(published.events)
         for (workflow, kind), n in report.records.items():
-            (self.committed if kind == "committed" else self.invalidated).labels(workflow).inc(n)
+            if kind == "committed":
+                self.committed.labels(workflow).inc(n)
+            elif kind == "invalidated":
+                self.invalidated.labels(workflow).inc(n)
+            else:  # a step of records settled without a run
+                self.unrun.labels(workflow, kind).inc(n)
         for key, seconds in report.seconds.items():
             self.stage_seconds.labels(STAGES.get(key, key)).observe(seconds)
         for run in report.runs:

@@ -44,12 +44,14 @@ holds {{ r.output_depth | count }} of {{ r.max_output_depth | count }}</span>
 they survive a restart), per {{ interval | int }} s interval, over the last
 {% for key in windows %}<a href="?{{ {'stats': key} | urlencode }}#stats"{% if key == window %} class="current"{% endif %}>{{ key }}</a>{% if not loop.last %} · {% endif %}{% endfor %}</p>
 {% if not rows %}<p class="muted">nothing in the statistics for this window</p>{% else %}
-<table id="stats-table"><tr><th>queue</th><th>workflows</th><th>committed</th><th>retried</th>
+<table id="stats-table"><tr><th>queue</th><th>workflows</th><th>committed</th>
+<th title="committed without a run: their records were unchanged (delta processing)">unchanged</th><th>retried</th>
 <th>dead</th><th>cancelled</th><th>records</th><th>latency p50 / p99</th><th>members</th>
 <th>messages/s</th><th>latency</th></tr>
 {% for s in rows %}<tr data-queue="{{ s.queue }}"><td><code>{{ s.queue }}</code></td>
 <td>{{ s.workflows | join(", ") }}</td>
 <td class="num committed">{{ s.counts.get("committed", 0) + s.counts.get("processed", 0) }}</td>
+<td class="num unchanged">{{ s.counts.get("unchanged", 0) }}</td>
 <td class="num">{{ s.counts.get("retrying", 0) }}</td>
 <td class="num">{{ s.counts.get("dead", 0) + s.counts.get("failed", 0) }}</td>
 <td class="num">{{ s.counts.get("cancelled", 0) }}</td><td class="num">{{ s.counts.get("records", 0) }}</td>

@@ -46,6 +46,26 @@ def test_create_commit_load_round_trip(bb: Blackboard, store_url: str) -> None:
     assert stored(store_url, "doc-1")["meta"]["attrs"]["title"] == [{"lit": "Hi", "type": "text"}]
 
 
+def test_a_records_source_is_read_and_changed_and_kept_by_a_commit(
+        bb: Blackboard, store_url: str) -> None:
+    bb.load_many(["a", "b"])
+    assert bb.get_source("a") is None
+    bb.set_source("a", "web")
+    bb.set_literal("b", "n", 1)
+    bb.commit_many(["a", "b"])
+    bb.load_many(["a", "b"])
+    assert (bb.get_source("a"), bb.get_source("b")) == ("web", None)
+    bb.set_source("a", "web")                      # the same: nothing to write
+    assert bb.changed_ids() == []
+    bb.set_source("a", None)
+    assert bb.changed_ids() == ["a"]
+    with pytest.raises(BlackboardError) as caught:
+        bb.set_source("b", 7)  # type: ignore[arg-type]
+    assert "record 'b'" in str(caught.value)
+    bb.commit_many(["a", "b"])
+    assert stored(store_url, "a")["source"] is None
+
+
 def test_load_of_an_absent_record_marks_it_new_and_invalidate_leaves_no_trace(
         bb: Blackboard, store_url: str) -> None:
     bb.load("fresh")

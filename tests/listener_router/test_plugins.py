@@ -29,7 +29,7 @@ def _blocks(language: str) -> list[str]:
 
 def test_the_built_in_features_are_plug_ins_found_by_their_entry_points():
     names = [cls.name for cls in plugin_classes()]
-    assert names == ["dead_letters", "events", "jobs", "journal", "schedules", "watch"]
+    assert names == ["dead_letters", "delta", "events", "jobs", "journal", "schedules", "watch"]
     settings = Settings()
     built = [p.name for cls in plugin_classes() if (p := cls.build(settings)) is not None]
     assert built == ["dead_letters", "jobs"]       # the defaults turn the rest off

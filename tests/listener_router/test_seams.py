@@ -1,12 +1,19 @@
-"""The seams the next features plug into: commit extensions, batch reports, leader tasks, sizing."""
+"""The seams the next features plug into: commit extensions, batch reports, leader tasks, sizing,
+screening (records settled without a run)."""
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 import pytest
-from listener_router_helpers import records_of, stored_counts, write_test_workflows
+from listener_router_helpers import (
+    records_of,
+    stored_attributes,
+    stored_counts,
+    write_test_workflows,
+)
 from sqlalchemy import Column, Integer, MetaData, String, Table, create_engine, func, select
 
 from listener_router import (
@@ -16,10 +23,13 @@ from listener_router import (
     Commit,
     CommitExtension,
     LeaderTask,
+    Plugin,
     Service,
     push_records,
 )
 from listener_router.broker import OutMessage
+from listener_router.jobs import JobLogTables
+from listener_router.pipeline import Screen
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
@@ -188,3 +198,62 @@ def test_a_batch_sizing_policy_decides_the_batch_size(counting, run_service):
 
     assert stats["committed"] == RECORDS
     assert sizing.seen and max(sizing.seen) <= 5 and sum(sizing.seen) >= RECORDS
+
+
+class SkipFlagged(Plugin):
+    """Settles a record whose ``skip`` attribute is true without a run (``route`` too: it is
+    routed as it is); the first ``fail_first`` screenings raise."""
+
+    name = "skip_flagged"
+
+    def __init__(self, fail_first: int = 0) -> None:
+        self.fail_first = fail_first
+        self.calls = 0
+        self.steps: list[tuple[str, int]] = []   # (step of each committed message, records)
+
+    def screen(self, screen: Screen) -> None:
+        self.calls += 1
+        if self.calls <= self.fail_first:
+            raise RuntimeError("the screen is not ready")
+        bb = screen.blackboard
+        for w in screen.works:
+            for rid in w.message.record_ids:  # type: ignore[union-attr]
+                flags = bb.get_attributes(rid, ["skip", "route"])
+                if flags.get("skip"):
+                    screen.settle(w, [rid], step="skipped", route=bool(flags.get("route")))
+
+    def in_commit(self, commit: Commit) -> None:
+        self.steps += [(w.step or "committed", len(w.message.record_ids))  # type: ignore[union-attr]
+                       for w in commit.committed]
+
+
+def test_a_plug_in_settles_records_without_a_run_and_whole_messages_commit_without_one(
+        counting, run_service, broker):
+    # 12 messages of 3 records: in 4 every record is skipped (2 of them routed), in 4 one
+    # record is, in 4 none is.
+    data = [{"id": f"s{m:02d}{i}",
+             "attributes": {"skip": m < 4 or (m < 8 and i == 0), "route": m < 2}}
+            for m in range(12) for i in range(3)]
+    push_records(counting, counting.listeners[0].queue, data, per_message=3)
+    screen = SkipFlagged(fail_first=1)
+    stats = run_service(counting, until=lambda s: s["committed"] + s["skipped"] >= 12,
+                        plugins=[screen])
+
+    assert (stats["committed"], stats["skipped"], stats["records_committed"]) == (8, 4, 8 * 3 - 4)
+    assert stats["deferred"] >= 1                       # the failed screening held its messages
+    assert sorted(screen.steps) == sorted([("skipped", 3)] * 4 + [("committed", 2)] * 4
+                                          + [("committed", 3)] * 4)
+    counts = stored_attributes(counting.blackboard_url, [r["id"] for r in data], ["count"])
+    skipped = {r["id"] for r in data if r["attributes"]["skip"]}
+    assert {rid for rid, a in counts.items() if a.get("count") is None} == skipped  # never run
+    assert all(a["count"] == 1 for rid, a in counts.items() if rid not in skipped)
+    routed = sorted(r["id"] for r in records_of(broker.drain(counting.routers[0].queue)))
+    assert routed == sorted([f"s{m:02d}{i}" for m in range(2) for i in range(3)]
+                            + [r["id"] for r in data if r["id"] not in skipped])
+    tables = JobLogTables(create_engine(counting.blackboard_url))
+    assert Counter(e.state for e in tables.entries(limit=100)) == {"committed": 8, "skipped": 4}
+    assert len(tables.entries(states=["skipped"], limit=100)) == 4
+    (first,) = tables.entries(record="s000", limit=10)
+    assert (first.state, first.records) == ("skipped", 3)
+    (partial,) = tables.entries(record="s040", limit=10)    # skipped, in a message that ran
+    assert (partial.state, partial.records) == ("committed", 3)
