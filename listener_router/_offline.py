@@ -274,7 +274,7 @@ class ProcessRun:
         if ended:  # as the gather stage does with the messages it settles itself
             self.inflight.release(_keys(ended))
             with report.lock:
-                report.outcome.update((PROCESS_QUEUE, w.state.value) for w in ended)
+                report.outcome.update((PROCESS_QUEUE, w.label) for w in ended)
             self.end.finish(ended, batch)
         try:
             self.execute.execute(batch)
