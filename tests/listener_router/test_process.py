@@ -130,3 +130,23 @@ def test_the_database_out_at_a_commit_stops_the_run_with_exit_2(tmp_path, capsys
     assert "chalk process: commit failed:" in err
     assert "the database went away" in err
     assert _output(tmp_path) == []
+
+
+def test_a_commit_the_store_refuses_fails_its_record_alone(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_test_workflows(tmp_path / "workflows")
+    commit_many = Blackboard.commit_many
+
+    def refusing(self, ids, hook=None):
+        if "p2" in ids:
+            raise ValueError("p2 does not fit")
+        return commit_many(self, ids, hook=hook)
+
+    monkeypatch.setattr(Blackboard, "commit_many", refusing)
+    code = _process(tmp_path, "Counting", [{"id": f"p{i}", "attributes": {}} for i in range(4)])
+    assert code == 1
+    out, err = capsys.readouterr()
+    assert "3 succeeded, 1 failed" in out
+    assert "record 'p2': commit refused: ValueError: p2 does not fit" in err
+    assert [r["id"] for r in _output(tmp_path)] == ["p0", "p1", "p3"]
+    assert ("failed", "p2", "(process)") in _log(tmp_path)
