@@ -74,12 +74,15 @@ def cmd_push(args: argparse.Namespace) -> int:
 
 # -- chalk process --------------------------------------------------------------------
 def cmd_process(args: argparse.Namespace) -> int:
+    """Through the pipeline's own stages (``listener_router._offline``), a chunk at a time."""
     from rich.progress import Progress
 
     import engine
     from blackboard import Blackboard
-    from listener_router._records import chunked, read_records
+    from listener_router._offline import ProcessRun
+    from listener_router._records import read_records
     from listener_router.cli._output import result_record
+    from listener_router.store import ServiceStore
     settings = settings_for(args)
     registry = engine.WorkflowRegistry(settings.workflows_dir, aliases=settings.aliases,
                                        services=settings.services)
@@ -87,58 +90,44 @@ def cmd_process(args: argparse.Namespace) -> int:
         print(problem, file=sys.stderr)
     workflow = registry.get(args.workflow)
     records = list(read_records(args.input))
-    listed = {r["id"]: {k for k, v in r["attributes"].items() if isinstance(v, list)} for r in records}
-    runner = make_runner(settings)
+    keep = None
+    if args.output:
+        listed = {r["id"]: {k for k, v in r["attributes"].items() if isinstance(v, list)}
+                  for r in records}
+
+        def keep(bb: Blackboard, result_ids: list[str]) -> list[dict[str, Any]]:
+            return [result_record(bb, rid, listed.get(rid, ())) for rid in result_ids]
+    runner = make_runner(settings)   # before the clock starts, as ever (Spark's start-up)
     ok = failed = 0
     out = open(args.output, "w", encoding="utf-8") if args.output else None  # noqa: SIM115
     started = time.monotonic()
-    journal = None
-    jobs = settings.section("jobs")
-    if jobs.log:
-        from listener_router.jobs import ProcessLog
-        journal = ProcessLog(settings.blackboard_url, workflow.name, jobs.stats_interval)
+    store = ServiceStore.connect(settings.blackboard_url)
     try:
-        with Blackboard.connect(settings.blackboard_url) as bb, \
+        plugins = []
+        jobs = settings.section("jobs")
+        if jobs.log:
+            from listener_router.jobs import ProcessLog
+            plugins.append(ProcessLog(store, interval=jobs.stats_interval))
+        with ProcessRun(settings, workflow.name, store=store, registry=registry,
+                        runner=runner, plugins=plugins, keep=keep) as run, \
                 Progress(disable=not sys.stderr.isatty()) as progress:
             task = progress.add_task(f"{workflow.name}", total=len(records))
-            for part in chunked(records, args.batch_size):
-                ids = [r["id"] for r in part]
-                clock = [time.perf_counter()]
-                if journal is not None:
-                    journal.start_chunk()
-                bb.load_many(ids)
-                for record in part:
-                    if record["attributes"]:
-                        bb.set_attributes(record["id"], record["attributes"])
-                clock.append(time.perf_counter())
-                results = runner.run(workflow, bb, [[i] for i in ids])
-                clock.append(time.perf_counter())
-                good = [rid for r in results if r.ok for rid in r.record_ids]
-                bad = [rid for r in results if not r.ok for rid in r.record_ids]
-                for r in results:
-                    if not r.ok:
-                        print(f"record {ids[r.index]!r}: {r.error}", file=sys.stderr)
+            for chunk in run.chunks(records, args.batch_size):
+                for done in chunk:
+                    if not done.ok:
+                        print(f"record {done.record_id!r}: {done.error}", file=sys.stderr)
                 if out is not None:
-                    for r in results:
-                        for rid in r.result_ids if r.ok else ():
-                            out.write(json.dumps(result_record(bb, rid, listed.get(rid, ())),
-                                                 ensure_ascii=False) + "\n")
-                bb.invalidate_many(bad)
-                bb.commit_many(good, hook=None if journal is None else journal.hook(
-                    [(ids[r.index], r.ok, r.error) for r in results]))
-                if journal is not None:
-                    clock.append(time.perf_counter())
-                    journal.chunk_done(len(part), {
-                        "load": clock[1] - clock[0], "run": clock[2] - clock[1],
-                        "commit": clock[3] - clock[2]})
-                ok += sum(1 for r in results if r.ok)
-                failed += sum(1 for r in results if not r.ok)
-                progress.advance(task, len(part))
+                    for done in chunk:
+                        for result in done.kept or ():
+                            out.write(json.dumps(result, ensure_ascii=False) + "\n")
+                good = sum(1 for done in chunk if done.ok)
+                ok += good
+                failed += len(chunk) - good
+                progress.advance(task, len(chunk))
     finally:
         if out is not None:
             out.close()
-        if journal is not None:
-            journal.close()
+        store.close()
     elapsed = time.monotonic() - started
     print(f"{workflow.name}: {ok} succeeded, {failed} failed in {elapsed:.1f} s")
     return 0 if failed == 0 else 1

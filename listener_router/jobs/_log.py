@@ -22,7 +22,12 @@ every ``flush_every`` seconds and at close, in one transaction (a crash
 loses at most that much of the durations; the counts and the log rows are
 never lost).  A failed write is kept and tried again with the next one.
 The leader drops rows older than ``[node] retention_days`` (:class:`JobLogRetention`).
-``chalk process`` logs its records through :class:`ProcessLog`.
+
+``chalk process`` runs through the pipeline too (``listener_router._offline``),
+with no inbox: :class:`ProcessLog`, the log of such a run, writes its
+messages (queue ``(process)``) as rows of their own, ``processed`` in the
+commit transaction and ``failed`` when settled; batch rows and stage times
+as above.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
@@ -43,6 +48,7 @@ import orjson
 from sqlalchemy import Connection
 
 from listener_router._messages import ATTEMPTS_HEADER, derive_message_id
+from listener_router._offline import PROCESS_QUEUE
 from listener_router._plugin import Host, Plugin
 from listener_router.cluster import LeaderTask
 from listener_router.jobs._settings import JobsSettings
@@ -59,7 +65,6 @@ __all__ = ["JobLog", "JobLogRetention", "ProcessLog", "PROCESS_QUEUE", "REPLAYS_
 log = logging.getLogger(__name__)
 
 REPLAYS_HEADER = "x-chalk-replays"    # set by ``chalk dlq replay``: the round of a message
-PROCESS_QUEUE = "(process)"           # the queue column of ``chalk process`` rows
 FLUSH_EVERY = 2.0
 
 _OUTCOMES = {State.RETRYING: "retrying", State.DEAD: "dead", State.DUPLICATE: "duplicate",
@@ -332,34 +337,6 @@ class JobLog(Plugin):
     def close(self) -> None:
         self.flush()
 
-    # -- chalk process ----------------------------------------------------------------------
-    def process_rows(self, conn: Connection, *, run: str, workflow: str, batch: str,
-                     outcomes: Iterable[tuple[str, bool, str | None]], started: float) -> None:
-        """Inside a ``chalk process`` commit: a row per record (``(id, ok, error)``)."""
-        at = time.time()
-        period = self.period(at)
-        rows: list[LogRow] = []
-        counts: dict[Key, int] = {}
-        for rid, ok, error in outcomes:
-            state = "processed" if ok else "failed"
-            rows.append((at, state, PROCESS_QUEUE, f"process:{run}:{rid}", 0, 0, workflow,
-                         self.member, batch, started, rid, 1, 0, None if ok else (error or "")[:4000]))
-            key = (period, PROCESS_QUEUE, workflow, state)
-            counts[key] = counts.get(key, 0) + 1
-        JobLogTables.write(conn, rows)
-        JobLogTables.add_counts(conn, self.member, counts)
-
-    def process_batch(self, batch: str, workflow: str, opened: float, records: int,
-                      seconds: dict[str, float]) -> None:
-        """A ``chalk process`` chunk is done: its row and stage times (written at flush)."""
-        finished = time.time()
-        period = self.period(finished)
-        with self._lock:
-            for stage, value in seconds.items():
-                self._sketch((period, PROCESS_QUEUE, workflow, f"stage:{stage}")).add(value)
-            self._batch_rows.append((batch, self.member, opened, finished, records,
-                                     orjson.dumps(seconds).decode()))
-
 
 def _merged(stored: StatRow | None, delta: Sketch) -> tuple[int, float, str]:
     total = Sketch.loads(stored.sketch, stored.count, stored.total) if stored else Sketch()
@@ -382,37 +359,53 @@ class JobLogRetention(LeaderTask):
             return self.tables.purge(self.days * 86400.0)
 
 
-class ProcessLog:
-    """The job log of one ``chalk process`` run: a row per record, a batch row per chunk.
+class ProcessLog(JobLog):
+    """The job log of a ``chalk process`` run: member ``process <host>/<pid>``, queue
+    ``(process)``; a row per record (its hooks write them, see the module doc) and a batch
+    row per chunk.  Statistics are written when it stops."""
 
-    Rows go in with each chunk's commit (:meth:`hook`), as the service's do;
-    member is ``process <host>/<pid>`` and queue ``(process)``.
-    """
+    def __init__(self, store: ServiceStore, *, interval: float = 60.0):
+        super().__init__(store, f"process {socket.gethostname()}/{os.getpid()}",
+                         interval=interval, flush_every=math.inf)
 
-    def __init__(self, url: str, workflow: str, interval: float = 60.0):
-        self.store = ServiceStore.connect(url)
-        self.log = JobLog(self.store, f"process {socket.gethostname()}/{os.getpid()}",
-                          interval=interval, flush_every=math.inf)
-        self.workflow = workflow
-        self.run = uuid.uuid4().hex[:12]
-        self._batch = uuid.uuid4().hex
-        self._opened = time.time()
+    def in_transaction(self, commit: Commit) -> None:
+        """A row per committed record (``processed``): there is no inbox row to log on."""
+        seen = self._seen(commit.report)
+        batch = seen.id if seen is not None else None
+        at = time.time()
+        workflow, member = commit.workflow, self.member
+        rows: list[LogRow] = []
+        others: list[Other] = []
+        for w in commit.committed:
+            m = w.message
+            assert m is not None
+            ids = m.record_ids
+            rows.append((at, "processed", m.queue, m.message_id, 0, m.attempts, workflow,
+                         member, batch, w.received_at, ids[0] if ids else None, len(ids), 0,
+                         None))
+            others += [(rid, m.queue, m.message_id, ids[0], at) for rid in ids[1:]]
+        conn = commit.connection
+        JobLogTables.write(conn, rows, others)
+        JobLogTables.add_counts(conn, member, {
+            (self.period(at), PROCESS_QUEUE, workflow, "processed"): len(rows)})
+        if seen is not None:
+            with self._lock:
+                seen.pairs.add((PROCESS_QUEUE, workflow))
 
-    def start_chunk(self) -> None:
-        self._batch, self._opened = uuid.uuid4().hex, time.time()
-
-    def hook(self, outcomes: list[tuple[str, bool, str | None]]) -> Callable[[Connection], None]:
-        """For ``commit_many(hook=…)``: the chunk's rows, ``(record ID, ok, error)`` each."""
-        def write(conn: Connection) -> None:
-            self.log.process_rows(conn, run=self.run, workflow=self.workflow, batch=self._batch,
-                                  outcomes=outcomes, started=self._opened)
-        return write
-
-    def chunk_done(self, records: int, seconds: dict[str, float]) -> None:
-        self.log.process_batch(self._batch, self.workflow, self._opened, records, seconds)
-
-    def close(self) -> None:
-        try:
-            self.log.close()
-        finally:
-            self.store.close()
+    def settled(self, works: Sequence[Work], report: BatchReport | None) -> None:
+        """A row per record that did not commit (``failed``: nothing is retried)."""
+        at = time.time()
+        seen = self._seen(report)
+        batch = seen.id if seen is not None else None
+        rows: list[LogRow] = []
+        others: list[Other] = []
+        for w in works:
+            if w.state is not State.COMMITTED:
+                row, extra = self._row(w, "failed", at, batch)
+                rows.append(row)
+                others += extra
+        if rows:
+            if seen is not None:
+                with self._lock:
+                    seen.pairs.update((row[2], row[6] or "") for row in rows)
+            self._write_outcomes(rows, others)

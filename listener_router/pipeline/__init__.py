@@ -44,6 +44,7 @@ from listener_router.pipeline._commit import (
 from listener_router.pipeline._execute import ExecuteStage, Runner
 from listener_router.pipeline._finish import (
     CONFIRM_TIMEOUT,
+    Finish,
     Finishing,
     FinishStage,
     Orphans,
@@ -77,6 +78,7 @@ from listener_router.pipeline._report import (
     WorkflowRun,
     hook_name,
 )
+from listener_router.pipeline._retries import attempts_note
 from listener_router.pipeline._screen import Screen, ScreenHook, Screening
 from listener_router.pipeline._settlement import Settlement
 from listener_router.pipeline._sizing import (
@@ -114,6 +116,7 @@ __all__ = [
     "Dispatcher",
     "ExecuteStage",
     "Executed",
+    "Finish",
     "FinishStage",
     "Finishing",
     "GatherStage",
@@ -146,6 +149,7 @@ __all__ = [
     "WakeHeld",
     "Work",
     "WorkflowRun",
+    "attempts_note",
     "check_transition",
     "hook_name",
     "default_sizing",

@@ -121,11 +121,16 @@ class CommitExtension:
 
 
 class CommitStage:
-    """Route and commit (see module doc); ``input`` is the stage's input."""
+    """Route and commit (see module doc); ``input`` is the stage's input.
+
+    ``inbox=False``: no inbox rows (``chalk process``: its messages come from no broker
+    and never come again)."""
 
     def __init__(self, *, router: Router, store: ServiceStore, loader: Loader,
                  settlement: Settlement, meter: Meter, in_commit: Iterable[InCommit] = (),
-                 orders: dict[str, Ordered] | None = None, cancelled: Cancelled | None = None):
+                 orders: dict[str, Ordered] | None = None, cancelled: Cancelled | None = None,
+                 inbox: bool = True):
+        self.inbox = inbox
         self.router = router
         self.store = store
         self.loader = loader
@@ -207,7 +212,8 @@ class CommitStage:
         name, bb = group.name, group.bb
         report = group.batch.report if group.batch is not None else None
         commit_ids = [rid for _w, result in committing for rid in result.record_ids]
-        processed = [(w.message.message_id, w.message.queue) for w, _ in committing]  # type: ignore[union-attr]
+        processed = [(w.message.message_id, w.message.queue)  # type: ignore[union-attr]
+                     for w, _ in committing] if self.inbox else []
         steps = [w.step or "committed" for w, _ in committing] \
             if any(w.step for w, _ in committing) else None
         outgoing = [(w.message.message_id, m) for w, _ in committing for m in w.outgoing]  # type: ignore[union-attr]

@@ -33,6 +33,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from listener_router._errors import BrokerUnavailable, InfrastructureError
 from listener_router._settings import Settings
@@ -46,7 +47,7 @@ from listener_router.pipeline._states import State
 from listener_router.pipeline._work import Work
 from listener_router.store import Outbox, ServiceStore, unavailable
 
-__all__ = ["CONFIRM_TIMEOUT", "FinishStage", "Finishing", "Orphans", "SettleMessages",
+__all__ = ["CONFIRM_TIMEOUT", "Finish", "FinishStage", "Finishing", "Orphans", "SettleMessages",
            "Settled"]
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,23 @@ class Orphans:
 # Plug-ins' hooks (``Plugin.settle_messages``, ``Plugin.settled``).
 SettleMessages = Callable[[Sequence[Work]], list[OutMessage]]
 Settled = Callable[[Sequence[Work], "BatchReport | None"], None]
+
+
+class _Drains(Protocol):
+    def drain(self) -> None: ...
+
+
+class Finish(Protocol):
+    """Where a group's settled messages go (``_settlement``): :class:`FinishStage`, or an
+    end with no broker (``chalk process``, ``listener_router._offline``).  ``input.drain()``
+    waits until what it was handed is done."""
+
+    @property
+    def input(self) -> _Drains: ...
+
+    def finish(self, works: list[Work], batch: Batch | None) -> None: ...
+
+    def report_if_finished(self, batch: Batch) -> None: ...
 
 
 class FinishStage:

@@ -24,7 +24,12 @@ from listener_router.broker import OutMessage, dlq_name, retry_name
 from listener_router.pipeline._states import State
 from listener_router.pipeline._work import Work
 
-__all__ = ["fail", "side_messages"]
+__all__ = ["attempts_note", "fail", "side_messages"]
+
+
+def attempts_note(attempts: int) -> str:
+    """What a dead message's reason ends with: how many attempts it had."""
+    return f" (after {attempts} attempt(s))"
 
 
 def fail(w: Work, error: str) -> None:
@@ -33,7 +38,7 @@ def fail(w: Work, error: str) -> None:
     if w.message.attempts < w.rule.max_retries:
         w.to(State.RETRYING, error)
     else:
-        w.to(State.DEAD, f"{error} (after {w.message.attempts + 1} attempt(s))")
+        w.to(State.DEAD, error + attempts_note(w.message.attempts + 1))
 
 
 def _copy_headers(w: Work, **extra: Any) -> dict[str, Any]:

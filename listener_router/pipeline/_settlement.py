@@ -19,7 +19,7 @@ import logging
 import time
 
 from listener_router.pipeline._batch import Batch, Group
-from listener_router.pipeline._finish import FinishStage
+from listener_router.pipeline._finish import Finish
 from listener_router.pipeline._held import Holds
 from listener_router.pipeline._inflight import InFlight
 from listener_router.pipeline._loading import Loader
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 class Settlement:
     """Ends groups and batches (see module doc)."""
 
-    def __init__(self, *, loader: Loader, inflight: InFlight, held: Holds, finish: FinishStage,
+    def __init__(self, *, loader: Loader, inflight: InFlight, held: Holds, finish: Finish,
                  meter: Meter, orders: dict[str, Ordered] | None = None):
         self.loader = loader
         self.inflight = inflight
