@@ -12,9 +12,12 @@ and runs them on Spark.  A quarantined record never runs here again.
 
 Lanes run here at once, so a crash may leave several runs written down: the
 culprit is known only when one run of one message was left.  With
-``runner = "local"`` the suspects then run one at a time with nothing else
-in the process (:meth:`InProcess.alone`; other runs wait for it,
-:meth:`InProcess.shared`), so that the next crash names its record.
+``runner = "local"`` the suspects then run one at a time, each with nothing
+else in the process for its first :data:`ALONE` seconds
+(:meth:`InProcess.alone`; other runs wait that long at most,
+:meth:`InProcess.shared`): a crash in that time names its record, and a
+suspect that hangs holds back the other lanes two seconds, not its timeout.
+(A suspect that crashes later, beside other runs, is a suspect again.)
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -39,6 +43,7 @@ CRASHED = ("took the service's process down (killed, os._exit, a crash or out of
            "while it ran there")
 CRASHED_ALONE = CRASHED + " alone"   # the culprit, not one of a batch that crashed
 HUNG = "ran past batch_timeout in the service's process (abandoned there)"
+ALONE = 2.0   # seconds a suspect runs with nothing beside it (a crash then names it)
 
 
 class InProcess:
@@ -49,15 +54,18 @@ class InProcess:
         self.member = member
         self.incarnation = ""          # the membership's, once it is made
         self.trail = Trail(member)
+        self.window = ALONE
         self._turns = threading.Condition()
-        self._running = 0          # shared runs in the process now
-        self._alone = 0            # runs alone waiting or running (they go first)
+        self._suspects = threading.Lock()    # suspects run one at a time
+        self._running = 0                    # shared runs in the process now
+        self._closed_until = 0.0             # monotonic: no shared run starts before it
 
     @contextlib.contextmanager
     def shared(self) -> Iterator[None]:
-        """A run beside others; it waits while a suspect runs alone (or waits to)."""
+        """A run beside others; it waits while a suspect runs alone (at most ``window``)."""
         with self._turns:
-            self._turns.wait_for(lambda: not self._alone)
+            while (left := self._closed_until - time.monotonic()) > 0:
+                self._turns.wait(None if left == float("inf") else left)
             self._running += 1
         try:
             yield
@@ -68,18 +76,20 @@ class InProcess:
 
     @contextlib.contextmanager
     def alone(self) -> Iterator[None]:
-        """A suspect's run, with nothing else running in the process (module doc)."""
-        with self._turns:
-            self._alone += 1
-            self._turns.wait_for(lambda: not self._running)
-            self._running = -1             # taken: neither shared nor alone may start
-        try:
-            yield
-        finally:
+        """A suspect's run, with nothing else running in the process for its first
+        ``window`` seconds (module doc): the runs in flight end first (waited for at most
+        ``window``), and new ones wait."""
+        with self._suspects:
             with self._turns:
-                self._running = 0
-                self._alone -= 1
-                self._turns.notify_all()
+                self._closed_until = float("inf")
+                self._turns.wait_for(lambda: not self._running, timeout=self.window)
+                self._closed_until = time.monotonic() + self.window
+            try:
+                yield
+            finally:
+                with self._turns:
+                    self._closed_until = 0.0
+                    self._turns.notify_all()
 
     def culprit(self, reason: str) -> bool:
         """Whether a quarantine ``reason`` says the record took the process down alone."""

@@ -79,3 +79,27 @@ def test_a_suspect_runs_with_nothing_beside_it(tmp_path):
     for t in (first, suspect, later):
         t.join(5)
     assert events == ["s1 in", "s1 out", "alone in", "alone out", "s2 in", "s2 out"]
+
+
+def test_a_suspect_that_runs_long_holds_the_others_back_only_its_window(tmp_path):
+    # a hung suspect must not stop the other lanes for its whole timeout
+    store = ServiceStore.connect(f"sqlite:///{tmp_path / 'chalk.db'}")
+    here = InProcess(store, "m1")
+    here.window = 0.2
+    started = threading.Event()
+    release = threading.Event()
+
+    def hung() -> None:
+        with here.alone():
+            started.set()
+            release.wait(5)
+
+    suspect = threading.Thread(target=hung)
+    suspect.start()
+    assert started.wait(5)
+    t0 = time.monotonic()
+    with here.shared():
+        waited = time.monotonic() - t0
+    release.set()
+    suspect.join(5)
+    assert 0.1 < waited < 1.0, waited
