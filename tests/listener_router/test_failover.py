@@ -244,7 +244,11 @@ def test_a_leader_frozen_past_the_ttl_does_no_leader_work_and_doubles_nothing(
     assert "heartbeat lapsed" in woken
     assert "no longer leads the cluster" in woken
     assert "leads the cluster from now on" not in woken and "failover of" not in woken
-    assert f"failover of {frozen}" in cluster.log(successor)
+    # the successor failed the frozen one over: a warning when it released leases or outbox
+    # batches, else the news that it left with nothing to release
+    took_over = cluster.log(successor)
+    assert f"failover of {frozen}" in took_over or \
+        f"{frozen} left the cluster (heartbeat lapsed; nothing was left to release)" in took_over
     assert broker.depth(cluster.queue) == 0
     routed = message_ids_by_record(broker.drain(cluster.out))
     assert set(routed) == set(ids) and all(len(m) == 1 for m in routed.values())
