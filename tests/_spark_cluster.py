@@ -225,7 +225,7 @@ class SparkCluster:
             self._check_master_port()
             try:
                 status = self.status()
-            except OSError as e:  # not listening yet
+            except (OSError, ValueError) as e:  # not listening yet, or the UI not serving JSON yet
                 last = e
             else:
                 alive = [w for w in status.get("workers", []) if w.get("state") == "ALIVE"]
