@@ -1,4 +1,5 @@
-"""What the benchmarks share: CPU seconds of processes, finding them, the machine, medians.
+"""What the benchmarks share: CPU seconds of processes, finding them, the machine, medians,
+and cleaning up the queues a run declared.
 
 Figures on a shared machine move with whatever else runs: the benchmarks
 print the load average next to them and compare ratios measured in one
@@ -13,8 +14,10 @@ import statistics
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
-__all__ = ["broker_pid", "cpu_seconds", "descendants", "machine", "median", "named",
-           "percentile", "postgres_pids", "tree_cpu"]
+__all__ = ["broker_pid", "cpu_seconds", "delete_lanes", "descendants", "machine", "median",
+           "named", "percentile", "postgres_pids", "tree_cpu"]
+
+RETRY_STEPS = 8  # retry queues a lane may have declared (``Q.retry.1`` …)
 
 
 def cpu_seconds(pid: int | None, children: bool = False) -> float:
@@ -131,3 +134,29 @@ def percentile(sorted_values: Sequence[float], share: float) -> float:
     if not sorted_values:
         return float("nan")
     return sorted_values[min(len(sorted_values) - 1, int(len(sorted_values) * share))]
+
+
+def delete_lanes(url: str, queues: Sequence[str]) -> None:
+    """Delete each queue with the dead-letter and retry queues the service declared beside
+    it (``Q.dlq``, ``Q.retry.N``); missing ones are fine.  A long-lived broker collects the
+    quorum queues of every run otherwise, and a node with hundreds of them starts slowly."""
+    import pika
+
+    from listener_router.broker import connection_parameters, dlq_name, retry_name
+
+    names = [n for q in queues
+             for n in (q, dlq_name(q), *(retry_name(q, k) for k in range(1, RETRY_STEPS + 1)))]
+    try:
+        conn = pika.BlockingConnection(connection_parameters(url))
+    except Exception:  # nothing to clean up without a broker
+        return
+    try:
+        channel = conn.channel()
+        for name in names:
+            try:
+                channel.queue_delete(name)
+            except Exception:  # a refusal closes the channel: take a new one
+                channel = conn.channel()
+    finally:
+        if conn.is_open:
+            conn.close()

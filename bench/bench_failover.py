@@ -39,12 +39,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from _measure import machine
+from _measure import delete_lanes, machine
 from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.pool import NullPool
 
 from listener_router import ListenerRule, Settings, push_records
-from listener_router.broker import connection_parameters
 from listener_router.store import ServiceStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -215,8 +214,7 @@ def run(args: argparse.Namespace, *, no_failover: bool,
             with admin.connect() as conn:
                 conn.execute(text(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)'))
             admin.dispose()
-            _delete_queues(broker, [queue, f"{queue}.out", f"{queue}.dlq", f"{queue}.out.dlq"]
-                           + [f"{queue}.retry.{i}" for i in (1, 2, 3)])
+            delete_lanes(broker, [queue, f"{queue}.out"])
     times = [r["seconds"] for r in rounds]
     return {"mode": "lease expiry (no failover)" if no_failover else "failover",
             "members": args.members, "heartbeat_seconds": args.heartbeat,
@@ -230,17 +228,6 @@ def _holders(store: ServiceStore, ids: list[str], names: list[str]) -> dict[str,
         if owner in names:
             found.setdefault(owner, []).append(rid)
     return found
-
-
-def _delete_queues(broker: str, queues: list[str]) -> None:
-    import pika
-    conn = pika.BlockingConnection(connection_parameters(broker))
-    try:
-        channel = conn.channel()
-        for queue in queues:
-            channel.queue_delete(queue)
-    finally:
-        conn.close()
 
 
 def main() -> None:

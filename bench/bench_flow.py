@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import pika
-from _measure import machine, percentile
+from _measure import delete_lanes, machine, percentile
 from bench_incident import Arrivals, Supervised, steady_producer
 
 from listener_router.broker import connection_parameters
@@ -115,17 +115,6 @@ def declared(url: str, queues: list[str]) -> bool:
             conn.close()
 
 
-def delete(url: str, queues: list[str]) -> None:
-    conn = pika.BlockingConnection(connection_parameters(url))
-    for queue in queues:
-        try:
-            conn.channel().queue_delete(queue)
-        except Exception:
-            pass
-    if conn.is_open:
-        conn.close()
-
-
 class Run:
     """One service over fresh queues: start, look at its output, stop and clean up."""
 
@@ -171,7 +160,7 @@ class Run:
         self.service.stop()
         self.arrivals.stopping.set()
         self.arrivals.thread.join(5)
-        delete(self.url, list(self.queues.values()))
+        delete_lanes(self.url, list(self.queues.values()))
 
 
 def rate_between(arrivals: list[tuple[str, str, float, dict[str, Any]]], since: float,

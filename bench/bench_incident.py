@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 import pika
-from _measure import machine, percentile
+from _measure import delete_lanes, machine, percentile
 
 from blackboard import Blackboard
 from listener_router.broker import connection_parameters, dlq_name
@@ -371,8 +371,7 @@ def run(scenario: Scenario, url: str, folder: Path, log: Any = print) -> Figures
         if arrivals is not None:
             arrivals.stopping.set()
             arrivals.thread.join(5)
-        _delete(url, list(queues.values()) + [f"{queues['risky']}.retry.1",
-                                              f"{queues['steady']}.retry.1"])
+        delete_lanes(url, list(queues.values()))
     return figures
 
 
@@ -415,20 +414,6 @@ def _declared(url: str, queues: dict[str, str]) -> bool:
     finally:
         if conn.is_open:
             conn.close()
-
-
-def _delete(url: str, queues: list[str]) -> None:
-    try:
-        conn = pika.BlockingConnection(connection_parameters(url))
-    except Exception:
-        return
-    for queue in queues:
-        try:
-            conn.channel().queue_delete(queue)
-        except Exception:
-            pass
-    if conn.is_open:
-        conn.close()
 
 
 def report(figures: Figures, scenario: Scenario) -> str:
