@@ -51,7 +51,7 @@ from listener_router.broker import AmqpLink, OutMessage, declare_input, publish_
 from listener_router.delta._plugin import CRAWL_HEADER, SOURCE_HEADER
 from listener_router.delta._tables import SCHEMA, Crawl, CrawlMoved, Crawls, DeltaTables
 from listener_router.schedules import PAGE, RecordFilter, Selection
-from listener_router.store import ServiceStore
+from listener_router.store import ServiceStore, reading
 
 __all__ = ["CONFIRM_WAIT", "MESSAGE_PREFIX", "crawl_status", "delete_message", "finish",
            "message_id", "seen_on_push", "start"]
@@ -153,7 +153,7 @@ def finish(settings: Settings, store: ServiceStore, source: str, *,
     try:
         while True:
             found = selection.read(crawl.cursor)
-            with store.engine.connect().execution_options(chalk_readonly=True) as conn:
+            with reading(store.engine) as conn:
                 unseen = Crawls.unseen(conn, crawl, found.ids)
             doomed = crawls.plan(crawl, found.ids, unseen)   # written down before publishing
             if doomed:

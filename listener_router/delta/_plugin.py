@@ -36,7 +36,7 @@ from listener_router.delta._hash import content_hash
 from listener_router.delta._settings import STEP, DeltaKeys
 from listener_router.delta._tables import SCHEMA, Crawls, DeltaTables
 from listener_router.pipeline import Commit, Screen, Work
-from listener_router.store import Schema, ServiceStore, unavailable
+from listener_router.store import Schema, ServiceStore, reading, unavailable
 
 if TYPE_CHECKING:
     from listener_router._settings import Settings
@@ -108,7 +108,7 @@ class DeltaPlugin(Plugin):
         asked = [(source, r) for w, (_crawl, source) in deletes
                  for r in w.message.record_ids]  # type: ignore[union-attr]
         with unavailable():
-            with self.store.engine.connect().execution_options(chalk_readonly=True) as conn:
+            with reading(self.store.engine) as conn:
                 stored = DeltaTables.hashes(conn, screen.workflow, stored_ids) \
                     if stored_ids else {}
                 marks = DeltaTables.marks(conn, asked) if asked else {}

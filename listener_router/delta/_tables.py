@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
@@ -60,7 +60,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
 from listener_router._errors import UserError
-from listener_router.store import Schema
+from listener_router.store import Schema, reading, row_as
 
 __all__ = ["Crawl", "CrawlMoved", "Crawls", "DeltaTables", "MOVES", "SCHEMA"]
 
@@ -249,18 +249,13 @@ class Crawls:
         SCHEMA.create(engine)
         self.engine = engine
 
-    @staticmethod
-    def _crawl(row: Any) -> Crawl:
-        mapping = row._mapping
-        return Crawl(**{f.name: mapping[f.name] for f in fields(Crawl)})
-
     def _reading(self) -> Connection:
-        return self.engine.connect().execution_options(chalk_readonly=True)
+        return reading(self.engine)
 
     def read(self, crawl_id: int) -> Crawl | None:
         with self._reading() as conn:
             row = conn.execute(select(crawls).where(crawls.c.id == crawl_id)).first()
-        return None if row is None else self._crawl(row)
+        return None if row is None else row_as(Crawl, row)
 
     def running(self, source: str) -> Crawl | None:
         """The crawl of ``source`` that is crawling or finishing, if one is."""
@@ -268,7 +263,7 @@ class Crawls:
         with self._reading() as conn:
             row = conn.execute(select(crawls).where(
                 c.source == source, c.state.in_(("crawling", "finishing")))).first()
-        return None if row is None else self._crawl(row)
+        return None if row is None else row_as(Crawl, row)
 
     def recent(self, limit: int = 20, source: str | None = None) -> list[Crawl]:
         """The newest crawls first."""
@@ -276,7 +271,7 @@ class Crawls:
         if source is not None:
             query = query.where(crawls.c.source == source)
         with self._reading() as conn:
-            return [self._crawl(r) for r in conn.execute(query)]
+            return [row_as(Crawl, r) for r in conn.execute(query)]
 
     def seen_count(self, crawl: Crawl) -> int:
         """Records of the crawl's source seen in it, or in a crawl after it."""

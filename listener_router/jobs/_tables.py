@@ -64,7 +64,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Engine
 
-from listener_router.store import INBOX, Schema
+from listener_router.store import INBOX, Schema, reading
 
 __all__ = ["JobLogTables", "LogEntry", "LogRow", "StatRow", "job_log",
            "job_records", "job_batches", "job_stats", "COUNTED_STATES"]
@@ -253,7 +253,7 @@ class JobLogTables:
         self.engine = engine
 
     def _reading(self) -> Connection:
-        return self.engine.connect().execution_options(chalk_readonly=True)
+        return reading(self.engine)
 
     # -- writes --------------------------------------------------------------------------
     @staticmethod

@@ -39,6 +39,7 @@ from sqlalchemy import Connection
 from blackboard import Blackboard, SqlStore
 from listener_router._errors import InfrastructureError
 from listener_router.journal._settings import JournalRule
+from listener_router.store import reading
 
 __all__ = ["AttachmentRef", "AttachmentSource", "AttachmentUnavailable", "Entry",
            "EntryEncoder"]
@@ -246,7 +247,7 @@ class AttachmentSource:
         engine = self.store.engine
         if engine.dialect.name == "postgresql":
             sql = sql.replace("?", "%s")
-        with engine.connect().execution_options(chalk_readonly=True) as conn:
+        with reading(engine) as conn:
             found = conn.exec_driver_sql(sql, (rid,)).scalar()
         return None if found is None else int(found)
 

@@ -49,6 +49,7 @@ from sqlalchemy.engine import Engine
 
 from listener_router._errors import InfrastructureError, UserError
 from listener_router.journal._entries import Entry
+from listener_router.store import reading
 
 __all__ = ["Position", "PositionMoved", "SubscriberState", "NotBlocked", "advance", "attempts_in",
            "block", "given_up",
@@ -171,13 +172,13 @@ def load_state(conn: Connection, journal: str, subscriber: str) -> SubscriberSta
 def subscriber_state(engine: Engine, journal: str, subscriber: str) -> SubscriberState | None:
     """The subscriber's row, or None when it never ran against this database."""
     create_tables(engine)
-    with engine.connect().execution_options(chalk_readonly=True) as conn:
+    with reading(engine) as conn:
         return load_state(conn, journal, subscriber)
 
 
 def peek_state(engine: Engine, journal: str, subscriber: str) -> SubscriberState | None:
     """The subscriber's row, read without making the tables (None: never ran there)."""
-    with engine.connect().execution_options(chalk_readonly=True) as conn:
+    with reading(engine) as conn:
         if not inspect(conn).has_table(subscribers.name):
             return None
         return load_state(conn, journal, subscriber)
@@ -350,7 +351,7 @@ def request_retry(engine: Engine, journal: str, subscriber: str) -> SubscriberSt
 def recent_errors(engine: Engine, journal: str, subscriber: str, limit: int = 50) -> list[Any]:
     """The subscriber's last ``limit`` failed or skipped entries, newest first."""
     create_tables(engine)
-    with engine.connect().execution_options(chalk_readonly=True) as conn:
+    with reading(engine) as conn:
         return list(conn.execute(
             select(errors).where(errors.c.journal == journal, errors.c.subscriber == subscriber)
             .order_by(errors.c.id.desc()).limit(limit)).all())

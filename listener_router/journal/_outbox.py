@@ -46,7 +46,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Engine
 
-from listener_router.store import Schema
+from listener_router.store import Schema, reading
 
 __all__ = ["JournalOutbox", "journal_entries", "journal_relays"]
 
@@ -95,7 +95,7 @@ class JournalOutbox:
     def waiting(self, journal: str) -> bool:
         """Whether any entry of ``journal`` waits to be published (a cheap read)."""
         e = journal_entries.c
-        with self.engine.connect().execution_options(chalk_readonly=True) as conn:
+        with reading(self.engine) as conn:
             return conn.execute(select(e.id).where(e.journal == journal).limit(1)).first() \
                 is not None
 
@@ -166,10 +166,10 @@ class JournalOutbox:
         query = select(e.journal, func.count()).group_by(e.journal)
         if journal is not None:
             query = query.where(e.journal == journal)
-        with self.engine.connect().execution_options(chalk_readonly=True) as conn:
+        with reading(self.engine) as conn:
             return {name: int(n) for name, n in conn.execute(query)}
 
     def relays(self) -> list[Any]:
         """The relay rows: ``journal, owner, expires_at, last_seq, published_at``."""
-        with self.engine.connect().execution_options(chalk_readonly=True) as conn:
+        with reading(self.engine) as conn:
             return list(conn.execute(select(journal_relays)).all())

@@ -45,7 +45,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
-from listener_router.store import INBOX, Schema
+from listener_router.store import INBOX, Schema, reading, row_as
 
 __all__ = ["MESSAGE_PREFIX", "MOVES", "STALE", "Run", "RunTakenOver", "Runs", "this_process"]
 
@@ -147,24 +147,19 @@ class Runs:
         self.engine = engine
         self._pg = engine.dialect.name == "postgresql"
 
-    @staticmethod
-    def _run(row: object) -> Run:
-        mapping = row._mapping  # type: ignore[attr-defined]
-        return Run(**{f.name: mapping[f.name] for f in fields(Run)})
-
     def _reading(self) -> Connection:
-        return self.engine.connect().execution_options(chalk_readonly=True)
+        return reading(self.engine)
 
     def read(self, run_id: str) -> Run | None:
         with self._reading() as conn:
             row = conn.execute(select(runs).where(runs.c.id == run_id)).first()
-        return None if row is None else self._run(row)
+        return None if row is None else row_as(Run, row)
 
     def recent(self, limit: int = 20) -> list[Run]:
         """The newest runs first."""
         with self._reading() as conn:
             rows = conn.execute(select(runs).order_by(runs.c.started_at.desc()).limit(limit))
-            return [self._run(r) for r in rows]
+            return [row_as(Run, r) for r in rows]
 
     def unfinished(self, workflow: str, queue: str, selection: str) -> Run | None:
         """The newest run of this selection that did not finish (stopped, or running)."""
@@ -173,7 +168,7 @@ class Runs:
             row = conn.execute(select(runs).where(
                 c.workflow == workflow, c.queue == queue, c.selection == selection,
                 c.state != "finished").order_by(c.started_at.desc()).limit(1)).first()
-        return None if row is None else self._run(row)
+        return None if row is None else row_as(Run, row)
 
     def create(self, *, workflow: str, queue: str, selection: str, rate: float | None,
                total: int, owner: str) -> Run:

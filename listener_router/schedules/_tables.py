@@ -20,7 +20,7 @@ from sqlalchemy import Boolean, Column, Connection, Float, Integer, String, Tabl
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 
-from listener_router.store import Schema
+from listener_router.store import Schema, reading
 
 __all__ = ["ScheduleState", "Schedules", "schedules"]
 
@@ -65,12 +65,12 @@ class Schedules:
         self.engine = engine
 
     def read(self, name: str) -> ScheduleState | None:
-        with self.engine.connect().execution_options(chalk_readonly=True) as conn:
+        with reading(self.engine) as conn:
             row = conn.execute(select(schedules).where(schedules.c.name == name)).first()
         return None if row is None else ScheduleState(**row._mapping)
 
     def all(self) -> dict[str, ScheduleState]:
-        with self.engine.connect().execution_options(chalk_readonly=True) as conn:
+        with reading(self.engine) as conn:
             return {r.name: ScheduleState(**r._mapping) for r in conn.execute(select(schedules))}
 
     @staticmethod

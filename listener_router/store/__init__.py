@@ -25,11 +25,11 @@ from listener_router.store._flow import (
 from listener_router.store._local_runs import LocalRun, LocalRuns, Quarantine, RunMessage
 from listener_router.store._nodes import Member, Nodes
 from listener_router.store._outbox import INBOX, InboxLog, InboxLogRow, Outbox
-from listener_router.store._schema import CORE, Schema
+from listener_router.store._schema import CORE, Schema, reading, row_as
 from listener_router.store._store import ServiceStore, commit_failure, unavailable
 from listener_router.store._versions import RunningVersion, WorkflowVersions
 
 __all__ = ["CORE", "INBOX", "Cancellation", "Cancellations", "ClusterRow", "ClusterState",
            "LaneState", "LaneStates", "OrderedKeys", "InboxLog", "InboxLogRow", "LocalRun", "LocalRuns", "Member", "Nodes",
            "Outbox", "Quarantine", "RunMessage", "RunningVersion", "Schema", "ServiceStore", "WorkflowVersions",
-           "commit_failure", "unavailable"]
+           "commit_failure", "reading", "row_as", "unavailable"]

@@ -28,7 +28,7 @@ import orjson
 from sqlalchemy import Column, Connection, Float, Integer, String, Table, Text, select
 from sqlalchemy.engine import Engine
 
-from listener_router.store._schema import CORE
+from listener_router.store._schema import CORE, reading
 
 __all__ = ["ClusterRow", "ClusterState", "cluster"]
 
@@ -70,7 +70,7 @@ class ClusterState:
         if conn is not None:
             row = conn.execute(query).one()
         else:
-            with self.engine.connect().execution_options(chalk_readonly=True) as own:
+            with reading(self.engine) as own:
                 row = own.execute(query).one()
         return ClusterRow(row.cluster_id, row.leader, row.leader_incarnation, row.epoch,
                           row.view_seq, tuple(tuple(m) for m in orjson.loads(row.view_members)),

@@ -34,7 +34,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Engine
 
-from listener_router.store._schema import CORE
+from listener_router.store._schema import CORE, reading
 
 __all__ = ["Member", "Nodes", "nodes"]
 
@@ -108,7 +108,7 @@ class Nodes:
             rows = conn.execute(query).all()
         else:
             # read-only: on SQLite a plain BEGIN, not the writers' BEGIN IMMEDIATE
-            with self.engine.connect().execution_options(chalk_readonly=True) as own:
+            with reading(self.engine) as own:
                 rows = own.execute(query).all()
         return [_member(r) for r in rows]
 

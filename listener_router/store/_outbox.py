@@ -47,7 +47,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 
 from listener_router.broker import OutMessage
-from listener_router.store._schema import CORE
+from listener_router.store._schema import CORE, reading
 
 __all__ = ["INBOX", "InboxLog", "InboxLogRow", "Outbox", "inbox", "outbox"]
 
@@ -157,7 +157,7 @@ class Outbox:
     def _reading(self) -> Connection:
         # Read-only: on SQLite this is a plain BEGIN, not the writer's BEGIN
         # IMMEDIATE, so an inbox check never waits for a commit.
-        return self.engine.connect().execution_options(chalk_readonly=True)
+        return reading(self.engine)
 
     def seen(self, queue: str, message_ids: Sequence[str]) -> dict[str, str | None]:
         """Which of these messages from ``queue`` were already committed, and the

@@ -16,11 +16,15 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable
+from dataclasses import fields
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, MetaData, text
 from sqlalchemy.engine import Engine
 
-__all__ = ["CORE", "Schema"]
+__all__ = ["CORE", "Schema", "reading", "row_as"]
+
+T = TypeVar("T")
 
 _SCHEMA_LOCK = 7011932   # the blackboard's own tables use 7011931
 
@@ -55,3 +59,15 @@ class Schema:
 
 
 CORE = Schema("core")
+
+
+def reading(engine: Engine) -> Connection:
+    """A connection that only reads: on SQLite its transactions begin without taking the
+    write lock (writers' ``BEGIN IMMEDIATE``), so reads never wait behind a commit."""
+    return engine.connect().execution_options(chalk_readonly=True)
+
+
+def row_as(cls: type[T], row: Any) -> T:
+    """The dataclass ``cls`` from a row whose columns are named as its fields."""
+    mapping = row._mapping
+    return cls(**{f.name: mapping[f.name] for f in fields(cls)})  # type: ignore[arg-type]
