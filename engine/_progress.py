@@ -5,7 +5,10 @@ watcher can, if the interpreter told it before each call.  Before it calls a
 pipelet (or a service), ``invoke_pipelet`` hands :func:`starting` the
 activity and its records; whoever runs the interpreter may watch
 (:func:`watched`, per thread): the local runner keeps the last call in a
-variable, a warm worker sends it to the driver as a small frame.  A timeout
+variable, a warm worker's run process writes it into memory it shares with the
+task that supervises it (:class:`CallSlot`: no system call, no message per
+call), and the task hands it to the driver with its answer when the run
+timed out or died.  A timeout
 or a crash is then blamed on that call: the pipelet class, the workflow's
 ``file:line`` of its ``invokePipelet`` and its name, and the records
 (:func:`timeout_reason`, :func:`died_reason`).
@@ -15,6 +18,8 @@ Nobody watching costs one context-variable read per call.
 
 from __future__ import annotations
 
+import mmap
+import struct
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -23,7 +28,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["NAMED", "PipeletCall", "died_reason", "not_run_reason", "on_records", "starting",
+__all__ = ["NAMED", "CallSlot", "PipeletCall", "died_reason", "not_run_reason", "on_records", "starting",
            "timeout_reason", "watched"]
 
 NAMED = 5  # record IDs a call names at most (the rest are counted)
@@ -66,6 +71,45 @@ class PipeletCall:
                    tuple(map(str, records)), int(count))
 
 
+class CallSlot:
+    """The last call a run process made, in memory its forked parent shares.
+
+    Made before the fork (an anonymous shared mapping); the run process
+    :meth:`tell` s each call, the parent :meth:`read` s it once the run
+    process is gone (killed at its limit, or dead).  Two halves: a call is
+    written into the half not in use and the index byte flipped after it, so
+    a process killed in the middle of a write leaves the previous call whole.
+    """
+
+    SIZE = 16384
+    _HALF = (SIZE - 8) // 2
+    _LEN = struct.Struct("!I")
+
+    def __init__(self) -> None:
+        self._map = mmap.mmap(-1, self.SIZE)  # MAP_SHARED | MAP_ANONYMOUS
+
+    def tell(self, call: PipeletCall | None) -> None:
+        """``call`` is the run's current call (None: it is between calls, or starts)."""
+        data = b"" if call is None else call.to_json()
+        if len(data) > self._HALF - self._LEN.size:  # IDs or names too long: keep the call
+            data = PipeletCall(call.kind, call.cls[:200], call.where[:400],  # type: ignore[union-attr]
+                               call.tag, call.name[:200], (), call.count).to_json()  # type: ignore[union-attr]
+        half = 1 - self._map[0]
+        at = 8 + half * self._HALF
+        self._LEN.pack_into(self._map, at, len(data))
+        self._map[at + self._LEN.size:at + self._LEN.size + len(data)] = data
+        self._map[0] = half
+
+    def read(self) -> bytes:
+        """The last call told, as :meth:`PipeletCall.to_json` bytes (empty: none)."""
+        at = 8 + self._map[0] * self._HALF
+        (n,) = self._LEN.unpack_from(self._map, at)
+        return bytes(self._map[at + self._LEN.size:at + self._LEN.size + min(n, self._HALF)])
+
+    def close(self) -> None:
+        self._map.close()
+
+
 def on_records(records: Sequence[str], count: int | None = None) -> str:
     """``record 'a'``, ``records 'a', 'b'``, ``records 'a', ... and 7 more``."""
     count = len(records) if count is None else count
@@ -77,9 +121,10 @@ def on_records(records: Sequence[str], count: int | None = None) -> str:
 
 
 def _culprit(call: PipeletCall | None, records: Sequence[str]) -> str:
-    """Where a run was: in a call (its pipelet and records), or only its records."""
+    """Where a run was: in a call (its pipelet and records), or only its records (before
+    its first call, or where nobody could tell)."""
     if call is None:
-        return f"on {on_records(records)} (outside any pipelet call)"
+        return f"on {on_records(records)}"
     return f"in {call.text()} on {call.on()}"
 
 

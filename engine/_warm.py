@@ -67,10 +67,17 @@ from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Any
 
-from engine._progress import PipeletCall
 from engine._specs import Workflow
 from engine._warm_start import Slot, WarmUnavailable, cancel_group, listen, start_job
-from engine._warm_task import LIMIT, ChunkFailed, WorkerLost, decode_answer, recv, send
+from engine._warm_task import (
+    LIMIT,
+    ChunkFailed,
+    WorkerLost,
+    decode_answer,
+    decode_failure,
+    recv,
+    send,
+)
 from engine._worker import Chunk
 
 __all__ = ["IDLE", "ChunkFailed", "Request", "WarmUnavailable", "WarmWorkers", "WorkerLost",
@@ -86,10 +93,9 @@ GRACE = 10.0        # seconds past a chunk's limit before the driver ends its wo
 
 class Request:
     """One chunk on its way: run at most ``limit`` seconds (None: no limit).  ``future``
-    gives its answer (see :meth:`WarmWorkers.submit`); ``call`` is the pipelet call it was
-    last heard in."""
+    gives its answer (see :meth:`WarmWorkers.submit`)."""
 
-    __slots__ = ("abandoned", "call", "chunk", "compress", "future", "limit", "sends", "started",
+    __slots__ = ("abandoned", "chunk", "compress", "future", "limit", "sends", "started",
                  "workflow")
 
     def __init__(self, workflow: Workflow, chunk: Chunk, compress: bool, limit: float | None):
@@ -99,7 +105,6 @@ class Request:
         self.limit = limit
         self.future: Future[Chunk | None] = Future()
         self.started: float | None = None   # monotonic, when a worker took it
-        self.call: PipeletCall | None = None
         self.abandoned = False
         self.sends = 0
 
@@ -244,7 +249,6 @@ class WarmWorkers:
                         continue
                     request.sends += 1
                     request.started = self._last = time.monotonic()
-                    request.call = None
                     slot.request = request
                     return request
                 self._cond.wait(1.0)
@@ -264,26 +268,15 @@ class WarmWorkers:
         try:
             send(slot.conn, LIMIT.pack(request.limit or 0.0), payload)
             slot.sent.add(key)
-            while True:
-                frame = recv(slot.conn)
-                if frame is None or frame[:1] != b"A":
-                    break
-                with contextlib.suppress(ValueError, TypeError):
-                    request.call = PipeletCall.from_json(frame[1:])
+            frame = recv(slot.conn)
         except OSError:
             frame = None
         if frame is None:
             self._lost(gen, slot, request)
             return False
-        kind = frame[:1]
-        if kind in (b"T", b"D"):
+        if frame[:1] in (b"T", b"D"):
             slot.sent.clear()  # the task's runner process was replaced: it has no workflow
-        if kind == b"T":
-            self._done(slot, request, error=ChunkFailed("timeout", "", request.call,
-                                                        request.limit or 0.0))
-        elif kind == b"D":
-            self._done(slot, request, error=ChunkFailed("died", frame[1:].decode(errors="replace"),
-                                                        request.call))
+            self._done(slot, request, error=decode_failure(frame, request.limit or 0.0))
         else:
             try:
                 answer = decode_answer(frame)
@@ -316,7 +309,7 @@ class WarmWorkers:
                 log.warning("warm worker %d (pid %d) died while it ran a chunk; ending the "
                             "other warm workers (their chunks run again)", slot.partition,
                             slot.pid)
-                _resolve(request, error=ChunkFailed("died", "", request.call))
+                _resolve(request, error=ChunkFailed("died"))
                 self._end(gen)
             self._cond.notify_all()
 
@@ -358,7 +351,7 @@ class WarmWorkers:
                                 "limit; ending the warm workers (the other chunks run again)",
                                 slot.partition, slot.pid, GRACE)
                     slot.request = None
-                    _resolve(r, error=ChunkFailed("timeout", "", r.call, r.limit))
+                    _resolve(r, error=ChunkFailed("timeout", "", None, r.limit))
                     self._end(gen)
                     break
         if gen.stopping:

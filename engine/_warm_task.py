@@ -7,11 +7,14 @@ pid.  Then the driver sends requests: a limit (seconds, a double; 0: none)
 and, pickled, ``(key, workflow or None, chunk, compress)`` (the workflow goes
 once per runner process and version).  The task answers each with ``b"C"`` +
 a chunk framed as bytes, ``b"N"`` (nothing to send back), ``b"E"`` + the
-text of an error it raised, ``b"T"`` (it ran past its limit and was killed)
-or ``b"D"`` + how its process died (``exit 3``, ``signal 11``); answers are
-never pickled, so nothing that connects can make the driver unpickle.
-Before each pipelet call it sends ``b"A"`` + the call (``engine._progress``),
-so that the driver can say where a chunk was when it hung or died.
+text of an error it raised, ``b"T"`` + the call it was in (it ran past its
+limit and was killed) or ``b"D"`` + how its process died (``exit 3``,
+``signal 11``) + the call it was in; answers are never pickled, so nothing
+that connects can make the driver unpickle.  The call (``engine._progress``;
+empty when none was made) says where the chunk was when it hung or died: the
+run process writes each call into memory it shares with the task
+(:class:`~engine._progress.CallSlot`) before making it, and the task reads it
+there once the run process is gone.
 
 The task does not run chunks itself: it *supervises* a child process it
 forked (:class:`_Child`, with everything the worker imported already there)
@@ -36,12 +39,12 @@ import traceback
 from collections.abc import Iterator
 from typing import Any
 
-from engine._progress import PipeletCall, watched
+from engine._progress import CallSlot, PipeletCall, watched
 from engine._specs import Workflow
 from engine._worker import Chunk, chunk_partition
 
 __all__ = ["CONNECT_TIMEOUT", "HELLO", "LENGTH", "LIMIT", "SECRET_SIZE", "ChunkFailed",
-           "WorkerLost", "decode_answer", "recv", "send", "warm_task"]
+           "WorkerLost", "decode_answer", "decode_failure", "recv", "send", "warm_task"]
 
 CONNECT_TIMEOUT = 30.0   # seconds the driver waits for the tasks to connect
 SECRET_SIZE = 32         # bytes of the secret a task proves itself with
@@ -100,6 +103,7 @@ def recv(sock: socket.socket) -> bytes | None:
 
 # An answer: b"C" + a chunk, b"N" (the partition had nothing to send back), or
 # b"E" + the text of an error the task raised.
+_U16 = struct.Struct("!H")
 _U32 = struct.Struct("!I")
 _U64 = struct.Struct("!Q")
 
@@ -144,6 +148,22 @@ def decode_answer(frame: bytes) -> Chunk | None:
     return (meta, codec, size, block, blobs)
 
 
+def decode_failure(frame: bytes, limit: float) -> ChunkFailed:
+    """A ``T`` or ``D`` answer as the error it stands for (``limit``: the chunk's)."""
+    if frame[:1] == b"T":
+        return ChunkFailed("timeout", "", _call(frame[1:]), limit)
+    (n,) = _U16.unpack_from(frame, 1)
+    how = frame[1 + _U16.size:1 + _U16.size + n].decode("utf-8", "replace")
+    return ChunkFailed("died", how, _call(frame[1 + _U16.size + n:]))
+
+
+def _call(data: bytes) -> PipeletCall | None:
+    try:
+        return PipeletCall.from_json(data) if data else None
+    except (ValueError, TypeError):  # a slot written by something else: no call, not a crash
+        return None
+
+
 # -- the task's side (runs in a Spark Python worker) -----------------------------------
 
 def warm_task(address: Any, secret: bytes, partition: int, items: Iterator[Any]) -> Iterator[Any]:
@@ -168,7 +188,7 @@ def warm_task(address: Any, secret: bytes, partition: int, items: Iterator[Any])
             (limit,) = LIMIT.unpack_from(frame)
             if child is None:
                 child = _Child(sock)
-            answer = child.run(sock, memoryview(frame)[LIMIT.size:], limit or None)
+            answer = child.run(memoryview(frame)[LIMIT.size:], limit or None)
             if not child.alive:
                 child = None
             send(sock, *answer)
@@ -184,43 +204,37 @@ class _Child:
 
     def __init__(self, driver: socket.socket):
         mine, theirs = socket.socketpair()
+        self.slot = CallSlot()
         parent = os.getpid()
         pid = os.fork()
         if pid == 0:
             mine.close()
-            _child(theirs, driver, parent)  # never returns
+            _child(theirs, driver, parent, self.slot)  # never returns
         theirs.close()
         self.pid = pid
         self.conn = mine
         self.alive = True
 
-    def run(self, driver: socket.socket, payload: memoryview, limit: float | None) -> list[bytes]:
-        """Have the child run one request (its calls sent on to the driver as they come): its
-        answer, or ``T`` / ``D`` when it was killed at ``limit`` or died (it is gone then)."""
-        deadline = None if limit is None else time.monotonic() + limit
+    def run(self, payload: memoryview, limit: float | None) -> list[bytes]:
+        """Have the child run one request: its answer, or ``T`` / ``D`` with the call it was
+        in when it was killed at ``limit`` or died (it is gone then)."""
+        self.slot.tell(None)
         try:
             self.conn.settimeout(None)
             send(self.conn, payload)
-            while True:
-                if deadline is not None:
-                    self.conn.settimeout(max(0.0, deadline - time.monotonic()) or 1e-6)
-                frame = recv(self.conn)
-                if frame is None:
-                    break
-                if frame[:1] != b"A":
-                    return [frame]
-                try:
-                    send(driver, frame)
-                except OSError:  # the driver is gone: so is the point of this run
-                    self.end(kill=True)
-                    raise
+            if limit is not None:
+                self.conn.settimeout(limit)
+            frame = recv(self.conn)
+            if frame is not None:
+                return [frame]
         except TimeoutError:
             self.end(kill=True)
-            return [b"T"]
+            return [b"T", self.slot.read()]
         except OSError:
             if not self.alive:
                 raise
-        return [b"D", self.end(kill=False).encode()]
+        how = self.end(kill=False).encode()
+        return [b"D", _U16.pack(len(how)), how, self.slot.read()]
 
     def end(self, *, kill: bool) -> str:
         """Reap the child (killed first when ``kill``); how it ended."""
@@ -249,7 +263,7 @@ class _Child:
         os.waitpid(self.pid, 0)
 
 
-def _child(conn: socket.socket, driver: socket.socket, parent: int) -> None:
+def _child(conn: socket.socket, driver: socket.socket, parent: int, slot: CallSlot) -> None:
     """The child's loop: run each request, its pipelet calls told before they are made."""
     code = 0
     try:
@@ -264,7 +278,7 @@ def _child(conn: socket.socket, driver: socket.socket, parent: int) -> None:
                 key, workflow, chunk, compress = pickle.loads(frame)
                 if workflow is not None:  # every version it was sent: the driver counts on it
                     workflows[key] = workflow
-                with watched(lambda call: send(conn, b"A", call.to_json())):
+                with watched(slot.tell):
                     out = list(chunk_partition(workflows[key], [chunk], compress))
                 answer = _encode_chunk(out[0]) if out else [b"N"]
             except Exception:

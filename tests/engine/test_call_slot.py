@@ -1,0 +1,69 @@
+"""The call slot: a warm worker's run process tells each pipelet call in memory its
+supervising task shares; the task reads the last one after the run process is gone."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from engine import PipeletCall
+from engine._progress import CallSlot
+
+CALL = PipeletCall("pipelet", "mod.Slow", "wf.bpel:14", "invokePipelet", "slow", ("r1", "r2"), 2)
+NEXT = PipeletCall("pipelet", "mod.Crash", "wf.bpel:20", "invokePipelet", "crash", ("r1",), 1)
+
+
+def in_child(slot: CallSlot, *calls: PipeletCall | None, hang: bool = False) -> None:
+    """Fork a process that tells ``calls`` and exits (or hangs until killed); wait for it."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the run process
+        os.close(read)
+        for call in calls:
+            slot.tell(call)
+        os.write(write, b"x")
+        if hang:
+            signal.pause()
+        os._exit(3)
+    os.close(write)
+    assert os.read(read, 1) == b"x"
+    os.close(read)
+    if hang:
+        os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+
+
+def test_the_parent_reads_the_last_call_its_child_told_before_it_died() -> None:
+    slot = CallSlot()
+    in_child(slot, CALL, NEXT)
+    assert PipeletCall.from_json(slot.read()) == NEXT
+
+
+def test_a_killed_child_leaves_its_call_and_a_new_run_starts_with_none() -> None:
+    slot = CallSlot()
+    in_child(slot, CALL, hang=True)
+    assert PipeletCall.from_json(slot.read()) == CALL
+    slot.tell(None)  # the task, before the next request
+    assert slot.read() == b""
+    in_child(slot)   # a run that made no call
+    assert slot.read() == b""
+
+
+def test_a_write_cut_short_leaves_the_previous_call_whole() -> None:
+    slot = CallSlot()
+    slot.tell(CALL)
+    # what a process killed in the middle of its next write leaves: the other half
+    # half-written, the index not yet flipped
+    other = 8 + (1 - slot._map[0]) * CallSlot._HALF
+    slot._map[other:other + 12] = b"\x00\x00\x01\x00{garbage"
+    assert PipeletCall.from_json(slot.read()) == CALL
+
+
+def test_a_call_too_long_for_the_slot_keeps_its_pipelet_and_drops_its_record_ids() -> None:
+    slot = CallSlot()
+    huge = PipeletCall("pipelet", "mod.Big", "wf.bpel:3", "invokePipelet", "big",
+                       tuple("r" * 5000 + str(i) for i in range(5)), 5)
+    slot.tell(huge)
+    told = PipeletCall.from_json(slot.read())
+    assert (told.cls, told.where, told.name, told.records, told.count) == (
+        "mod.Big", "wf.bpel:3", "big", (), 5)
