@@ -5,9 +5,11 @@ with pyspark's own launcher (``bin/spark-class`` in the pyspark package).
         cluster.master_url        # spark://127.0.0.1:<free port>
         subprocess.run([...], env=cluster.driver_env())
 
-``spark_cluster`` is a module-scoped fixture for test modules that import it
-(``from _spark_cluster import spark_cluster``); mark such modules ``spark``
-and ``slow``.  One SparkContext per Python process, and the test session's
+``spark_cluster`` is a session-scoped fixture (``tests/conftest.py`` offers
+it): the modules that use it share one master and worker, started when the
+first of them needs it (~5 to 50 s on a busy machine) and stopped at the
+end of the session; mark such modules ``spark`` and ``slow``.  A test that
+counts applications counts those that came after it started.  One SparkContext per Python process, and the test session's
 is ``local[2]``: work on the cluster runs in a subprocess (a driver script,
 ``chalk process`` or the service) with ``[spark] master = cluster.master_url``.
 
@@ -277,12 +279,12 @@ def java_missing() -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
-    """A standalone master with one worker (2 cores, 2 GB) for the test module.
+    """A standalone master with one worker (2 cores, 2 GB) for the test session.
 
     Fails (under scripts/test.sh, which promises Java) or skips (plain
-    pytest) when it cannot start; stopped at the end of the module.
+    pytest) when it cannot start; stopped at the end of the session.
     """
     why = java_missing()
     if why is None:

@@ -31,6 +31,7 @@ from _services import (  # noqa: F401  (re-exported for tests)
     stop_broker,
     stop_postgres,
 )
+from _spark_cluster import spark_cluster  # noqa: F401  (one standalone cluster per session)
 
 try:  # Spark and CI machines are slow; a per-example deadline only makes noise.
     from hypothesis import settings

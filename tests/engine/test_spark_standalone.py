@@ -32,7 +32,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import _spark_cluster
 import pytest
 from _spark_cluster import SparkCluster
 from engine_helpers import BPEL_HEADER
@@ -41,7 +40,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 HERE = Path(__file__).resolve().parent
 DRIVER = HERE / "_cluster_driver.py"
-spark_cluster = _spark_cluster.spark_cluster  # the module's master and worker (a fixture)
 MODULE = "standalone_pipelets"  # tests/engine/_pipelets.py, copied next to the workflows
 
 

@@ -34,7 +34,7 @@ from listener_router.broker import dlq_name
 pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.broker, pytest.mark.spark]
 
 RECORDS = 5000
-KILLS = 10
+KILLS = 8   # kill -9s of the service (one suite run: ~20 s each, with its start)
 
 STAGE = """<?xml version="1.0"?>
 <process name="{name}" xmlns="http://docs.oasis-open.org/wsbpel/2.0/process/executable"
