@@ -8,6 +8,10 @@ instances in it (their caller reruns them apart, see ``engine._worker``),
 except the one whose record a ``PipeletError`` names: that one faults
 (``pipeletError``).
 
+An instance whose records were cancelled while it ran (``engine._progress.
+stopped``: ``chalk jobs cancel``) ends before its next pipelet or service
+call with a ``cancelled`` fault: the call does not get its records.
+
 ``invoke`` of a partner service runs once per instance, its input variable's
 parts in and its reply into the output variable.  ``invokeWorkflow`` runs the
 sub-workflow as a process of its own for the cohort; an ``exit`` there ends
@@ -24,7 +28,7 @@ from engine import _variables
 from engine._errors import WorkflowFault
 from engine._instances import Instance, State
 from engine._interpreter import Interpreter
-from engine._progress import starting
+from engine._progress import starting, stopped
 from engine._specs import InvokePipelet, InvokeService, InvokeWorkflow, Workflow
 from engine._structured import process
 
@@ -39,6 +43,12 @@ def invoke_pipelet(it: Interpreter, wf: Workflow, act: InvokePipelet, cohort: li
     if not all_ids:
         return
     where = f"{wf.path}:{act.line}: {act.label()}"
+    gone = stopped(all_ids)
+    if gone:
+        cohort = _stop(cohort, gone, where)
+        all_ids = [rid for inst in cohort for rid in inst.ids]
+        if not all_ids:
+            return
     starting("pipelet", act.pipelet_class, wf, act, all_ids)
     try:
         pipelet = it.pipelet_for(wf, act)
@@ -57,6 +67,18 @@ def invoke_pipelet(it: Interpreter, wf: Workflow, act: InvokePipelet, cohort: li
         _map_back(it.bb, cohort, list(result or []))
     except ValueError as e:
         _pipelet_failed(where, cohort, e)
+
+
+def _stop(cohort: list[Instance], gone: set[str], where: str) -> list[Instance]:
+    """End the instances with a cancelled record (a ``cancelled`` fault); the others."""
+    going = []
+    for inst in cohort:
+        if gone.isdisjoint(inst.ids):
+            going.append(inst)
+        else:
+            inst.fail(WorkflowFault("cancelled", f"{where}: not run: the message was cancelled "
+                                                 "while it ran (chalk jobs cancel)"))
+    return going
 
 
 def _pipelet_record_id(exc: BaseException) -> str | None:
@@ -144,6 +166,9 @@ def invoke_service(it: Interpreter, wf: Workflow, act: InvokeService, cohort: li
     for inst in cohort:
         frame = inst.frame
         assert frame is not None
+        if stopped(inst.ids):
+            _stop([inst], set(inst.ids), where)
+            continue
         starting("service", act.service_class, wf, act, inst.ids)
         try:
             parts = frame.copy_parts(act.input_variable) if act.input_variable else {}

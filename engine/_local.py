@@ -21,16 +21,17 @@ elsewhere.  What cannot be bounded here: a pipelet that ends the process
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
 from engine._errors import RunTimedOut
 from engine._isolation import Attempt, Budget, Outcome, run_attempts
-from engine._progress import PipeletCall, timeout_reason, watched
+from engine._progress import PipeletCall, stoppable, timeout_reason, watched
 from engine._results import InstanceResult, apply_outputs, failed, inputs_for
 from engine._specs import Workflow
 from engine._worker import InstanceInput, InstanceOutput, frozen_heap, run_instances
@@ -57,8 +58,9 @@ class _Watched:
         self.error: BaseException | None = None
         self.started = 0.0
         self.done: Future[None] = Future()
-        self.thread = threading.Thread(target=self._run, args=(workflow,), name=name,
-                                       daemon=True)
+        context = contextvars.copy_context()  # the runner's cancellations (LocalRunner.run)
+        self.thread = threading.Thread(target=context.run, args=(self._run, workflow),
+                                       name=name, daemon=True)
 
     def _run(self, workflow: Workflow) -> None:
         def tell(call: PipeletCall) -> None:
@@ -138,6 +140,23 @@ class LocalRunner:
                  isolation_budget: float = 900.0) -> None:
         self.batch_timeout = batch_timeout
         self.isolation_budget = isolation_budget
+        self._cancelled: set[str] = set()
+        self._lock = threading.Lock()
+
+    def cancel(self, ids: Sequence[str]) -> None:
+        """The messages of these records were cancelled: a run that has them ends their
+        instances before its next pipelet call (``cancelled``).  Until :meth:`uncancel`."""
+        with self._lock:
+            self._cancelled = self._cancelled | set(ids)
+
+    def uncancel(self, ids: Sequence[str]) -> None:
+        """The runs of these records are over (or cancelled no more)."""
+        with self._lock:
+            self._cancelled = self._cancelled - set(ids)
+
+    def _among(self, ids: Sequence[str]) -> set[str]:
+        cancelled = self._cancelled  # replaced, never changed: no lock to read
+        return cancelled.intersection(ids) if cancelled else set()
 
     def run(self, workflow: Workflow, blackboard: Any, instances: list[list[str]], *,
             settle_early: SettleEarly | None = None, isolate: bool = True,
@@ -155,6 +174,13 @@ class LocalRunner:
         """
         if not instances:
             return []
+        with stoppable(self._among):
+            return self._run(workflow, blackboard, instances, settle_early, isolate, suspect,
+                             watch)
+
+    def _run(self, workflow: Workflow, blackboard: Any, instances: list[list[str]],
+             settle_early: SettleEarly | None, isolate: bool, suspect: bool,
+             watch: Watch | None) -> list[InstanceResult]:
         with frozen_heap():
             rows = inputs_for(blackboard, list(enumerate(instances)))
         seconds = self.batch_timeout

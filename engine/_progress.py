@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["NAMED", "CallSlot", "PipeletCall", "died_reason", "not_run_reason", "on_records", "starting",
+__all__ = ["NAMED", "CallSlot", "PipeletCall", "StopSlot", "stoppable", "stopped", "died_reason", "not_run_reason", "on_records", "starting",
            "timeout_reason", "watched"]
 
 NAMED = 5  # record IDs a call names at most (the rest are counted)
@@ -156,6 +156,78 @@ def watched(tell: Callable[[PipeletCall], None]) -> Iterator[None]:
         yield
     finally:
         _watcher.reset(token)
+
+
+_stops: ContextVar[Callable[[Sequence[str]], set[str]] | None] = ContextVar("chalk_stops",
+                                                                           default=None)
+
+
+@contextmanager
+def stoppable(among: Callable[[Sequence[str]], set[str]]) -> Iterator[None]:
+    """Within the block, on this thread, ``among(ids)`` says which of the records a call
+    is about to get were cancelled meanwhile (``chalk jobs cancel``): their instances end
+    there, before the call (:func:`stopped`)."""
+    token = _stops.set(among)
+    try:
+        yield
+    finally:
+        _stops.reset(token)
+
+
+def stopped(ids: Sequence[str]) -> set[str]:
+    """The records among ``ids`` whose messages were cancelled while they ran (none when
+    nobody can say)."""
+    among = _stops.get()
+    return set() if among is None else among(ids)
+
+
+class StopSlot:
+    """Records cancelled while a warm worker's chunk runs, in memory the run process shares
+    with the task that forked it: the task :meth:`add` s what the driver sends, the run
+    process asks :meth:`among` before each pipelet call.
+
+    Append-only while a chunk runs (cleared between chunks, when the run process is idle):
+    IDs are written past the committed length, then the length (4 aligned bytes) moved,
+    so a reader never sees half an ID.  Full: later IDs are not kept (the service then
+    stops the message at its commit instead).
+    """
+
+    SIZE = 65536
+    _LEN = struct.Struct("!I")   # at 0: the committed length; at 4: the clears so far
+
+    def __init__(self) -> None:
+        self._map = mmap.mmap(-1, self.SIZE)
+        self._seen = 0
+        self._clears = 0
+        self._ids: set[str] = set()
+
+    def clear(self) -> None:
+        """(between chunks) No record is cancelled."""
+        (clears,) = self._LEN.unpack_from(self._map, 4)
+        self._LEN.pack_into(self._map, 0, 0)
+        self._LEN.pack_into(self._map, 4, (clears + 1) & 0xFFFFFFFF)
+
+    def add(self, ids: Sequence[str]) -> None:
+        (n,) = self._LEN.unpack_from(self._map, 0)
+        data = b"".join(rid.encode("utf-8") + b"\n" for rid in ids)
+        if 8 + n + len(data) > self.SIZE:
+            return
+        self._map[8 + n:8 + n + len(data)] = data
+        self._LEN.pack_into(self._map, 0, n + len(data))
+
+    def among(self, ids: Sequence[str]) -> set[str]:
+        (clears,) = self._LEN.unpack_from(self._map, 4)
+        if clears != self._clears:  # a new chunk: what the last one had is gone
+            self._clears, self._seen, self._ids = clears, 0, set()
+        (n,) = self._LEN.unpack_from(self._map, 0)
+        if n != self._seen:
+            if n:
+                self._ids |= set(bytes(self._map[8 + self._seen:8 + n]).decode(
+                    "utf-8", "replace").splitlines())
+            self._seen = n
+        if not self._ids:
+            return set()
+        return self._ids.intersection(ids)
 
 
 def starting(kind: str, cls: str, wf: Any, act: Any, ids: Sequence[str]) -> None:

@@ -25,7 +25,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from engine._errors import RunnerError
@@ -119,6 +119,19 @@ class SparkRunner:
         # this one runs batches on them or not: their tasks hold the cores.
         self._parker = warm_workers(spark)
         self.warm: WarmWorkers | None = self._parker if warm else None
+
+    def cancel(self, ids: Sequence[str]) -> None:
+        """The messages of these records were cancelled while they run: on the warm workers
+        their instances end before the next pipelet call (``cancelled``); a job of its own
+        cannot be told, and runs them to the end (the caller drops what they did).  Until
+        :meth:`uncancel`."""
+        if self.warm is not None:
+            self.warm.cancel(ids)
+
+    def uncancel(self, ids: Sequence[str]) -> None:
+        """The runs of these records are over (or they are cancelled no more)."""
+        if self.warm is not None:
+            self.warm.uncancel(ids)
 
     def run(self, workflow: Workflow, blackboard: Any, instances: list[list[str]], *,
             settle_early: SettleEarly | None = None, suspect: bool = False) -> list[InstanceResult]:

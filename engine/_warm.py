@@ -62,7 +62,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Any
@@ -70,7 +70,9 @@ from typing import Any
 from engine._specs import Workflow
 from engine._warm_start import Slot, WarmUnavailable, cancel_group, listen, start_job
 from engine._warm_task import (
+    CANCEL,
     LIMIT,
+    REQUEST,
     ChunkFailed,
     WorkerLost,
     decode_answer,
@@ -157,6 +159,7 @@ class WarmWorkers:
         self._last = time.monotonic()
         self._failed_at = -float("inf")
         self._keeper: threading.Thread | None = None
+        self._cancelled: frozenset[str] = frozenset()  # replaced, never changed
         #: warm jobs started (each start pays one job's fixed cost)
         self.starts = 0
         #: warm jobs ended for a chunk that hung or whose worker died
@@ -195,6 +198,24 @@ class WarmWorkers:
                 atexit.register(self._stop_at_exit)
             self._cond.notify_all()
         return requests
+
+    def cancel(self, ids: Sequence[str]) -> None:
+        """The messages of these records were cancelled: chunks running them end their
+        instances before the next pipelet call, and so do chunks sent later, until
+        :meth:`uncancel`."""
+        with self._cond:
+            self._cancelled = self._cancelled | frozenset(ids)
+            gen = self._gen
+            running = [s for s in gen.slots if s.request is not None] if gen is not None else []
+        frame = "\n".join(ids).encode()
+        for slot in running:  # a slot sending a request meanwhile sends the set after it
+            with slot.sending, contextlib.suppress(OSError):
+                send(slot.conn, CANCEL, frame)
+
+    def uncancel(self, ids: Sequence[str]) -> None:
+        """The chunks of these records are over (or they are cancelled no more)."""
+        with self._cond:
+            self._cancelled = self._cancelled - frozenset(ids)
 
     def abandon(self, requests: list[Request]) -> None:
         """Nobody waits for ``requests`` any more: those not taken yet never run (one that
@@ -266,7 +287,11 @@ class WarmWorkers:
             return True
         frame: bytes | None = None
         try:
-            send(slot.conn, LIMIT.pack(request.limit or 0.0), payload)
+            with slot.sending:
+                send(slot.conn, REQUEST, LIMIT.pack(request.limit or 0.0), payload)
+                cancelled = self._cancelled  # after the request: see cancel()
+                if cancelled:
+                    send(slot.conn, CANCEL, "\n".join(cancelled).encode())
             slot.sent.add(key)
             frame = recv(slot.conn)
         except OSError:

@@ -43,6 +43,7 @@ class Slot:
         self.sent: set[tuple[str, str]] = set()   # workflow versions its runner process has
         self.thread: threading.Thread | None = None
         self.request: Any = None   # the request it runs (``engine._warm.Request``), or None
+        self.sending = threading.Lock()  # a request and a cancellation never interleave
 
 
 

@@ -3,9 +3,13 @@ framing both sides speak (see ``engine._warm`` for the theory of operation).
 
 A frame is a length (8 bytes, big-endian) and that many bytes.  The task's
 first frame is its hello: the secret its function carries, its partition and
-pid.  Then the driver sends requests: a limit (seconds, a double; 0: none)
-and, pickled, ``(key, workflow or None, chunk, compress)`` (the workflow goes
-once per runner process and version).  The task answers each with ``b"C"`` +
+pid.  Then the driver sends requests: ``b"R"``, a limit (seconds, a double;
+0: none) and, pickled, ``(key, workflow or None, chunk, compress)`` (the
+workflow goes once per runner process and version).  While a chunk runs it
+may send ``b"X"`` + record IDs (one a line) whose messages were cancelled
+meanwhile: the task puts them where the run process looks before each
+pipelet call (:class:`~engine._progress.StopSlot`), and those instances end
+there (``chalk jobs cancel``).  The task answers each with ``b"C"`` +
 a chunk framed as bytes, ``b"N"`` (nothing to send back), ``b"E"`` + the
 text of an error it raised, ``b"T"`` + the call it was in (it ran past its
 limit and was killed) or ``b"D"`` + how its process died (``exit 3``,
@@ -31,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import select
 import signal
 import socket
 import struct
@@ -39,18 +44,21 @@ import traceback
 from collections.abc import Iterator
 from typing import Any
 
-from engine._progress import CallSlot, PipeletCall, watched
+from engine._progress import CallSlot, PipeletCall, StopSlot, stoppable, watched
 from engine._specs import Workflow
 from engine._worker import Chunk, chunk_partition
 
-__all__ = ["CONNECT_TIMEOUT", "HELLO", "LENGTH", "LIMIT", "SECRET_SIZE", "ChunkFailed",
-           "WorkerLost", "decode_answer", "decode_failure", "recv", "send", "warm_task"]
+__all__ = ["CANCEL", "CONNECT_TIMEOUT", "HELLO", "LENGTH", "LIMIT", "REQUEST", "SECRET_SIZE",
+           "ChunkFailed", "WorkerLost", "decode_answer", "decode_failure", "recv", "send",
+           "warm_task"]
 
 CONNECT_TIMEOUT = 30.0   # seconds the driver waits for the tasks to connect
 SECRET_SIZE = 32         # bytes of the secret a task proves itself with
 HELLO = struct.Struct("!iq")       # partition, pid
 LENGTH = struct.Struct("!Q")       # of a frame
 LIMIT = struct.Struct("!d")        # a request's limit, seconds (0: none)
+REQUEST = b"R"                     # the driver's frames: a chunk to run,
+CANCEL = b"X"                      # records cancelled while it runs
 GONE = 70                          # a child's exit code when it could not go on (EX_SOFTWARE)
 
 
@@ -185,10 +193,12 @@ def warm_task(address: Any, secret: bytes, partition: int, items: Iterator[Any])
             frame = recv(sock)
             if frame is None:
                 break
-            (limit,) = LIMIT.unpack_from(frame)
+            if frame[:1] == CANCEL:  # for a chunk that has ended meanwhile
+                continue
+            (limit,) = LIMIT.unpack_from(frame, 1)
             if child is None:
                 child = _Child(sock)
-            answer = child.run(memoryview(frame)[LIMIT.size:], limit or None)
+            answer = child.run(sock, memoryview(frame)[1 + LIMIT.size:], limit or None)
             if not child.alive:
                 child = None
             send(sock, *answer)
@@ -205,28 +215,41 @@ class _Child:
     def __init__(self, driver: socket.socket):
         mine, theirs = socket.socketpair()
         self.slot = CallSlot()
+        self.stops = StopSlot()
         parent = os.getpid()
         pid = os.fork()
         if pid == 0:
             mine.close()
-            _child(theirs, driver, parent, self.slot)  # never returns
+            _child(theirs, driver, parent, self.slot, self.stops)  # never returns
         theirs.close()
         self.pid = pid
         self.conn = mine
         self.alive = True
 
-    def run(self, payload: memoryview, limit: float | None) -> list[bytes]:
-        """Have the child run one request: its answer, or ``T`` / ``D`` with the call it was
-        in when it was killed at ``limit`` or died (it is gone then)."""
+    def run(self, driver: socket.socket, payload: memoryview, limit: float | None) -> list[bytes]:
+        """Have the child run one request (cancellations from the driver passed on): its
+        answer, or ``T`` / ``D`` with the call it was in when it was killed at ``limit`` or
+        died (it is gone then)."""
         self.slot.tell(None)
+        self.stops.clear()
+        deadline = None if limit is None else time.monotonic() + limit
         try:
-            self.conn.settimeout(None)
             send(self.conn, payload)
-            if limit is not None:
-                self.conn.settimeout(limit)
-            frame = recv(self.conn)
-            if frame is not None:
-                return [frame]
+            while True:
+                wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+                ready, _, _ = select.select([self.conn, driver], [], [], wait)
+                if not ready:
+                    raise TimeoutError
+                if self.conn in ready:
+                    frame = recv(self.conn)
+                    if frame is not None:
+                        return [frame]
+                    break
+                frame = recv(driver)
+                if frame is None or frame[:1] != CANCEL:  # the driver is gone, or confused
+                    self.end(kill=True)
+                    raise ConnectionError("the driver's connection broke while a chunk ran")
+                self.stops.add(bytes(frame[1:]).decode("utf-8", "replace").split("\n"))
         except TimeoutError:
             self.end(kill=True)
             return [b"T", self.slot.read()]
@@ -263,7 +286,8 @@ class _Child:
         os.waitpid(self.pid, 0)
 
 
-def _child(conn: socket.socket, driver: socket.socket, parent: int, slot: CallSlot) -> None:
+def _child(conn: socket.socket, driver: socket.socket, parent: int, slot: CallSlot,
+           stops: StopSlot) -> None:
     """The child's loop: run each request, its pipelet calls told before they are made."""
     code = 0
     try:
@@ -278,7 +302,7 @@ def _child(conn: socket.socket, driver: socket.socket, parent: int, slot: CallSl
                 key, workflow, chunk, compress = pickle.loads(frame)
                 if workflow is not None:  # every version it was sent: the driver counts on it
                     workflows[key] = workflow
-                with watched(slot.tell):
+                with watched(slot.tell), stoppable(stops.among):
                     out = list(chunk_partition(workflows[key], [chunk], compress))
                 answer = _encode_chunk(out[0]) if out else [b"N"]
             except Exception:

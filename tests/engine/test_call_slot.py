@@ -1,13 +1,15 @@
 """The call slot: a warm worker's run process tells each pipelet call in memory its
-supervising task shares; the task reads the last one after the run process is gone."""
+supervising task shares; the task reads the last one after the run process is gone.  The
+stop slot: the other way, records cancelled while a chunk runs."""
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 
 from engine import PipeletCall
-from engine._progress import CallSlot
+from engine._progress import CallSlot, StopSlot
 
 CALL = PipeletCall("pipelet", "mod.Slow", "wf.bpel:14", "invokePipelet", "slow", ("r1", "r2"), 2)
 NEXT = PipeletCall("pipelet", "mod.Crash", "wf.bpel:20", "invokePipelet", "crash", ("r1",), 1)
@@ -67,3 +69,37 @@ def test_a_call_too_long_for_the_slot_keeps_its_pipelet_and_drops_its_record_ids
     told = PipeletCall.from_json(slot.read())
     assert (told.cls, told.where, told.name, told.records, told.count) == (
         "mod.Big", "wf.bpel:3", "big", (), 5)
+
+
+def test_records_cancelled_while_a_chunk_runs_are_seen_by_the_run_process_until_the_next() -> None:
+    stops = StopSlot()
+    read, write = os.pipe()
+    ready, told = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the run process: asks at each "pipelet boundary"
+        os.close(read)
+        os.read(ready, 1)
+        seen = sorted(stops.among(["a", "b", "c"]))
+        os.read(ready, 1)                   # the next chunk: cleared, then "c" alone
+        seen2 = sorted(stops.among(["a", "b", "c"]))
+        os.write(write, ("|".join(seen) + ";" + "|".join(seen2)).encode())
+        os._exit(0)
+    os.close(write)
+    assert stops.among(["a"]) == set()
+    stops.add(["a"])
+    stops.add(["b", "x"])
+    os.write(told, b"1")
+    time.sleep(0.2)
+    stops.clear()
+    stops.add(["c"])
+    os.write(told, b"1")
+    answer = os.read(read, 100).decode()
+    os.waitpid(pid, 0)
+    assert answer == "a|b;c"
+
+
+def test_a_full_stop_slot_keeps_what_it_has() -> None:
+    stops = StopSlot()
+    stops.add(["r" * 40000])
+    stops.add(["s" * 40000])  # does not fit: dropped (the commit stage still cancels it)
+    assert stops.among(["r" * 40000, "s" * 40000]) == {"r" * 40000}
