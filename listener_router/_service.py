@@ -305,7 +305,7 @@ class Service:
                                      local_runner=self.local_runner, placement=None,
                                      batch_timeout=s.batch_timeout, loader=self.loader,
                                      commit=commit, settlement=settlement, meter=self.meter,
-                                     in_process=self._in_process)
+                                     in_process=self._in_process, cancelled=self.cancelled)
         for lane in self.lanes:
             lane.gather = pipeline.GatherStage(
                 link=self.link, deliveries=lane.deliveries,  # type: ignore[arg-type]

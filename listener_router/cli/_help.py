@@ -75,8 +75,8 @@ HELP: dict[str, tuple[str, str]] = {
         "workflow, record, message and time; --follow then prints new entries as they come.  "
         "Attempts are numbered from 1; --json prints one object per step.  "
         "chalk jobs cancel cancels messages (by ID, by record, or a scheduled job's tick) on "
-        "every member: one not yet run is acked without running, one in flight is failed "
-        "before its commit; the cancellation is kept, so neither a restart nor a redelivery "
+        "every member: one not yet run is acked without running, one in flight ends before "
+        "its next pipelet call and nothing of it is committed; the cancellation is kept, so neither a restart nor a redelivery "
         "brings the message back.  chalk jobs uncancel withdraws it.",
         "chalk jobs\n"
         "chalk jobs --record doc-17               # every step of the messages naming doc-17\n"

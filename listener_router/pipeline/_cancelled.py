@@ -1,15 +1,16 @@
 """The cancellations in force, as a member matches messages against them (``chalk jobs cancel``).
 
 A message cancelled before it runs is acked with a ``cancelled`` step and
-nothing committed (the gather stage asks); one cancelled while it runs is
-failed before its commit (the commit stage asks).  ``_flow`` keeps the set
-up to date from the store.
+nothing committed (the gather stage asks); one cancelled while it runs ends
+before its next pipelet call where the runner can be told (the execute stage
+listens: ``listen``), and is failed before its commit in any case (the
+commit stage asks).  ``_flow`` keeps the set up to date from the store.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from listener_router._messages import Incoming
 from listener_router.store import Cancellation
@@ -25,11 +26,19 @@ class Cancelled:
         self.messages: dict[str, Cancellation] = {}
         self.prefixes: list[Cancellation] = []
         self.records: dict[str, Cancellation] = {}
+        self._listeners: list[Callable[[], None]] = []
+
+    def listen(self, heard: Callable[[], None]) -> None:
+        """``heard()`` after each update that leaves cancellations in force."""
+        self._listeners.append(heard)
 
     def update(self, cancellations: Sequence[Cancellation]) -> None:
         self.messages = {c.value: c for c in cancellations if c.kind == "message"}
         self.prefixes = [c for c in cancellations if c.kind == "prefix"]
         self.records = {c.value: c for c in cancellations if c.kind == "record"}
+        if self:
+            for heard in self._listeners:
+                heard()
 
     def __bool__(self) -> bool:
         return bool(self.messages or self.prefixes or self.records)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -42,6 +43,7 @@ from blackboard import Blackboard
 from engine import InstanceResult
 from listener_router._errors import RunnerUnusable
 from listener_router.pipeline._batch import Batch, Group
+from listener_router.pipeline._cancelled import Cancelled
 from listener_router.pipeline._commit import CommitStage, Executed
 from listener_router.pipeline._in_process import HUNG, InProcess
 from listener_router.pipeline._loading import Loader
@@ -91,7 +93,7 @@ class ExecuteStage:
     def __init__(self, *, registry: engine.WorkflowRegistry, runner: Runner,
                  local_runner: Runner | None, placement: Placement | None, batch_timeout: float,
                  loader: Loader, commit: CommitStage, settlement: Settlement, meter: Meter,
-                 in_process: InProcess | None = None):
+                 in_process: InProcess | None = None, cancelled: Cancelled | None = None):
         self.registry = registry
         self.runner = runner
         self.local_runner = local_runner
@@ -106,6 +108,13 @@ class ExecuteStage:
         self._local_keywords = _keywords(local_runner)
         # runner = "local": every run is this process's (written down, see _run_main_here)
         self._main_here = isinstance(runner, engine.LocalRunner) and in_process is not None
+        # the groups running, and their records the runners were told are cancelled
+        self.cancelled = cancelled
+        self._running: dict[int, list[Work]] = {}
+        self._stopping: dict[int, set[str]] = {}
+        self._lock = threading.Lock()
+        if cancelled is not None:
+            cancelled.listen(self._stop_cancelled)
 
     def execute(self, batch: Batch, placement: Placement | None = None) -> None:
         """Run each workflow's group of the batch; the commit stage settles them.  Small
@@ -150,6 +159,7 @@ class ExecuteStage:
         def early(results: list[InstanceResult]) -> None:
             self._settle_early(group, [works[r.index] for r in results], results)
 
+        self._began(group, works)
         try:
             if local:
                 assert run_id is not None
@@ -175,6 +185,8 @@ class ExecuteStage:
             self._isolate(group, [w for w in works if id(w) in left],
                           f"runner failed: {type(e).__name__}: {e}")
             return None
+        finally:
+            self._ended(group)
         seconds = time.perf_counter() - started
         self.meter.time("run", seconds, report)
         if report is not None:
@@ -183,6 +195,45 @@ class ExecuteStage:
                 with report.lock:
                     report.local_runs += 1
         return [works[r.index] for r in results], list(results)
+
+    # -- cancelled while running ----------------------------------------------------
+    def _began(self, group: Group, works: list[Work]) -> None:
+        with self._lock:
+            self._running[id(group)] = works
+        if self.cancelled:  # cancelled between the gather and now
+            self._stop_cancelled()
+
+    def _ended(self, group: Group) -> None:
+        with self._lock:
+            self._running.pop(id(group), None)
+            ids = self._stopping.pop(id(group), None)
+        if ids:
+            for runner in self._cancellable():
+                runner.uncancel(list(ids))
+
+    def _stop_cancelled(self) -> None:
+        """(thread ``chalk-flow``, or a group starting) Tell the runners the records of the
+        running messages cancelled since they started: their instances end before their
+        next pipelet call."""
+        cancelled = self.cancelled
+        if cancelled is None:
+            return
+        told: list[str] = []
+        with self._lock:
+            for key, works in self._running.items():
+                stopping = self._stopping.setdefault(key, set())
+                new = [rid for w in works if w.message is not None and
+                       cancelled.reason(w.message) is not None
+                       for rid in w.message.record_ids if rid not in stopping]
+                stopping.update(new)
+                told += new
+        if told:
+            log.info("telling the runners of %d record(s) cancelled while they run", len(told))
+            for runner in self._cancellable():
+                runner.cancel(told)
+
+    def _cancellable(self) -> list[Any]:
+        return [r for r in (self.runner, self.local_runner) if hasattr(r, "cancel")]
 
     def _run_here(self, workflow: engine.Workflow, bb: Blackboard, instances: list[list[str]],
                   run_id: str) -> Sequence[InstanceResult]:

@@ -12,8 +12,9 @@ second and survives restarts:
   the live members that consume its queue: each runs a token bucket at its
   share (``_lanes.TokenBucket``), which the dispatcher asks before a batch;
 - **cancellations** (``_cancelled``): a message cancelled before it runs
-  is acked with a ``cancelled`` step and nothing committed; one in flight is
-  failed before its commit.
+  is acked with a ``cancelled`` step and nothing committed; one in flight
+  ends before its next pipelet call (the execute stage tells the runners)
+  and is failed before its commit.
 """
 
 from __future__ import annotations

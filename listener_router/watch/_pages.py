@@ -152,7 +152,7 @@ _TEMPLATES = {
 <input name="schedule" placeholder="or a schedule" aria-label="schedule" size="10">
 <input name="tick" placeholder="and its tick" aria-label="tick" size="18">
 <button type="submit">Cancel</button></form>
-<p class="muted">a message not yet run is acked without running; one in flight is failed before its commit</p>{% endcall %}
+<p class="muted">a message not yet run is acked without running; one in flight ends before its next pipelet call, and nothing of it is committed</p>{% endcall %}
 {% call panel("dead_letters", "Dead letters", "dead-letters") %}{% endcall %}
 {{ panel("schedules", "Schedules", "schedules") }}
 {{ panel("journal", "Journal subscribers", "journal") }}

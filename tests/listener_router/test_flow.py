@@ -258,3 +258,96 @@ def test_cancelled_messages_are_acked_without_running_before_and_after_a_restart
     with pytest.raises(ConfigError):
         from listener_router.cli._flow import cancel
         cancel(settings)
+
+
+GATED = """<?xml version="1.0"?>
+<process name="Gated" xmlns="http://docs.oasis-open.org/wsbpel/2.0/process/executable"
+         xmlns:proc="http://www.eclipse.org/smila/processor">
+  <sequence>
+    <proc:invokePipelet name="gate">
+      <proc:pipelet class="gated_pipelets.Gate"/>
+      <proc:configuration><proc:param name="dir">{dir}</proc:param></proc:configuration>
+    </proc:invokePipelet>
+    <proc:invokePipelet name="mark">
+      <proc:pipelet class="gated_pipelets.Mark"/>
+      <proc:configuration><proc:param name="dir">{dir}</proc:param></proc:configuration>
+    </proc:invokePipelet>
+  </sequence>
+</process>
+"""
+GATED_PIPELETS = '''
+import os
+import time
+
+from pipelets import Pipelet
+
+
+class Gate(Pipelet):
+    """Says it started, then waits (at most a minute) until the test opens the gate."""
+
+    parameters = frozenset({"dir"})
+
+    def process(self, blackboard, ids):
+        folder = self.config["dir"]
+        open(os.path.join(folder, "started"), "w").close()
+        deadline = time.monotonic() + 60
+        while not os.path.exists(os.path.join(folder, "open")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return ids
+
+
+class Mark(Pipelet):
+    """Leaves a file per record outside the blackboard: what a cancelled message must not do."""
+
+    parameters = frozenset({"dir"})
+
+    def process(self, blackboard, ids):
+        for rid in ids:
+            open(os.path.join(self.config["dir"], "ran-" + rid), "w").close()
+            blackboard.set_literal(rid, "marked", True)
+        return ids
+'''
+
+
+@pytest.mark.broker
+@pytest.mark.slow
+@pytest.mark.parametrize("runner", ["spark", "local"])
+def test_a_message_cancelled_while_it_runs_ends_before_its_next_pipelet(
+        tmp_path, make_settings, declare, spark, caplog, runner):
+    """In flight: the pipelet running finishes, the next one never gets the cancelled
+    message's records, nothing of it is committed; its neighbour in the batch goes on."""
+    workflows = tmp_path / "workflows"
+    workflows.mkdir()
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (workflows / "gated.xml").write_text(GATED.format(dir=gate))
+    (workflows / "gated_pipelets.py").write_text(GATED_PIPELETS)
+    settings = make_settings("Gated", workflows_dir=workflows, max_wait_ms=500,
+                             routers=()).with_overrides(runner=runner, local_below=0)
+    declare(settings)
+    queue = settings.listeners[0].queue
+    config = tmp_path / "chalk.toml"
+    config.write_text(f'[blackboard]\nurl = "{settings.blackboard_url}"\n')
+    tag = uuid.uuid4().hex[:6]
+    stop, go = f"g{tag}-stop", f"g{tag}-go"
+    caplog.set_level("INFO", logger="listener_router.pipeline._execute")
+    with Service(settings, spark=spark) as service:
+        ran = threading.Thread(target=service.run, kwargs={
+            "until": lambda s: s["committed"] + s["cancelled"] >= 2, "idle_exit": 90})
+        ran.start()
+        try:
+            _publish(settings, queue, [(f"m-{rid}", {"records": [{"id": rid, "attributes": {"x": 1}}]})
+                                       for rid in (stop, go)])
+            wait_until(lambda: (gate / "started").exists(), 120, "the gate pipelet running")
+            assert main(["jobs", "cancel", f"m-{stop}", "--config", str(config)]) == 0
+            wait_until(lambda: "cancelled while they run" in caplog.text, 30,
+                       "the runner told of the cancellation")
+        finally:
+            (gate / "open").touch()
+            ran.join(120)
+    assert not ran.is_alive()
+    assert (service.stats["committed"], service.stats["cancelled"]) == (1, 1)
+    assert (gate / f"ran-{go}").exists()
+    assert not (gate / f"ran-{stop}").exists()   # the pipelet after the cancel never ran it
+    stored = stored_attributes(settings.blackboard_url, [stop, go], ["marked"])
+    assert stored == {stop: None, go: {"marked": True}}  # nothing of the cancelled one kept
