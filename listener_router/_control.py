@@ -18,7 +18,7 @@ from listener_router._settings import LANE_KEYS, Settings
 from listener_router.store import ServiceStore, unavailable
 
 __all__ = ["cancel", "input_queues", "lane_rows", "parse_duration", "queue_list", "set_paused",
-           "who"]
+           "who", "withdraw_all"]
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
@@ -102,9 +102,14 @@ def queue_list(settings: Settings) -> list[dict[str, Any]]:
 
 def cancel(settings: Settings, *, messages: Sequence[str] = (), records: Sequence[str] = (),
            schedule: str | None = None, tick: str | None = None, until: float | None = None,
-           undo: bool = False, by: str | None = None, store: ServiceStore | None = None) -> int:
+           lasting: bool = False, undo: bool = False, by: str | None = None,
+           store: ServiceStore | None = None) -> int:
     """Cancel (or, ``undo``, withdraw the cancellation of) messages by ID, the messages
-    naming records (until ``until``), or a schedule's tick; returns how many entries.
+    naming records, or a schedule's tick; returns how many entries.
+
+    A record's cancellation holds for the messages naming it that are queued now (published
+    up to now); ``lasting`` (or an ``until``) also for those published later, until
+    ``until`` or until withdrawn.
 
     Raises:
         ConfigError: nothing to cancel, or a schedule without its tick (or the reverse).
@@ -120,20 +125,38 @@ def cancel(settings: Settings, *, messages: Sequence[str] = (), records: Sequenc
     store, mine = _connected(settings, store)
     try:
         with store.writes, unavailable():
-            return _cancel(store, messages, records, prefix, until, undo, by)
+            return _cancel(store, messages, records, prefix, until, lasting or until is not None,
+                           undo, by)
     finally:
         if mine:
             store.close()
 
 
 def _cancel(store: ServiceStore, messages: Sequence[str], records: Sequence[str],
-            prefix: str | None, until: float | None, undo: bool, by: str | None) -> int:
+            prefix: str | None, until: float | None, lasting: bool, undo: bool,
+            by: str | None) -> int:
     table = store.cancellations
     if undo:
         return (table.withdraw("message", list(messages))
                 + table.withdraw("record", list(records))
+                + table.withdraw("queued", list(records))
                 + (table.withdraw("prefix", [prefix]) if prefix else 0))
     by = by or who()
     return (table.add("message", messages, by=by)
-            + table.add("record", records, by=by, until=until)
+            + (table.add("record", records, by=by, until=until) if lasting
+               else table.add("queued", records, by=by))
             + (table.add("prefix", [prefix], by=by) if prefix else 0))
+
+
+def withdraw_all(settings: Settings, store: ServiceStore | None = None) -> int:
+    """Withdraw every cancellation in force; returns how many."""
+    store, mine = _connected(settings, store)
+    try:
+        with store.writes, unavailable():
+            table = store.cancellations
+            return sum(table.withdraw(kind, [c.value for c in found])
+                       for kind in ("message", "prefix", "record", "queued")
+                       if (found := [c for c in table.active() if c.kind == kind]))
+    finally:
+        if mine:
+            store.close()

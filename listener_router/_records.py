@@ -77,13 +77,15 @@ def store_records(bb: Blackboard, records: Sequence[dict[str, Any]], chunk: int 
 def push_records(settings: Settings, queue: str, records: Sequence[dict[str, Any]], *,
                  store: bool = True, operation: str = "ADD", per_message: int = 1,
                  progress: Any = None, source: str | None = None,
-                 hook: StoreHook | None = None) -> int:
+                 hook: StoreHook | None = None,
+                 published: Callable[[str, Sequence[str]], None] | None = None) -> int:
     """Store the records (unless ``store`` is false) and publish their IDs to ``queue``.
 
     Each message carries ``per_message`` record IDs and a fresh message ID.
     Publishing waits for the broker's confirms.  Returns the number of messages.
     ``source``: the stored records belong to it.  ``hook(connection, ids)`` runs in each
     transaction that stores records (not storing: in one of its own, before publishing).
+    ``published(message_id, record_ids)`` is called for each message once confirmed.
     """
     if operation not in OPERATIONS:
         raise ConfigError(f"unknown operation {operation!r}; the service accepts "
@@ -113,6 +115,9 @@ def push_records(settings: Settings, queue: str, records: Sequence[dict[str, Any
                 for group in chunked(part, per_message)]
             link.publish(messages).result(timeout=120)
             sent += len(messages)
+            if published is not None:
+                for message, group in zip(messages, chunked(part, per_message), strict=True):
+                    published(message.message_id, list(group))
             if progress is not None:
                 progress(len(part))
     finally:

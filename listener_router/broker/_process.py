@@ -134,8 +134,8 @@ class ProcessLink:
             self._next_id += 1
             ident = self._next_id
             self._pending[ident] = (future, len(messages))
-        fields = [(m.routing_key, m.body, m.message_id, m.headers, m.exchange, m.content_type)
-                  for m in messages]
+        fields = [(m.routing_key, m.body, m.message_id, m.headers, m.exchange, m.content_type,
+                   m.timestamp) for m in messages]
         if not self._send(("publish", ident, fields)):
             self._resolve(ident, "the broker I/O process is gone")
         return future

@@ -54,6 +54,9 @@ class OutMessage:
     headers: dict[str, Any] = field(default_factory=dict)
     exchange: str = ""
     content_type: str = "application/json"
+    # AMQP timestamp (epoch seconds): when it was first published; None: now.  A retry
+    # copy keeps its original's, so "queued before" stays true of it.
+    timestamp: int | None = None
 
 
 def publish_confirmed(link: Link, messages: Sequence[OutMessage], timeout: float) -> None:
@@ -107,7 +110,8 @@ def coalesce_output(conn: Any) -> None:
 def properties_of(message: OutMessage) -> pika.BasicProperties:
     return pika.BasicProperties(delivery_mode=2, message_id=message.message_id,
                                 content_type=message.content_type,
-                                headers=message.headers or None)
+                                headers=message.headers or None,
+                                timestamp=message.timestamp or int(time.time()))
 
 
 class Link(Protocol):

@@ -20,12 +20,13 @@ __all__ = ["Cancelled"]
 
 class Cancelled:
     """The cancellations in force: message IDs, message-ID prefixes (a schedule's tick),
-    records (until a time)."""
+    records (until a time, or for the messages queued when it was made: ``queued``)."""
 
     def __init__(self) -> None:
         self.messages: dict[str, Cancellation] = {}
         self.prefixes: list[Cancellation] = []
         self.records: dict[str, Cancellation] = {}
+        self.queued: dict[str, list[Cancellation]] = {}
         self._listeners: list[Callable[[], None]] = []
 
     def listen(self, heard: Callable[[], None]) -> None:
@@ -36,12 +37,17 @@ class Cancelled:
         self.messages = {c.value: c for c in cancellations if c.kind == "message"}
         self.prefixes = [c for c in cancellations if c.kind == "prefix"]
         self.records = {c.value: c for c in cancellations if c.kind == "record"}
+        queued: dict[str, list[Cancellation]] = {}
+        for c in cancellations:
+            if c.kind == "queued":
+                queued.setdefault(c.value, []).append(c)
+        self.queued = queued
         if self:
             for heard in self._listeners:
                 heard()
 
     def __bool__(self) -> bool:
-        return bool(self.messages or self.prefixes or self.records)
+        return bool(self.messages or self.prefixes or self.records or self.queued)
 
     def reason(self, message: Incoming) -> str | None:
         """Why ``message`` is cancelled, or None when it is not."""
@@ -53,9 +59,25 @@ class Cancelled:
             found = next((c for rid in message.record_ids
                           if (c := self.records.get(rid)) is not None
                           and (c.until is None or c.until > now)), None)
+        if found is None and self.queued:
+            found = self._queued(message)
         if found is None:
             return None
         what = {"message": "the message", "prefix": f"messages {found.value}*",
-                "record": f"messages naming record {found.value!r}"}[found.kind]
+                "record": f"messages naming record {found.value!r}",
+                "queued": f"messages naming record {found.value!r} queued by then"}[found.kind]
         by = f" by {found.by}" if found.by else ""
         return f"cancelled{by} ({what}, {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(found.at))})"
+
+    def _queued(self, message: Incoming) -> Cancellation | None:
+        """A ``queued`` cancellation of one of ``message``'s records made after the message
+        was published (its AMQP timestamp, in whole seconds: one published in the second
+        the cancellation was made counts as queued then; one with no timestamp, from a
+        publisher that sets none, counts as queued before any)."""
+        stamp = message.properties.get("timestamp")
+        published = stamp if isinstance(stamp, (int, float)) else None
+        for rid in message.record_ids:
+            for c in self.queued.get(rid, ()):
+                if published is None or published <= int(c.at):
+                    return c
+        return None

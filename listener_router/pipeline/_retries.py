@@ -61,8 +61,10 @@ def side_messages(w: Work) -> list[OutMessage]:
         key = retry_name(d.queue, min(attempts, steps)) if steps else d.queue
         return [OutMessage(routing_key=key, body=d.body, message_id=mid,
                            headers=_copy_headers(w, **{ATTEMPTS_HEADER: attempts,
-                                                       "x-chalk-last-error": error}))]
+                                                       "x-chalk-last-error": error}),
+                           timestamp=d.properties.get("timestamp"))]
     return [OutMessage(routing_key=dlq_name(d.queue), body=d.body, message_id=mid,
                        headers=_copy_headers(w, **{
                            ERROR_HEADER: error, WORKFLOW_HEADER: w.workflow or "",
-                           ATTEMPTS_HEADER: attempts, QUEUE_HEADER: d.queue}))]
+                           ATTEMPTS_HEADER: attempts, QUEUE_HEADER: d.queue}),
+                       timestamp=d.properties.get("timestamp"))]

@@ -7,7 +7,8 @@ inbox and the outbox, ``_nodes`` the members' heartbeats, ``_cluster`` the
 leader, its fencing epoch and the established view, ``_versions`` the
 workflow versions each process runs, ``_local_runs`` the runs in the
 service's process and the records that never run there again, ``_flow`` what
-operators set on the lanes: paused queues, cancellations, ordered keys) and ``_schema`` creates and upgrades
+operators set on the lanes: paused queues, cancellations, the message IDs chalk push
+published, ordered keys) and ``_schema`` creates and upgrades
 them (a feature's tables are its own: a :class:`Schema` next to the feature,
 reached with :meth:`ServiceStore.tables`).  Database errors become the
 service's :class:`~listener_router.StoreUnavailable` (retry later) or
@@ -21,6 +22,7 @@ from listener_router.store._flow import (
     LaneState,
     LaneStates,
     OrderedKeys,
+    Pushed,
 )
 from listener_router.store._local_runs import LocalRun, LocalRuns, Quarantine, RunMessage
 from listener_router.store._nodes import Member, Nodes
@@ -30,6 +32,6 @@ from listener_router.store._store import ServiceStore, commit_failure, unavailab
 from listener_router.store._versions import RunningVersion, WorkflowVersions
 
 __all__ = ["CORE", "INBOX", "Cancellation", "Cancellations", "ClusterRow", "ClusterState",
-           "LaneState", "LaneStates", "OrderedKeys", "InboxLog", "InboxLogRow", "LocalRun", "LocalRuns", "Member", "Nodes",
+           "LaneState", "LaneStates", "OrderedKeys", "Pushed", "InboxLog", "InboxLogRow", "LocalRun", "LocalRuns", "Member", "Nodes",
            "Outbox", "Quarantine", "RunMessage", "RunningVersion", "Schema", "ServiceStore", "WorkflowVersions",
            "commit_failure", "reading", "row_as", "unavailable"]

@@ -5,9 +5,13 @@ cancellations, and the keys an ordered queue holds for a message being retried.
   queue pause|resume``); a paused lane takes nothing new on any member, and
   stays paused across restarts.
 - ``chalk_cancelled``: cancellations (``chalk jobs cancel``): of a message
-  ID, of every message ID with a prefix (a schedule's tick), or of the
-  messages naming a record (until a time).  A cancelled message is acked
+  ID, of every message ID with a prefix (a schedule's tick), of the messages
+  naming a record published by the time it was made (``queued``), or of
+  every message naming a record (``record``, lasting: until a time or
+  withdrawn).  A cancelled message is acked
   without running, or its instance is invalidated before its commit.
+- ``chalk_pushed``: the message IDs ``chalk push`` published lately (what
+  ``chalk jobs cancel`` knows of a message still queued).
 - ``chalk_ordered_keys``: for a queue with ``ordered_by``, the keys of a
   message that failed and waits for its retry: later messages with one of
   those keys wait until it commits or is dead-lettered, on whichever member.
@@ -40,7 +44,7 @@ from sqlalchemy.engine import Engine
 
 from listener_router.store._schema import CORE
 
-__all__ = ["Cancellation", "Cancellations", "LaneState", "LaneStates", "OrderedKeys"]
+__all__ = ["Cancellation", "Cancellations", "LaneState", "LaneStates", "OrderedKeys", "Pushed"]
 
 lanes = Table(
     "chalk_lanes", CORE.metadata,
@@ -54,12 +58,19 @@ cancelled = Table(
     "chalk_cancelled", CORE.metadata,
     Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
            autoincrement=True),
-    Column("kind", String(16), nullable=False),    # message | prefix | record
+    Column("kind", String(16), nullable=False),    # message | prefix | record | queued
     Column("value", String(512), nullable=False),
     Column("at", Float, nullable=False),
     Column("until", Float, nullable=True),         # a record's cancellation ends then
     Column("by", String(255), nullable=True),
     Index("ix_chalk_cancelled_value", "kind", "value"),
+)
+pushed = Table(
+    "chalk_pushed", CORE.metadata,
+    Column("message_id", String(255), primary_key=True),
+    Column("queue", String(255), nullable=False),
+    Column("at", Float, nullable=False),
+    Index("ix_chalk_pushed_at", "at"),
 )
 ordered_keys = Table(
     "chalk_ordered_keys", CORE.metadata,
@@ -69,7 +80,9 @@ ordered_keys = Table(
     Column("at", Float, nullable=False),
 )
 
-KINDS = ("message", "prefix", "record")
+# record: the messages naming it, until withdrawn or ``until``; queued: the messages naming
+# it published up to the cancellation (``at``), not those published later.
+KINDS = ("message", "prefix", "record", "queued")
 
 
 @dataclass(frozen=True)
@@ -155,6 +168,37 @@ class Cancellations:
         with self.engine.begin() as conn:
             return conn.execute(delete(cancelled).where(or_(
                 c.at < now - older_than_seconds, c.until < now))).rowcount
+
+
+class Pushed:
+    """``chalk_pushed``: the message IDs ``chalk push`` published, for ``[node]
+    retention_days``, so that ``chalk jobs cancel`` knows one still queued (a message
+    nobody ran yet is in no other table)."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+
+    def add(self, queue: str, message_ids: Sequence[str], *, keep_seconds: float) -> None:
+        """Remember ``message_ids`` (published to ``queue`` now); forget those older than
+        ``keep_seconds``."""
+        now = time.time()
+        c = pushed.c
+        with self.engine.begin() as conn:
+            conn.execute(delete(pushed).where(c.at < now - keep_seconds))
+            for start in range(0, len(message_ids), 1000):
+                conn.execute(insert(pushed), [{"message_id": m, "queue": queue, "at": now}
+                                              for m in message_ids[start:start + 1000]])
+
+    def known(self, message_ids: Sequence[str]) -> dict[str, str]:
+        """Which of ``message_ids`` were pushed, with the queue of each."""
+        c = pushed.c
+        found: dict[str, str] = {}
+        with self.engine.connect() as conn:
+            for start in range(0, len(message_ids), 500):
+                part = list(message_ids[start:start + 500])
+                found.update((r.message_id, r.queue) for r in conn.execute(
+                    select(c.message_id, c.queue).where(c.message_id.in_(part))))
+        return found
 
 
 class OrderedKeys:

@@ -37,7 +37,7 @@ from listener_router._errors import (
     StoreUnavailable,
 )
 from listener_router.store._cluster import ClusterState
-from listener_router.store._flow import Cancellations, LaneStates, OrderedKeys
+from listener_router.store._flow import Cancellations, LaneStates, OrderedKeys, Pushed
 from listener_router.store._local_runs import LocalRuns, Quarantine
 from listener_router.store._nodes import Nodes
 from listener_router.store._outbox import Outbox
@@ -74,6 +74,7 @@ class ServiceStore:
         self.quarantine = Quarantine(sql.engine)
         self.lanes = LaneStates(sql.engine)
         self.cancellations = Cancellations(sql.engine)
+        self.pushed = Pushed(sql.engine)
         self.ordered_keys = OrderedKeys(sql.engine)
         self._tables: dict[Any, Any] = {}
         self._tables_lock = threading.Lock()
