@@ -22,6 +22,7 @@ new attempts are told apart from those before the replay).
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -213,7 +214,7 @@ def replay(settings: Settings, queues: Sequence[str], message_id: str | None = N
                 headers[REPLAYS_HEADER] = _replays(letter) + 1
                 ch.basic_publish("", letter.queue, letter.body, pika.BasicProperties(
                     delivery_mode=2, message_id=letter.message_id, headers=headers,
-                    content_type=letter.content_type))
+                    content_type=letter.content_type, timestamp=int(time.time())))
         finally:
             if conn.is_open:
                 conn.close()
@@ -227,13 +228,16 @@ def replay(settings: Settings, queues: Sequence[str], message_id: str | None = N
         store.close()
 
 
-def purge(settings: Settings, queues: Sequence[str]) -> int:
-    """Drop every dead letter of ``queues`` (those still in ``Q.dlq`` too)."""
+def purge(settings: Settings, queues: Sequence[str], message_id: str | None = None) -> int:
+    """Drop the dead letters of ``queues`` (those still in ``Q.dlq`` too; ``message_id``:
+    one, or the one it is a unique start of)."""
     store = ServiceStore.connect(settings.blackboard_url)
     try:
         table, log = store.tables(DeadLetters), store.tables(JobLogTables)
         collect(settings, store, queues)
-        letters = table.list(queues)
+        if message_id is not None:
+            message_id = message_id_of(table, queues, message_id)
+        letters = table.list(queues, message_id=message_id)
         removed = table.remove(letters)
         with store.writes, store.engine.begin() as conn:
             for letter in letters:
