@@ -20,8 +20,11 @@ from listener_router._lazy import lazy_names
 
 if TYPE_CHECKING:
     from listener_router.delta._crawls import (
+        abandon,
         crawl_status,
         delete_message,
+        deletion_crawl,
+        deletion_step,
         finish,
         message_id,
         seen_on_push,
@@ -33,7 +36,8 @@ if TYPE_CHECKING:
     from listener_router.delta._tables import Crawl, CrawlMoved, Crawls, DeltaTables
 
 _HOMES = {
-    "crawl_status": "_crawls", "delete_message": "_crawls", "finish": "_crawls",
+    "abandon": "_crawls", "crawl_status": "_crawls", "delete_message": "_crawls",
+    "deletion_crawl": "_crawls", "deletion_step": "_crawls", "finish": "_crawls",
     "message_id": "_crawls", "seen_on_push": "_crawls", "start": "_crawls",
     "Content": "_hash", "canonical": "_hash", "content_hash": "_hash",
     "CRAWL_HEADER": "_plugin", "SOURCE_HEADER": "_plugin", "DeltaPlugin": "_plugin",
@@ -52,10 +56,13 @@ __all__ = [
     "DeltaTables",
     "SOURCE_HEADER",
     "STEP",
+    "abandon",
     "canonical",
     "content_hash",
     "crawl_status",
     "delete_message",
+    "deletion_crawl",
+    "deletion_step",
     "finish",
     "message_id",
     "seen_on_push",

@@ -53,8 +53,8 @@ from listener_router.delta._tables import SCHEMA, Crawl, CrawlMoved, Crawls, Del
 from listener_router.schedules import PAGE, RecordFilter, Selection
 from listener_router.store import ServiceStore, reading
 
-__all__ = ["CONFIRM_WAIT", "MESSAGE_PREFIX", "crawl_status", "delete_message", "finish",
-           "message_id", "seen_on_push", "start"]
+__all__ = ["CONFIRM_WAIT", "MESSAGE_PREFIX", "abandon", "crawl_status", "delete_message", "deletion_crawl",
+           "deletion_step", "finish", "message_id", "seen_on_push", "start"]
 
 MESSAGE_PREFIX = "delta:"
 CONFIRM_WAIT = 120.0   # seconds a page's confirms may take before the finish stops (resumable)
@@ -69,6 +69,23 @@ def message_id(crawl: int, record_id: str) -> str:
     return f"{MESSAGE_PREFIX}{crawl}:#{hashlib.sha256(record_id.encode('utf-8')).hexdigest()}"
 
 
+def deletion_crawl(message_id: str) -> int | None:
+    """The crawl whose DELETE message ``message_id`` is (:func:`message_id`), or None."""
+    if not message_id.startswith(MESSAGE_PREFIX):
+        return None
+    crawl, _, _record = message_id[len(MESSAGE_PREFIX):].partition(":")
+    return int(crawl) if crawl.isdigit() else None
+
+
+def deletion_step(state: str, message_id: str) -> tuple[str, int | None]:
+    """What a job-log step of message ``message_id`` in ``state`` is called: a crawl's
+    DELETE message that committed is ``deleted``, with its crawl; else ``state``, None."""
+    crawl = deletion_crawl(message_id)
+    if crawl is None:
+        return state, None
+    return ("deleted" if state == "committed" else state), crawl
+
+
 def delete_message(crawl: Crawl, record_id: str) -> OutMessage:
     """The DELETE message ``finish`` publishes for a record the crawl did not see."""
     return OutMessage(routing_key=crawl.queue, message_id=message_id(crawl.id, record_id),
@@ -81,11 +98,17 @@ def _queue(settings: Settings, queue: str | None) -> str:
     """The queue a crawl's DELETE messages go to: ``queue``, or the first delta rule's; a
     rule there must take a DELETE message."""
     where = settings.source or "the configuration"
+    delta_queues = list(dict.fromkeys(r.queue for r in settings.listeners if r.extra("delta").on))
     if queue is None:
-        queue = next((r.queue for r in settings.listeners if r.extra("delta").on), None)
-        if queue is None:
+        if not delta_queues:
             raise ConfigError(f"no [[listener]] rule in {where} sets delta = \"hash\": add one "
-                              "for the source's queue, or give --queue")
+                              "for the source's queue")
+        queue = delta_queues[0]
+    elif queue not in delta_queues:
+        raise ConfigError(f"no [[listener]] rule in {where} with delta = \"hash\" reads "
+                          f"{queue!r} (those with it read {', '.join(delta_queues) or 'none'}): "
+                          "a crawl's records are seen, and unchanged ones skipped, only "
+                          "through such a rule")
     rules = ListenerRules(settings.listeners)
     probe = parse_message(b'{"records": [{"id": "probe"}]}', queue=queue,
                           message_id="delta:probe", headers={"operation": "DELETE"})
@@ -119,6 +142,24 @@ def start(settings: Settings, store: ServiceStore, source: str, *, queue: str | 
         abandoned = crawls.move(running, "restart", note=f"restarted by {by or 'someone'}")
         crawls.forget_plan(abandoned)
     return crawls.start(source, target, by or ""), abandoned
+
+
+def abandon(store: ServiceStore, source: str, *, by: str | None = None) -> Crawl:
+    """Abandon ``source``'s running crawl: nothing more is deleted for it (DELETE messages a
+    finish already published still go).
+
+    Raises:
+        CrawlMoved: no crawl of ``source`` is running, or another process moved it.
+    """
+    crawls = store.tables(Crawls)
+    running = crawls.running(source)
+    if running is None:
+        last = crawls.recent(1, source)
+        raise CrawlMoved(f"no crawl of source {source!r} is running"
+                         + (f" (crawl {last[0].id} is {last[0].state})" if last else ""))
+    abandoned = crawls.move(running, "abandon", note=f"abandoned by {by or 'someone'}")
+    crawls.forget_plan(abandoned)
+    return abandoned
 
 
 def finish(settings: Settings, store: ServiceStore, source: str, *,
@@ -159,7 +200,9 @@ def finish(settings: Settings, store: ServiceStore, source: str, *,
             if doomed:
                 publish_confirmed(link, [delete_message(crawl, rid) for rid in doomed],
                                   CONFIRM_WAIT)
-            values: dict[str, Any] = dict(cursor=found.cursor, looked=crawl.looked + found.read,
+            # looked: the source's records (the walk reads the others too, and skips them)
+            values: dict[str, Any] = dict(cursor=found.cursor,
+                                          looked=crawl.looked + len(found.ids),
                                           deletions=crawls.planned(crawl))
             if found.over:
                 values["seen"] = crawls.seen_count(crawl)

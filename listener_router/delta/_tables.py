@@ -30,6 +30,8 @@ What may happen to a crawl (anything else is refused)::
     finishing  --last-->     finished    the last page
     crawling   --restart-->  abandoned   chalk delta start --restart: no record is deleted for it
     finishing  --restart-->  abandoned   (the DELETE messages already published still go)
+    crawling   --abandon-->  abandoned   chalk delta abandon: the same, no new crawl begun
+    finishing  --abandon-->  abandoned
 """
 
 from __future__ import annotations
@@ -119,6 +121,8 @@ MOVES: dict[tuple[str, str], str] = {
     ("finishing", "last"): "finished",
     ("crawling", "restart"): "abandoned",
     ("finishing", "restart"): "abandoned",
+    ("crawling", "abandon"): "abandoned",
+    ("finishing", "abandon"): "abandoned",
 }
 
 _UPSERT_HASH = (
