@@ -9,7 +9,13 @@ from typing import Any
 from listener_router._loader import load_settings
 from listener_router._settings import Settings
 
-__all__ = ["cmd_with_settings", "settings_for"]
+__all__ = ["JOB_STATES", "cmd_with_settings", "settings_for"]
+
+# What ``chalk jobs --state`` takes: each step a message's life can show (``received`` the
+# taking up of an attempt; ``deleted`` a delta crawl's DELETE that committed; ``replayed``
+# and ``purged`` also a dead letter replayed or purged since).
+JOB_STATES = ("received", "committed", "unchanged", "deleted", "retrying", "dead", "duplicate",
+              "cancelled", "replayed", "purged", "processed", "failed", "crashed")
 
 
 def settings_for(args: argparse.Namespace) -> Settings:

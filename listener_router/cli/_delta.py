@@ -1,4 +1,5 @@
-"""``chalk delta``: crawls of a source — start, finish (the unseen records deleted), status."""
+"""``chalk delta``: crawls of a source — start, finish (the unseen records deleted), abandon,
+status."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 from listener_router._errors import ConfigError
 from listener_router._settings import Settings
 from listener_router.cli._common import cmd_with_settings
-from listener_router.cli._show import Out, iso
+from listener_router.cli._show import Out, add_json_options, iso
 
 __all__ = ["add_parsers", "cmd_delta"]
 
@@ -27,6 +28,13 @@ def cmd_delta(settings: Settings, args: argparse.Namespace) -> int:
             return _status(store, args)
         if not args.source:
             raise ConfigError(f"give the SOURCE: chalk delta {args.action} SOURCE")
+        if args.action == "abandon":
+            crawl = delta.abandon(store, args.source,
+                                  by=f"{getpass.getuser()}@{socket.gethostname()}")
+            print(f"crawl {crawl.id} of source {crawl.source} abandoned: nothing more is "
+                  "deleted for it" + (f" ({crawl.deletions:,} DELETE message(s) already "
+                                      "published still go)" if crawl.deletions else ""))
+            return 0
         if args.action == "start":
             crawl, abandoned = delta.start(settings, store, args.source, queue=args.queue,
                                            restart=args.restart,
@@ -59,11 +67,14 @@ def _finish(settings: Settings, store: Any, args: argparse.Namespace) -> int:
     if sys.stderr.isatty():
         print(file=sys.stderr)
     print(f"crawl {done.id} of source {done.source} finished in "
-          f"{time.monotonic() - started:.1f} s: {done.seen or 0:,} record(s) seen, "
-          f"{done.looked:,} stored looked at, {done.deletions:,} DELETE message(s) published "
-          f"to {done.queue}")
-    print(f"the service deletes them (one seen meanwhile stays): chalk delta status; "
-          f"chalk jobs --queue {done.queue}")
+          f"{time.monotonic() - started:.1f} s: {done.seen or 0:,} record(s) seen in the "
+          f"crawl, {done.looked:,} stored record(s) of the source looked at, "
+          f"{done.deletions:,} DELETE message(s) published to {done.queue}")
+    if done.deletions:
+        print(f"the service deletes those records (one seen meanwhile stays): chalk delta "
+              f"status {done.source}; chalk jobs --state deleted --queue {done.queue}")
+    else:
+        print(f"nothing to delete: the crawl saw every stored record of {done.source}")
     return 0
 
 
@@ -71,11 +82,10 @@ def _status(store: Any, args: argparse.Namespace) -> int:
     from listener_router import delta
 
     rows = delta.crawl_status(store, limit=args.limit, source=args.source)
-    out = Out(args.json)
-    if args.json:
-        for row in rows:
-            out.record({**row, **{k: iso(row[k]) for k in
-                                  ("started_at", "finishing_at", "finished_at")}})
+    out = Out.of(args)
+    if out.listing([{**row, **{k: iso(row[k]) for k in
+                               ("started_at", "finishing_at", "finished_at")}}
+                    for row in rows]):
         return 0
     if not rows:
         out.text("no crawls" + (f" of source {args.source}" if args.source else ""))
@@ -97,8 +107,8 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     """The ``delta`` subcommand."""
     p = sub.add_parser("delta", parents=[common],
                        help="crawls of a source: start, finish (records not pushed in it are "
-                            "deleted), status")
-    p.add_argument("action", choices=["start", "finish", "status"])
+                            "deleted), abandon, status")
+    p.add_argument("action", choices=["start", "finish", "abandon", "status"])
     p.add_argument("source", nargs="?", metavar="SOURCE",
                    help="the source (records stored with chalk push --source SOURCE); for "
                         "status: only its crawls")
@@ -108,7 +118,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--restart", action="store_true",
                    help="for start: abandon the source's running crawl (nothing is deleted for "
                         "it) and start a new one")
-    p.add_argument("--json", action="store_true", help="for status: one JSON object per crawl")
+    add_json_options(p, "for status: the crawls as one array")
     p.add_argument("--limit", type=int, default=20, metavar="N",
                    help="for status: the N newest crawls (default 20)")
     p.set_defaults(func=cmd_with_settings(cmd_delta))

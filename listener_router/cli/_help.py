@@ -24,8 +24,12 @@ HELP: dict[str, tuple[str, str]] = {
     ),
     "push": (
         "Store records from a JSON Lines file on the blackboard and publish their IDs to a "
-        "queue, one message per --per-message IDs (or publish IDs alone with --id).",
-        "chalk push records.jsonl                 # store and publish to chalk.in\n"
+        "queue, one message per --per-message IDs (or publish IDs alone with --id).  Without "
+        "--queue it publishes to the queue the listener rules read (with several, say "
+        "which); a queue no rule reads takes --force.  --ids prints the message IDs (what "
+        "chalk jobs cancel takes).",
+        "chalk push records.jsonl                 # store, publish to the listened queue\n"
+        "chalk push records.jsonl --ids           # ...and print each message's ID\n"
         "chalk push records.jsonl --queue orders.in --per-message 100\n"
         "chalk push crawl.jsonl --queue web.in --source web   # records of source web (a crawl sees them)\n"
         "chalk push --id doc-1 --id doc-2 --operation DELETE   # IDs only, no records stored",
@@ -73,22 +77,30 @@ HELP: dict[str, tuple[str, str]] = {
         "The job log: each message's steps (received, each attempt, retried, dead-lettered, "
         "replayed, committed) and chalk process runs, oldest first, filtered by state, queue, "
         "workflow, record, message and time; --follow then prints new entries as they come.  "
-        "Attempts are numbered from 1; --json prints one object per step.  "
+        "Attempts are numbered from 1; --json prints one array of steps, --json-lines one a line.  "
         "chalk jobs cancel cancels messages (by ID, by record, or a scheduled job's tick) on "
         "every member: one not yet run is acked without running, one in flight ends before "
-        "its next pipelet call and nothing of it is committed; the cancellation is kept, so neither a restart nor a redelivery "
-        "brings the message back.  chalk jobs uncancel withdraws it.",
+        "its next pipelet call and nothing of it is committed; the cancellation is kept, so "
+        "neither a restart nor a redelivery brings the message back.  A message ID Chalk "
+        "does not know (a typo, or one not yet published: --ahead) is refused.  A record's "
+        "cancellation holds for the messages naming it queued now; --lasting (or --for) "
+        "also for later ones.  chalk jobs cancellations lists those in force; chalk jobs "
+        "uncancel withdraws one, uncancel --all every one.",
         "chalk jobs\n"
         "chalk jobs --record doc-17               # every step of the messages naming doc-17\n"
         "chalk jobs --state dead,retrying --since 2h\n"
-        "chalk jobs --queue chalk.in --follow --json\n"
+        "chalk jobs --queue chalk.in --follow --json-lines\n"
         "chalk jobs cancel push:3f2a9c push:77b1e0   # these messages\n"
-        "chalk jobs cancel --record doc-17 --for 2h  # the messages naming doc-17, for 2 hours\n"
+        "chalk jobs cancel --record doc-17           # the messages naming doc-17 queued now\n"
+        "chalk jobs cancel --record doc-17 --for 2h  # ...and those published in 2 hours\n"
+        "chalk jobs cancel batch-42 --ahead          # a message not published yet\n"
+        "chalk jobs cancellations                    # those in force\n"
+        "chalk jobs uncancel --all\n"
         "chalk jobs cancel --schedule nightly --tick 2026-11-27T02:00:00Z   # one tick's messages",
     ),
     "schedules": (
         "List the scheduled jobs ([[schedule]] entries) with their queue, workflow, last run "
-        "and next run; the cluster's leader runs them.  --json prints one object per schedule.",
+        "and next run; the cluster's leader runs them.  --json prints one array of schedules.",
         "chalk schedules\n"
         "chalk schedules --config prod.toml --json",
     ),
@@ -96,19 +108,21 @@ HELP: dict[str, tuple[str, str]] = {
         "Dead letters of the listener queues: list, show one in full, replay (back to its "
         "queue, attempts reset) or purge.  Browsing moves them into the store; nothing is "
         "redelivered by looking.  A message ID may be given by a unique start of it (whole, "
-        "or after a ':'); list and show take --json (one object per line).",
+        "or after a ':'); list and show take --json (one array) and --json-lines.  Replaying "
+        "or purging every dead letter takes --all, and a yes on the terminal (or --yes).",
         "chalk dlq list\n"
         "chalk dlq list --json\n"
         "chalk dlq show 3f2a9c                    # one dead letter by (the start of) its ID\n"
-        "chalk dlq replay --queue chalk.in        # after fixing the cause\n"
-        "chalk dlq purge --queue chalk.in",
+        "chalk dlq replay 3f2a9c                  # that one, after fixing the cause\n"
+        "chalk dlq replay --all --queue chalk.in  # every one of chalk.in (asks first)\n"
+        "chalk dlq purge --all --yes --queue chalk.in",
     ),
     "events": (
         "Print the cluster's events (records committed or invalidated, messages dead-lettered, "
         "topology changes) as they are published on the events exchange; events are not "
         "stored, so only those published while following are shown.",
         "chalk events --follow                    # everything, one line each; Ctrl-C stops\n"
-        "chalk events --follow --pattern 'message.dead_lettered.#' --json\n"
+        "chalk events --follow --pattern 'message.dead_lettered.#' --json-lines\n"
         "chalk events --follow --pattern topology.changed --count 1",
     ),
     "reprocess": (
@@ -132,11 +146,12 @@ HELP: dict[str, tuple[str, str]] = {
         "queue for each stored record of the source it did not see, behind the crawl's own "
         "messages, and the service deletes (and routes) each exactly once — one whose record "
         "was seen by then (its message was still queued) is dropped.  finish resumes where a "
-        "killed one stopped.  status shows the crawls: seen, looked at, deletions published, "
-        "deleted, kept, pending.",
+        "killed one stopped.  abandon ends a crawl without deleting anything for it.  status "
+        "shows the crawls: seen, looked at, deletions published, deleted, kept, pending.",
         "chalk delta start web                     # a crawl of source web begins\n"
         "chalk delta start web --queue web.in --restart   # abandon the running one, begin anew\n"
         "chalk delta finish web                    # delete what the crawl did not see\n"
+        "chalk delta abandon web                   # or give it up: nothing is deleted\n"
         "chalk delta status\n"
         "chalk delta status web --json",
     ),

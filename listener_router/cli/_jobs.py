@@ -7,7 +7,7 @@ line) and prints them through :class:`~listener_router.cli._show.Out`.
 from __future__ import annotations
 
 import datetime as dt
-import json
+import difflib
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -15,12 +15,14 @@ from typing import Any
 
 from listener_router._errors import ConfigError
 from listener_router._settings import Settings
-from listener_router.cli._show import Out, iso
-from listener_router.jobs import JobLogTables, Step, steps
+from listener_router.cli._common import JOB_STATES
+from listener_router.cli._show import Out, iso, plain_rows
+from listener_router.jobs import JobLogTables, LogEntry, Step, steps
 from listener_router.schedules import schedule_status, tick_label
 from listener_router.store import ServiceStore
 
-__all__ = ["jobs", "parse_time", "schedule_rows", "schedules", "step_record"]
+__all__ = ["STATES", "check_states", "jobs", "parse_time", "schedule_rows", "schedules",
+           "step_record"]
 
 _RELATIVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)\s*$")
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -58,89 +60,186 @@ def _seconds(value: float | None) -> str:
 
 
 # -- chalk jobs -------------------------------------------------------------------------
-def _print(line: str) -> None:
-    print(line, flush=True)
+STATES = JOB_STATES
+_MAX_READ = 100_000          # entries read at most to fill --limit with steps that match
+_COLUMNS = ["when", "step", "message", "queue", "attempt", "workflow", "member", "records",
+            "outgoing", "batch", "reason"]
+
+
+def check_states(states: Sequence[str]) -> list[str]:
+    """``--state`` values, each one of :data:`STATES` (an unknown one is an error)."""
+    for state in states:
+        if state not in STATES:
+            guess = difflib.get_close_matches(state, STATES, n=1)
+            raise ConfigError(f"--state {state!r}: not a step; one of {', '.join(STATES)}"
+                              + (f" (did you mean {guess[0]!r}?)" if guess else ""))
+    return list(states)
+
+
+def _kind(step: Step) -> tuple[str, int | None]:
+    """The step as shown (``deleted`` for a crawl's deletion that committed) and its crawl."""
+    from listener_router.delta import deletion_step
+
+    if step.what == "received":
+        return "received", None
+    return deletion_step(step.what, step.entry.message_id)
+
+
+def _matches(step: Step, wanted: set[str]) -> bool:
+    if not wanted:
+        return True
+    if step.what == "received":
+        return "received" in wanted
+    shown, _crawl = _kind(step)
+    return bool({shown, step.what, step.entry.resolved} & wanted)
+
+
+def _stored_states(wanted: set[str]) -> list[str]:
+    """The log's states that hold the steps ``wanted`` asks for ([]: any state)."""
+    if not wanted or "received" in wanted:
+        return []
+    stored = wanted - {"deleted", "purged"}
+    if "deleted" in wanted:
+        stored.add("committed")
+    if "purged" in wanted:
+        stored.add("dead")
+    return sorted(stored)
 
 
 def step_record(step: Step) -> dict[str, Any]:
     """One step as ``chalk jobs --json`` prints it (attempts numbered from 1)."""
     e = step.entry
-    return {"at": iso(step.at), "step": step.what, "message_id": e.message_id, "queue": e.queue,
+    shown, crawl = _kind(step)
+    return {"at": iso(step.at), "step": shown, "message_id": e.message_id, "queue": e.queue,
             "attempt": e.attempt, "replay": e.round, "workflow": e.workflow,
             "member": e.member, "record": e.record, "record_count": e.records,
             "outgoing": e.outgoing, "batch": e.batch,
             "seconds": {k: v for k, v in (step.seconds or {}).items() if k in _SHOWN_STAGES}
             if step.what != "received" else {},
-            "reason": e.reason, "resolved": e.resolved, "resolved_at": iso(e.resolved_at)}
+            "reason": e.reason, "resolved": e.resolved, "resolved_at": iso(e.resolved_at),
+            "crawl": crawl}
 
 
-def _line(step: Step) -> str:
+def _cells(step: Step) -> list[str]:
+    """One step as the table's cells (:data:`_COLUMNS`)."""
     e = step.entry
-    parts = [_when(step.at), f"{step.what:<10}", e.message_id, e.queue,
-             f"attempt {e.attempt}" + (f" (replay {e.round})" if e.round else ""),
-             e.workflow or "-", e.member or "-"]
-    if step.what != "received":
-        if e.records > 1:
-            parts.append(f"{e.records} records from {e.record}")
-        elif e.record:
-            parts.append(f"record {e.record}")
-        if e.outgoing:
-            parts.append(f"{e.outgoing} outgoing")
-        if step.seconds:
-            shown = ", ".join(f"{k} {_seconds(v)}" for k, v in step.seconds.items()
-                              if k in _SHOWN_STAGES)
-            parts.append(f"batch {e.batch[:8] if e.batch else '-'} ({shown})")
-        if e.reason:
-            parts.append(f"— {e.reason}")
-        if e.resolved:
-            parts.append(f"[{e.resolved} {_when(e.resolved_at)}]")
-    return "  ".join(parts)
+    shown, crawl = _kind(step)
+    label = shown + (f" (crawl {crawl})" if crawl is not None else "")
+    if e.resolved and step.what != "received":
+        label += f" ({e.resolved} {_when(e.resolved_at)})"
+    attempt = f"{e.attempt}" + (f" (replay {e.round})" if e.round else "")
+    if step.what == "received":
+        return [_when(step.at), label, e.message_id, e.queue, attempt, e.workflow or "-",
+                e.member or "-", "", "", "", ""]
+    records = (f"{e.records} from {e.record}" if e.records > 1 else (e.record or ""))
+    timing = ""
+    if step.seconds:
+        shown_stages = ", ".join(f"{k} {_seconds(v)}" for k, v in step.seconds.items()
+                                 if k in _SHOWN_STAGES)
+        timing = f"{e.batch[:8] if e.batch else '-'} ({shown_stages})"
+    return [_when(step.at), label, e.message_id, e.queue, attempt, e.workflow or "-",
+            e.member or "-", records, str(e.outgoing) if e.outgoing else "", timing,
+            e.reason or ""]
+
+
+class _Rows:
+    """Rows printed under a header whose widths are fixed by the first ones (``--follow``
+    prints later rows in the same columns; a longer cell widens its line, nothing is cut)."""
+
+    def __init__(self, write: Callable[[str], None]):
+        self.write = write
+        self.widths: list[int] | None = None
+
+    def print(self, title: str, rows: list[list[str]]) -> None:
+        lines = plain_rows(_COLUMNS, rows)
+        self.widths = [max([len(_COLUMNS[i]), *(len(r[i]) for r in rows)]) for i in
+                       range(len(_COLUMNS))]
+        self.write(title)
+        for line in lines:
+            self.write(line)
+
+    def more(self, rows: list[list[str]]) -> None:
+        assert self.widths is not None
+        for row in rows:
+            self.write("  ".join(cell.ljust(width) for cell, width
+                                 in zip(row, self.widths, strict=True)).rstrip())
+
+
+def _steps(store: ServiceStore, filters: dict[str, Any], wanted: set[str], since: float | None,
+           limit: int) -> tuple[list[LogEntry], list[Step]]:
+    """The newest ``limit`` steps that match, oldest first, and the entries read for them
+    (more entries are read while too few of their steps match)."""
+    tables = store.tables(JobLogTables)
+    states = _stored_states(wanted)
+    read = max(limit, 1)
+    while True:
+        entries = tables.entries(since=since, limit=read, states=states, **filters)
+        found = [s for s in steps(store, entries) if _matches(s, wanted)]
+        if len(found) >= limit or len(entries) < read or read >= _MAX_READ:
+            return entries, found[-limit:] if limit else []
+        read *= 4
 
 
 def jobs(settings: Settings, *, states: Sequence[str] = (), queues: Sequence[str] = (),
          workflows: Sequence[str] = (), record: str | None = None, message: str | None = None,
          since: float | None = None, until: float | None = None, limit: int = 50,
-         follow: bool = False, poll: float = 1.0, out: Callable[[str], None] | None = None,
-         stop: Callable[[], bool] | None = None, as_json: bool = False) -> int:
-    """Print matching job-log steps, oldest first; ``follow``: then new ones as they come
-    (``as_json``: one JSON object a step, :func:`step_record`).  ``out`` takes each line
-    (default: stdout).  Returns how many entries were printed."""
-    write = out or _print
-
-    def show(found: list[Any]) -> None:
-        for step in steps(store, found):
-            write(json.dumps(step_record(step), ensure_ascii=False, default=str) if as_json
-                  else _line(step))
-
+         follow: bool = False, poll: float = 1.0, out: Out | None = None,
+         write: Callable[[str], None] | None = None,
+         stop: Callable[[], bool] | None = None) -> int:
+    """Print the newest ``limit`` job-log steps that match, oldest first; ``follow``: then
+    new ones as they come.  ``states`` are steps (:data:`STATES`): only those are shown.
+    ``out`` picks the form (JSON: :func:`step_record` per step; ``--follow`` takes JSON
+    Lines); ``write`` takes each text line (default: ``out``'s).  Returns how many steps
+    were printed."""
+    out = out or Out()
+    wanted = set(check_states(states))
+    if limit < 0:
+        raise ConfigError(f"--limit {limit}: give 0 or more")
+    if follow and out.form == "json":
+        raise ConfigError("--follow prints a stream: give --json-lines (one object a line), "
+                          "not --json (one document)")
+    text = write or out.text
     store = ServiceStore.connect(settings.blackboard_url)
-    filters = dict(states=states, queues=queues, workflows=workflows, record=record,
-                   message_id=message, until=until)
+    filters: dict[str, Any] = dict(queues=queues, workflows=workflows, record=record,
+                                   message_id=message, until=until)
+    rows = _Rows(text)
     try:
-        entries = store.tables(JobLogTables).entries(since=since, limit=limit, **filters)  # type: ignore[arg-type]
-        if not entries and not follow and not as_json:
-            write("no job-log entries match")
-        show(entries)
-        shown = len(entries)
+        entries, shown = _steps(store, filters, wanted, since, limit)
+        if out.json:
+            out.listing([step_record(s) for s in shown])
+        elif shown or follow:
+            rows.print(f"job log: {len(shown)} step(s), oldest first"
+                       + ("; new ones follow" if follow else ""), [_cells(s) for s in shown])
+        else:
+            text("no job-log entries match")
         if not follow:
-            return shown
+            return len(shown)
+        printed = len(shown)
         # Rows of transactions still open may commit with a lower id than rows seen:
         # look back a while by time and skip what is known (printed, or older than the
         # follow).
+        tables = store.tables(JobLogTables)
         newest = time.time()
+        stored = _stored_states(wanted)
         seen = {e.id: e.at for e in entries}
-        seen.update((e.id, e.at) for e in store.tables(JobLogTables).entries(
-            since=newest - 30, limit=10_000, **filters))  # type: ignore[arg-type]
+        seen.update((e.id, e.at) for e in tables.entries(
+            since=newest - 30, limit=10_000, states=stored, **filters))
         while stop is None or not stop():
             time.sleep(poll)
-            fresh = [e for e in store.tables(JobLogTables).entries(since=newest - 30, limit=10_000, **filters)  # type: ignore[arg-type]
-                     if e.id not in seen]
-            show(fresh)
+            fresh = [e for e in tables.entries(since=newest - 30, limit=10_000, states=stored,
+                                               **filters) if e.id not in seen]
+            new = [s for s in steps(store, fresh) if _matches(s, wanted)]
+            if out.json:
+                for s in new:
+                    out.row(step_record(s))
+            else:
+                rows.more([_cells(s) for s in new])
             for e in fresh:
                 seen[e.id] = e.at
                 newest = max(newest, e.at)
             seen = {i: at for i, at in seen.items() if at >= newest - 60}
-            shown += len(fresh)
-        return shown
+            printed += len(new)
+        return printed
     finally:
         store.close()
 
@@ -184,15 +283,14 @@ def _last(row: dict[str, Any]) -> str:
     return text
 
 
-def schedules(settings: Settings, as_json: bool = False) -> None:
-    out = Out(as_json)
+def schedules(settings: Settings, out: Out | None = None) -> None:
+    out = out or Out()
     if not settings.section("schedule"):
-        out.text("no [[schedule]] entries in the configuration")
+        if not out.listing([]):
+            out.text("no [[schedule]] entries in the configuration")
         return
     rows = schedule_rows(settings)
-    if as_json:
-        for row in rows:
-            out.record(row)
+    if out.listing(rows):
         return
     out.table("schedules", ["schedule", "when", "publishes", "to", "last run", "next run",
                             "catch up"],

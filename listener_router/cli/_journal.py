@@ -16,7 +16,7 @@ from listener_router._messages import ATTEMPTS_HEADER, ERROR_HEADER
 from listener_router._settings import Settings
 from listener_router.broker import connect
 from listener_router.cli._common import cmd_with_settings
-from listener_router.cli._show import Out, iso
+from listener_router.cli._show import Out, add_json_options, iso
 from listener_router.journal import (
     SubscriberRule,
     SubscriberView,
@@ -108,7 +108,7 @@ def cmd_journal(settings: Settings, args: argparse.Namespace) -> int:
         print(f"subscriber {rule.id} of journal {rule.journal}: trying offset "
               f"{before.blocked_offset} again")
     elif action == "errors":
-        _errors(engine, rule, args.limit, Out(args.json))
+        _errors(engine, rule, args.limit, Out.of(args))
     return 0
 
 
@@ -118,9 +118,7 @@ def _errors(engine: Any, rule: SubscriberRule, limit: int, out: Out) -> None:
              "attempts": row.attempts, "failed_at": iso(row.failed_at, "seconds"),
              "reason": row.reason}
             for row in recent_errors(engine, rule.journal, rule.id, limit)]
-    if out.json:
-        for row in rows:
-            out.record(row)
+    if out.listing(rows):
         return
     out.table(f"{rule.journal}/{rule.id}: failed, skipped and missing entries",
               ["offset", "seq", "record", "attempts", "when", "reason"],
@@ -163,19 +161,19 @@ def _state(view: SubscriberView) -> str:
 
 
 def _status(settings: Settings, args: argparse.Namespace) -> int:
-    out = Out(args.json)
+    out = Out.of(args)
     names = [args.journal] if args.journal else [j.name for j in settings.section("journal")]
     if not names:
-        out.text("no [[journal]] in the configuration")
-        if args.json:
-            out.record({})
+        if not out.document({}):
+            out.text("no [[journal]] in the configuration")
         return 0
     found: dict[str, Any] = {}
     for name in names:
         head, views = journal_status(settings, name)
-        found[name] = {"head": None if head is None else dataclasses.asdict(head),
+        found[name] = {"head": None if head is None else
+                       {**dataclasses.asdict(head), "published_at": iso(head.published_at)},
                        "subscribers": [dataclasses.asdict(v) for v in views]}
-        if args.json:
+        if out.json:
             continue
         title = (f"journal {name}: " + ("empty" if head is None else
                                         f"last offset {head.offset}, entry {head.seq}"))
@@ -186,8 +184,7 @@ def _status(settings: Settings, args: argparse.Namespace) -> int:
                     "-" if v.last_seen is None else f"{v.last_seen:.0f} s ago", v.host or "-"]
                    for v in views],
                   right=("offset", "lag (entries)", "lag (s)", "errors"))
-    if args.json:
-        out.record(found, indent=2)
+    out.document(found)
     return 0
 
 
@@ -228,9 +225,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     a = actions.add_parser("status", parents=[common],
                            help="subscribers seen lately: lag, blocked, errors, last seen")
     a.add_argument("--journal", help="one journal (default: every [[journal]])")
-    a.add_argument("--json", action="store_true",
-                   help="print one JSON object: each journal's head and subscribers "
-                        "(docs/journal.md)")
+    add_json_options(a, "one object: each journal's head and subscribers (docs/journal.md)")
     a = actions.add_parser("rewind", parents=[common, who],
                            help="start a subscriber over from a point; it applies again from there")
     a.add_argument("--to", required=True,
@@ -244,6 +239,5 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
                            help="a subscriber's failed, skipped and missing entries")
     a.add_argument("--limit", type=int, default=50, metavar="N",
                    help="show at most N entries, newest first (default 50)")
-    a.add_argument("--json", action="store_true",
-                   help="print JSON, one object per line (docs/guide.md)")
+    add_json_options(a, "the entries as one array")
     p.set_defaults(func=cmd_with_settings(cmd_journal))

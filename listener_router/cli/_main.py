@@ -15,8 +15,9 @@ from listener_router._errors import ConfigError
 from listener_router._messages import OPERATIONS
 from listener_router._runners import make_runner
 from listener_router.cli import _reprocess as reprocess
-from listener_router.cli._common import settings_for
+from listener_router.cli._common import JOB_STATES, settings_for
 from listener_router.cli._help import describe
+from listener_router.cli._show import add_json_options
 
 __all__ = ["main"]
 
@@ -45,11 +46,36 @@ def _summary_line(counts: Any) -> str:
 
 
 # -- chalk push -----------------------------------------------------------------------
+def push_queue(settings: Any, queue: str | None, force: bool) -> str:
+    """The queue ``chalk push`` publishes to: ``queue``, or the only one the listener rules
+    read.
+
+    Raises:
+        ConfigError: no ``queue`` and the rules read several; or ``queue`` is read by no
+            rule and ``force`` is not given.
+    """
+    from listener_router._control import input_queues
+    listened = input_queues(settings)
+    where = settings.source or "the default configuration"
+    if queue is None:
+        if len(listened) == 1:
+            return listened[0]
+        raise ConfigError(f"{where} listens on {len(listened)} queues ({', '.join(listened)}): "
+                          "say which with --queue")
+    if queue not in listened and not force:
+        raise ConfigError(f"no listener rule of {where} reads {queue!r} (they read "
+                          f"{', '.join(listened) or 'none'}): its messages would wait for a "
+                          "service configured otherwise; --force publishes there anyway")
+    return queue
+
+
 def cmd_push(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
     from listener_router._records import push_records, read_records
     from listener_router.broker import ensure_local_broker
+    from listener_router.cli._show import Out
+    from listener_router.store import ServiceStore
     settings = settings_for(args)
     if args.ids:
         records = [{"id": i, "attributes": {}} for i in args.ids]
@@ -57,18 +83,42 @@ def cmd_push(args: argparse.Namespace) -> int:
         records = list(read_records(args.file))
     else:
         raise ConfigError("give a JSONL file of records or --id ID (one or more)")
+    queue = push_queue(settings, args.queue, args.force)
+    out = Out.of(args)
+    if args.print_ids and out.json:
+        raise ConfigError("--ids prints one ID a line; --json and --json-lines print them "
+                          "in JSON: give one of them")
     ensure_local_broker(settings.broker_url)
     seen = None
     if args.source:  # a crawl of the source sees them, in the transaction that stores them
         from listener_router.delta import seen_on_push
         seen = seen_on_push(settings.blackboard_url, args.source)
+    messages: list[dict[str, Any]] = []
+
+    def published(message_id: str, record_ids: Any) -> None:
+        messages.append({"message_id": message_id, "records": record_ids})
+        if args.print_ids:
+            print(message_id, flush=True)
+
     with Progress(disable=not sys.stderr.isatty()) as progress:
-        task = progress.add_task(f"push → {args.queue}", total=len(records))
-        sent = push_records(settings, args.queue, records, store=not args.ids_only and not args.ids,
+        task = progress.add_task(f"push → {queue}", total=len(records))
+        sent = push_records(settings, queue, records, store=not args.ids_only and not args.ids,
                             operation=args.operation, per_message=args.per_message,
                             progress=lambda n: progress.advance(task, n), source=args.source,
-                            hook=seen)
-    print(f"pushed {len(records)} record(s) in {sent} message(s) to {args.queue}")
+                            hook=seen, published=published)
+    try:  # what chalk jobs cancel knows of a message still queued
+        store = ServiceStore.connect(settings.blackboard_url)
+        try:
+            store.pushed.add(queue, [m["message_id"] for m in messages],
+                             keep_seconds=settings.retention_days * 86400.0)
+        finally:
+            store.close()
+    except Exception as e:  # they are published: say what is missing, and go on
+        log.warning("the message IDs were published but not written down (%s): chalk jobs "
+                    "cancel takes them with --ahead", e)
+    said = f"pushed {len(records)} record(s) in {sent} message(s) to {queue}"
+    if not out.document({"queue": queue, "records": len(records), "messages": messages}):
+        print(said, file=sys.stderr if args.print_ids else sys.stdout)
     return 0
 
 
@@ -164,10 +214,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     from listener_router.cli._show import Out
     from listener_router.cli._status import print_status, status_report
     report = status_report(settings_for(args), since=parse_time(args.since))
-    out = Out(args.json)
-    if args.json:
-        out.record(report, indent=2)
-    else:
+    out = Out.of(args)
+    if not out.document(report):
         print_status(report, out)
     return 0
 
@@ -179,59 +227,61 @@ def _listed(values: list[str] | None) -> list[str]:
 
 def cmd_jobs(args: argparse.Namespace) -> int:
     from listener_router.cli._jobs import jobs, parse_time
+    from listener_router.cli._show import Out
     jobs(settings_for(args), states=_listed(args.state), queues=_listed(args.queue),
          workflows=_listed(args.workflow), record=args.record, message=args.message,
          since=parse_time(args.since), until=parse_time(args.until), limit=args.limit,
-         follow=args.follow, as_json=args.json)
+         follow=args.follow, out=Out.of(args))
     return 0
 
 
 def cmd_schedules(args: argparse.Namespace) -> int:
     from listener_router.cli._jobs import schedules
-    schedules(settings_for(args), as_json=args.json)
+    from listener_router.cli._show import Out
+    schedules(settings_for(args), Out.of(args))
     return 0
 
 
 def cmd_dlq(args: argparse.Namespace) -> int:
     from listener_router.cli import _admin
-    from listener_router.cli._show import Out
-    settings = settings_for(args)
-    queues = [args.queue] if args.queue else [r.queue for r in settings.listeners]
-    where = ", ".join(f"{q}.dlq" for q in queues)
-    if args.action == "list":
-        _admin.dlq_list(settings, queues, limit=args.limit, out=Out(args.json))
-    elif args.action == "show":
-        if not _admin.dlq_show(settings, queues, args.message_id, out=Out(args.json)):
-            what = f"with message ID {args.message_id!r}" if args.message_id else "at all"
-            print(f"no dead letter {what} (looked in {where})", file=sys.stderr)
-            return 1
-    elif args.action == "replay":
-        n = _admin.dlq_replay(settings, queues, message_id=args.message_id)
-        print(f"replayed {n} message(s)")
-    elif args.action == "purge":
-        n = _admin.dlq_purge(settings, queues)
-        print(f"purged {n} message(s)")
-    return 0
+    return _admin.cmd_dlq(settings_for(args), args)
 
 
 # -- chalk events ---------------------------------------------------------------------
 def cmd_events(args: argparse.Namespace) -> int:
+    from listener_router.cli._show import Out, iso
     from listener_router.events import ReceivedEvent, follow
     settings = settings_for(args)
     if not args.follow:
         raise ConfigError("give --follow: events are not stored, only those published while "
                           "following are shown")
+    out = Out.of(args)
+    if out.form == "json" and not args.count:
+        raise ConfigError("--json prints one document, at the end: give --count N with it, "
+                          "or --json-lines for one object a line as the events come")
     patterns = args.pattern or ["#"]
     exchange = settings.section("events").exchange
+    kept: list[dict[str, Any]] = []
 
     def show(event: ReceivedEvent) -> None:
-        print(event.json() if args.json else event.line(), flush=True)
+        if not out.json:
+            print(event.line(), flush=True)
+            return
+        at = event.body.get("time")
+        value = {"at": iso(at) if isinstance(at, (int, float)) else None,
+                 **json.loads(event.json())}
+        if out.form == "json":
+            kept.append(value)
+        else:
+            out.row(value)
 
     def ready() -> None:
         print(f"following {exchange} ({', '.join(patterns)})"
               + ("" if args.count else "; Ctrl-C to stop"), file=sys.stderr, flush=True)
 
     follow(settings.broker_url, exchange, patterns, show, count=args.count, ready=ready)
+    if out.form == "json":
+        out.listing(kept)
     return 0
 
 
@@ -247,9 +297,6 @@ def _version() -> str:
         return version("chalk")
     except PackageNotFoundError:  # a source tree that was never installed
         return "unknown (not installed)"
-
-
-_JSON_LINES = "print JSON, one object per line (docs/guide.md)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -278,7 +325,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("push", parents=[common], help="store records from JSONL and publish their IDs")
     p.add_argument("file", nargs="?", help="JSON Lines file: {\"id\": …, \"attributes\": {…}} per line")
-    p.add_argument("--queue", default="chalk.in", help="queue to publish to (default chalk.in)")
+    p.add_argument("--queue", help="queue to publish to (default: the one queue the listener "
+                   "rules read; with several, say which)")
+    p.add_argument("--force", action="store_true",
+                   help="publish to a queue no listener rule reads")
+    p.add_argument("--ids", dest="print_ids", action="store_true",
+                   help="print each message's ID, one a line (the summary goes to stderr)")
     p.add_argument("--id", dest="ids", action="append", metavar="ID",
                    help="publish this record ID without storing anything (repeatable)")
     p.add_argument("--ids-only", action="store_true", help="publish the file's IDs without storing the records")
@@ -289,6 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source", metavar="NAME",
                    help="the records belong to this source (stored ones get it); a crawl of it "
                         "(chalk delta start) counts them seen")
+    add_json_options(p, "one object: queue, records, messages (each message_id, records)")
     p.set_defaults(func=cmd_push)
 
     p = sub.add_parser("process", parents=[common], help="run a workflow over a JSONL file, no broker")
@@ -319,16 +372,16 @@ def build_parser() -> argparse.ArgumentParser:
                        help="queues (depth, rates), store, cluster members and job statistics")
     p.add_argument("--since", metavar="TIME",
                    help="statistics since: an age (30m, 2h, 1d) or an ISO time (default 1h)")
-    p.add_argument("--json", action="store_true", help="print one JSON object (docs/guide.md)")
+    add_json_options(p, "the report as one object")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("jobs", parents=[common],
                        help="the job log: each message's steps (received, retried, dead, "
                             "replayed, committed), oldest first")
     p.add_argument("--state", action="append", metavar="STATE",
-                   help="committed, unchanged, retrying, dead, duplicate, replayed, processed, "
-                        "failed, crashed "
-                        "(repeatable, or comma-separated)")
+                   help="only these steps: " + ", ".join(JOB_STATES) + " (repeatable, or "
+                        "comma-separated; deleted: a delta crawl's deletion, purged and "
+                        "replayed: also dead letters purged or replayed since)")
     p.add_argument("--queue", action="append", metavar="QUEUE", help="input queue (repeatable)")
     p.add_argument("--workflow", action="append", metavar="NAME", help="workflow (repeatable)")
     p.add_argument("--record", metavar="ID", help="messages that name this record ID")
@@ -336,14 +389,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--since", metavar="TIME", help="an age (30m, 2h, 1d) or an ISO time")
     p.add_argument("--until", metavar="TIME", help="an age (30m, 2h, 1d) or an ISO time")
     p.add_argument("--limit", type=int, default=50, metavar="N",
-                   help="show the N most recent entries (default 50)")
-    p.add_argument("-f", "--follow", action="store_true", help="then print new entries as they come")
-    p.add_argument("--json", action="store_true", help=_JSON_LINES)
+                   help="show the N most recent steps that match (default 50)")
+    p.add_argument("-f", "--follow", action="store_true",
+                   help="then print new steps as they come (JSON: --json-lines)")
+    add_json_options(p, "the steps as one array")
     p.set_defaults(func=cmd_jobs)
 
     p = sub.add_parser("schedules", parents=[common],
                        help="scheduled jobs ([[schedule]]) with their last and next run")
-    p.add_argument("--json", action="store_true", help=_JSON_LINES)
+    add_json_options(p, "the schedules as one array")
     p.set_defaults(func=cmd_schedules)
 
     p = sub.add_parser("dlq", parents=[common],
@@ -354,7 +408,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queue", help="input queue whose dead letters to use (default: every listener queue)")
     p.add_argument("--limit", type=int, default=50, metavar="N",
                    help="for list: show at most N dead letters, oldest first (default 50)")
-    p.add_argument("--json", action="store_true", help="for list and show: " + _JSON_LINES)
+    p.add_argument("--all", action="store_true",
+                   help="for replay and purge without a message ID: every dead letter of the "
+                        "queues (asks on a terminal; --yes does not ask)")
+    p.add_argument("-y", "--yes", action="store_true",
+                   help="with --all: do it without asking")
+    add_json_options(p, "for list and show: the letters as one array")
     p.set_defaults(func=cmd_dlq)
 
     p = sub.add_parser("events", parents=[common],
@@ -364,7 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pattern", action="append", metavar="KEY",
                    help="routing-key pattern (repeatable; default '#': all), e.g. "
                         "'record.committed.#', 'message.dead_lettered.#', 'topology.changed'")
-    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    add_json_options(p, "the events, with --count, as one array at the end")
     p.add_argument("--count", type=int, metavar="N", help="stop after N events")
     p.set_defaults(func=cmd_events)
 
@@ -385,7 +444,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and isinstance(getattr(args, "ids", None), list) and args.command == "jobs" \
+            and not any(e.startswith("-") for e in extra):
+        args.ids += extra   # chalk jobs cancel --ahead ID: message IDs after an option
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     level = logging.WARNING - 10 * min(args.verbose, 2)
     if args.command in ("run", "demo", "subscribe") and args.verbose == 0:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import signal
 import sys
 import time
@@ -13,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from listener_router._errors import ConfigError
 from listener_router._settings import Settings
 from listener_router.cli._common import cmd_with_settings
+from listener_router.cli._show import Out, add_json_options, iso
 
 if TYPE_CHECKING:
     from listener_router.reprocess import Begun, Run
@@ -104,35 +103,40 @@ def _run(settings: Settings, store: ServiceStore, begun: Begun) -> int:
     return 0
 
 
-def _when(at: float | None) -> str:
-    return "-" if at is None else dt.datetime.fromtimestamp(at).strftime("%Y-%m-%d %H:%M:%S")
+def run_records(store: ServiceStore, limit: int) -> list[dict[str, Any]]:
+    """The newest runs as ``chalk reprocess --list --json`` prints them (times ISO 8601)."""
+    from listener_router.reprocess import run_views
+
+    return [{**v.json(), **{k: iso(getattr(v, k)) for k in
+                            ("started_at", "updated_at", "finished_at")}}
+            for v in run_views(store, limit)]
+
+
+def _progress(r: dict[str, Any]) -> str:
+    """Records looked at of those to look at; a finished run looked at all there were."""
+    if r["state"] == "finished":
+        return f"{r['looked']:,} (all)"
+    bound = "" if r["selection"].endswith("listed record(s)") else "≤ "  # else: every record
+    return f"{r['looked']:,} of {bound}{r['total']:,} ({r['done']:.0%})"
 
 
 def _list(store: ServiceStore, args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
-
-    from listener_router.reprocess import run_views
-
-    views = run_views(store, args.limit)
-    if args.json:
-        print(json.dumps([v.json() for v in views], indent=2))
+    rows = run_records(store, args.limit)
+    out = Out.of(args)
+    if out.listing(rows):
         return 0
-    if not views:
-        print("no reprocess runs")
+    if not rows:
+        out.text("no reprocess runs")
         return 0
-    table = Table(title="reprocess runs, newest first")
-    for column in ("run", "state", "workflow → queue", "selection", "looked at", "published",
-                   "committed", "updated", "note"):
-        table.add_column(column, overflow="fold", no_wrap=column == "run")
-    for v in views:
-        cells = (v.run, v.state, f"{v.workflow} → {v.queue}", v.selection,
-                 f"{v.looked:,} / {v.total:,} ({v.done:.0%})", f"{v.published:,}",
-                 f"{v.committed:,}", _when(v.updated_at),
-                 v.note or (f"{v.missing:,} listed ID(s) not stored" if v.missing else ""))
-        table.add_row(*(escape(c) for c in cells))  # an XPath's [...] is no markup
-    Console(width=None if sys.stdout.isatty() else 160).print(table)
+    out.table("reprocess runs, newest first",
+              ["run", "state", "workflow → queue", "selection", "looked at", "published",
+               "committed", "updated", "note"],
+              [[r["run"], r["state"], f"{r['workflow']} → {r['queue']}", r["selection"],
+                _progress(r), f"{r['published']:,}", f"{r['committed']:,}",
+                (r["updated_at"] or "-")[:19].replace("T", " "),
+                r["note"] or (f"{r['missing']:,} listed ID(s) not stored" if r["missing"]
+                              else "")] for r in rows],
+              right=("published", "committed"))
     return 0
 
 
@@ -162,7 +166,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
                    help="start a new run even when one of the same selection is unfinished")
     p.add_argument("--list", action="store_true",
                    help="show the runs with their progress and what the service committed")
-    p.add_argument("--json", action="store_true", help="with --list: print JSON")
+    add_json_options(p, "with --list: the runs as one array")
     p.add_argument("--limit", type=int, default=20, metavar="N",
                    help="with --list: the N newest runs (default 20)")
     p.set_defaults(func=cmd_with_settings(cmd_reprocess))

@@ -7,13 +7,17 @@ prints), and hands it to an :class:`Out`, which picks the form:
 - in a pipe or a file, a title line, a header line and one line per row,
   each column padded to its widest cell and never cut or wrapped, so
   ``grep``, ``sort`` and ``awk`` see whole rows whatever the width;
-- with ``--json``, JSON: a listing prints one object per line (JSON Lines,
-  also while it follows), a report (``chalk status``) one object.  Times
-  are ISO 8601 with their UTC offset, durations are seconds; prose (a title,
-  "nothing matches") is left out, so the output parses line by line.
+- with ``--json``, one JSON document: an array for a listing, an object
+  for a report (``chalk status``), on one line;
+- with ``--json-lines``, one JSON object a line: each row of a listing (also
+  while ``--follow`` follows), or the report's object.
 
-docs/guide.md ("Output for scripts") documents the shapes; the CLI tests
-check them.
+Times are ISO 8601 with their UTC offset, durations are seconds; prose (a
+title, "nothing matches") is left out of JSON, so it parses as a whole
+(``--json``) or line by line (``--json-lines``).
+
+docs/guide.md ("Output for scripts") documents the rule and the shapes;
+tests/listener_router/test_output.py runs every listing both ways.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import sys
 from collections.abc import Collection, Sequence
 from typing import Any, TextIO
 
-__all__ = ["Out", "iso", "plain_rows"]
+__all__ = ["FORMS", "Out", "add_json_options", "iso", "plain_rows"]
 
 
 def iso(at: float | None, timespec: str = "milliseconds") -> str | None:
@@ -52,46 +56,93 @@ def plain_rows(columns: Sequence[str], rows: Sequence[Sequence[object]],
     return lines
 
 
-class Out:
-    """Where a command prints (stdout by default), in the form ``--json`` and the stream ask
-    for (see the module doc)."""
+FORMS = ("text", "json", "json-lines")
 
-    def __init__(self, json_lines: bool = False, file: TextIO | None = None):
-        self.json = json_lines
+
+def add_json_options(parser: Any, what: str = "the rows") -> None:
+    """``--json`` and ``--json-lines`` on ``parser`` (one of them; docs/guide.md)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--json", action="store_true",
+                       help=f"print {what} as one JSON document (docs/guide.md)")
+    group.add_argument("--json-lines", action="store_true",
+                       help="print one JSON object a line (docs/guide.md)")
+
+
+class Out:
+    """Where a command prints (stdout by default), in the form the options and the stream
+    ask for (see the module doc): ``form`` is ``text``, ``json`` or ``json-lines``."""
+
+    def __init__(self, form: str = "text", file: TextIO | None = None):
+        if form not in FORMS:
+            raise ValueError(f"output form {form!r}: one of {', '.join(FORMS)}")
+        self.form = form
         self.file = file if file is not None else sys.stdout
         isatty = getattr(self.file, "isatty", None)
-        self.terminal = not json_lines and bool(isatty and isatty())
+        self.terminal = form == "text" and bool(isatty and isatty())
         self._console: Any = None
+
+    @classmethod
+    def of(cls, args: Any) -> Out:
+        """The form a command's ``--json`` / ``--json-lines`` ask for."""
+        if getattr(args, "json_lines", False):
+            return cls("json-lines")
+        return cls("json" if getattr(args, "json", False) else "text")
+
+    @property
+    def json(self) -> bool:
+        """JSON of either kind: prose and tables are left out."""
+        return self.form != "text"
 
     @property
     def console(self) -> Any:
-        """A rich console on this output (tables and JSON on a terminal)."""
+        """A rich console on this output (tables on a terminal)."""
         if self._console is None:
             from rich.console import Console
             self._console = Console(file=self.file)
         return self._console
 
     def text(self, line: str) -> None:
-        """A line of prose; nothing with ``--json`` (it is not data)."""
+        """A line of prose; nothing in JSON (it is not data)."""
         if not self.json:
             print(line, file=self.file, flush=True)
 
-    def record(self, value: Any, *, indent: int | None = None) -> None:
-        """One JSON value on one line (``indent``: over several, for a report)."""
-        print(json.dumps(value, ensure_ascii=False, default=str, indent=indent),
-              file=self.file, flush=True)
+    def _dump(self, value: Any) -> None:
+        print(json.dumps(value, ensure_ascii=False, default=str), file=self.file, flush=True)
+
+    def listing(self, rows: Sequence[Any]) -> bool:
+        """``rows`` as JSON in this output's form (an array, or one a line); False in text,
+        where the caller prints its table."""
+        if self.form == "json":
+            self._dump(list(rows))
+        elif self.form == "json-lines":
+            for row in rows:
+                self._dump(row)
+        return self.json
+
+    def row(self, value: Any) -> None:
+        """One more row of a stream (``--follow``): a line of JSON Lines."""
+        self._dump(value)
+
+    def document(self, value: Any) -> bool:
+        """A report (one object) as JSON on one line; False in text."""
+        if self.json:
+            self._dump(value)
+        return self.json
 
     def table(self, title: str | None, columns: Sequence[str],
               rows: Sequence[Sequence[object]], right: Collection[str] = ()) -> None:
-        """A table of text cells (with ``--json`` the caller prints records instead)."""
+        """A table of text cells (in JSON the caller prints its rows instead)."""
+        if self.json:
+            return
         if self.terminal:
+            from rich.markup import escape
             from rich.table import Table
-            table = Table(title=title)
+            table = Table(title=escape(title) if title else None)
             for name in columns:
-                table.add_column(name, justify="right" if name in right else "left",
+                table.add_column(escape(name), justify="right" if name in right else "left",
                                  overflow="fold")
             for row in rows:
-                table.add_row(*(_cell(v) for v in row))
+                table.add_row(*(escape(_cell(v)) for v in row))
             self.console.print(table)
             return
         if title:

@@ -193,8 +193,8 @@ def print_status(report: dict[str, Any], out: Out, now: float | None = None) -> 
         out.text(f"  leases held by {owner}: {n}")
     c = report["cluster"]
     out.text(f"cluster {c['id'][:8]}: {len(c['members'])} live member(s), leader "
-             f"{c['leader'] or 'none'} (epoch {c['epoch']}), view {c['view']} of "
-             f"{c['view_members']} member(s)")
+             f"{c['leader'] or 'none'} (epoch {c['epoch']}); the last view agreed, number "
+             f"{c['view']}, has {c['view_members']} member(s)")
     for m in c["members"]:
         out.text(f"  {m['name']} (pid {m['pid']} on {m['host']}, version {m['version'] or '?'}), "
                  f"heartbeat {m['heartbeat_age']:.0f} s ago; queues "
@@ -235,9 +235,10 @@ def _reloaded(at: str, now: float) -> str:
 
 def print_statistics(stats: dict[str, Any], out: Out) -> None:
     """The statistics part of a status report as a table."""
-    since = stats["since"].replace("T", " ")[:23]
+    since = stats["since"].replace("T", " ")[:19]
+    window = f"from {since} (the window's start: --since) until now"
     if not stats["rows"]:
-        out.text(f"statistics: nothing since {since}")
+        out.text(f"statistics {window}: nothing ran")
         return
     # "unchanged" (delta processing) only where some messages were
     unchanged = any(r["unchanged"] for r in stats["rows"])
@@ -249,6 +250,6 @@ def print_statistics(stats: dict[str, Any], out: Out) -> None:
              r["duplicate"], r["records"], f"{r['per_second']:.1f}",
              *(f"{_seconds(p['p50'])} / {_seconds(p['p99'])}" for p in r["seconds"].values())]
             for r in stats["rows"]]
-    out.table(f"statistics since {since} (all members)", ["queue", "workflow", *counts,
+    out.table(f"statistics {window}, all members", ["queue", "workflow", *counts,
                                                           *durations], rows,
               right=(*counts, *durations))

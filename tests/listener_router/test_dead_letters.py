@@ -43,7 +43,11 @@ def test_browsing_dead_letters_never_raises_their_delivery_count(tmp_path, capsy
         assert main(["dlq", "show", "dead-1", "--config", str(config)]) == 0
         assert '"x"' in capsys.readouterr().out
 
-    assert main(["dlq", "replay", "--config", str(config)]) == 0
+    assert main(["dlq", "replay", "--config", str(config)]) == 2        # all of them: --all
+    assert "--all" in capsys.readouterr().err
+    assert main(["dlq", "replay", "--all", "--config", str(config)]) == 2   # no tty to ask
+    assert "--yes" in capsys.readouterr().err
+    assert main(["dlq", "replay", "--all", "--yes", "--config", str(config)]) == 0
     assert "replayed 1" in capsys.readouterr().out
     (props, body), = broker.drain(queue)
     assert (props.message_id, body) == ("dead-1", b'{"id": "x"}')

@@ -88,6 +88,7 @@ def test_a_full_crawl_runs_changed_records_skips_unchanged_and_deletes_the_unsee
         start(settings, store, "web")
     done = finish(settings, store, "web")
     assert (done.state, done.deletions, done.seen) == ("finished", 10, 25)  # r20-r29
+    assert done.looked == 35             # web's records (r00-r29, n0-n4), not the others
 
     messages = len(order) // 2 + 1 + 4 + 10
     stats = run_service(settings, until=_done(messages))
@@ -103,6 +104,16 @@ def test_a_full_crawl_runs_changed_records_skips_unchanged_and_deletes_the_unsee
     assert _routed(broker, out) == Counter(
         {**{(rid, "ADD"): 1 for rid in r[10:20] + [f"n{i}" for i in range(5)]},
          **{(rid, "DELETE"): 1 for rid in r[24:]}})
+    # the history says what a deletion was: committed as deleted (crawl N), or kept
+    assert main(["jobs", "--record", "r24", "--blackboard", db_url, "--json"]) == 0
+    (received, deleted) = json.loads(capsys.readouterr().out)[-2:]
+    assert (received["step"], deleted["step"], deleted["crawl"]) == (
+        "received", "deleted", second.id)
+    assert main(["jobs", "--record", "r24", "--blackboard", db_url]) == 0
+    assert f" deleted (crawl {second.id}) " in capsys.readouterr().out
+    assert main(["jobs", "--record", "r20", "--state", "unchanged", "--blackboard",
+                 db_url]) == 0
+    assert f" unchanged (crawl {second.id}) " in capsys.readouterr().out
     (row, older) = crawl_status(store, source="web")
     assert (row["crawl"], older["crawl"]) == (second.id, first.id)
     assert {k: row[k] for k in ("state", "deletions", "deleted", "kept", "pending")} == {
@@ -114,7 +125,7 @@ def test_a_full_crawl_runs_changed_records_skips_unchanged_and_deletes_the_unsee
     # the commands: status as a table and as JSON, a crawl restarted
     capsys.readouterr()
     assert main(["delta", "status", "--blackboard", db_url, "--json"]) == 0
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    lines = json.loads(capsys.readouterr().out)
     assert [(x["crawl"], x["state"]) for x in lines] == [(second.id, "finished"),
                                                           (first.id, "finished")]
     third, _ = start(settings, store, "web")

@@ -103,6 +103,6 @@ def test_every_delta_example_on_the_operations_page_runs(
     assert _routed(broker, out) == Counter({("p2", "ADD"): 1, ("p3", "ADD"): 1,
                                             ("p4", "DELETE"): 1, ("p5", "DELETE"): 1})
     assert main(["delta", "status", "web", "--json"]) == 0
-    (now, _first) = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    (now, _first) = json.loads(capsys.readouterr().out)
     assert {k: now[k] for k in ("state", "deletions", "deleted", "kept", "pending")} == {
         "state": "finished", "deletions": 2, "deleted": 2, "kept": 0, "pending": 0}

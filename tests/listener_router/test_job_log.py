@@ -8,6 +8,7 @@ real ``chalk run`` processes).
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -43,7 +44,8 @@ def run(settings, until, **kwargs):
 
 
 def steps_of(capsys) -> list[str]:
-    lines = capsys.readouterr().out.strip().splitlines()
+    title, header, *lines = capsys.readouterr().out.strip().splitlines()
+    assert title.startswith("job log: ") and header.split()[:2] == ["when", "step"]
     return [line.split()[2] for line in lines]   # date, time, step, …
 
 
@@ -79,9 +81,10 @@ def test_retried_dead_replayed_and_committed_show_in_order_after_a_restart(
     assert main(["dlq", "list", "--config", str(config)]) == 0
     listed = capsys.readouterr().out
     assert "r1" in listed and "asked to fail" in listed and "3" in listed
-    assert main(["dlq", "show", "--config", str(config)]) == 0
-    shown = capsys.readouterr().out
-    assert '"records": [\n    "r1"\n  ]' in shown and shown.count('"state": "retrying"') == 2
+    assert main(["dlq", "show", "--json", "--config", str(config)]) == 0
+    (shown,) = json.loads(capsys.readouterr().out)
+    assert shown["records"] == ["r1"]
+    assert [h["state"] for h in shown["history"]].count("retrying") == 2
     assert broker.depth(f"{queue}.dlq") == 0     # moved into the store, not browsed
 
     store = ServiceStore.connect(url)
@@ -94,7 +97,7 @@ def test_retried_dead_replayed_and_committed_show_in_order_after_a_restart(
         bb.load("r1")
         bb.set_literal("r1", "fail", False)
         bb.commit("r1")
-    assert main(["dlq", "replay", "--config", str(config)]) == 0
+    assert main(["dlq", "replay", "--all", "--yes", "--config", str(config)]) == 0
     assert "replayed 1" in capsys.readouterr().out
     assert main(["dlq", "list", "--config", str(config)]) == 0
     assert "r1" not in capsys.readouterr().out          # replayed: no longer a dead letter
@@ -108,7 +111,7 @@ def test_retried_dead_replayed_and_committed_show_in_order_after_a_restart(
     assert steps_of(capsys) == ["received", "retrying", "received", "retrying", "received", "dead",
                                 "replayed", "received", "committed"]
     assert main(["jobs", "--state", "dead", "--config", str(config)]) == 0
-    assert "[replayed" in capsys.readouterr().out        # the entry is marked
+    assert " dead (replayed 20" in capsys.readouterr().out        # the entry is marked
     assert stored_counts(url, ["r1"]) == {1: 1}
 
     after = statistics(store)[(queue, "Fragile")]
@@ -131,12 +134,14 @@ def test_chalk_jobs_filters_and_follows(tmp_path, capsys, monkeypatch, make_sett
     run(settings, lambda s: s["committed"] >= 3)
     assert main(["jobs", "--queue", queue, "--state", "committed,dead", "--config",
                  str(config)]) == 0
-    out = capsys.readouterr().out
-    assert out.count(" committed ") == 3 and "1 outgoing" in out
+    title, header, *rows = capsys.readouterr().out.splitlines()
+    assert len(rows) == 3 and all(" committed " in row for row in rows)
+    assert [row[header.index("outgoing"):].split()[0] for row in rows] == ["1", "1", "1"]
     assert main(["status", "--config", str(config)]) == 0
     status = capsys.readouterr().out
     assert "committed/s (5 min)" in status and "0 live member(s)" in status
-    assert "statistics since" in status and "Demo" in status and "latency p50/p99" in status
+    assert "statistics from " in status and "(the window's start: --since) until now" in status
+    assert "Demo" in status and "latency p50/p99" in status
     assert main(["jobs", "--workflow", "Nope", "--config", str(config)]) == 0
     assert "no job-log entries match" in capsys.readouterr().out
     assert main(["jobs", "--since", "1d", "--until", "2000-01-01", "--config",
@@ -147,7 +152,7 @@ def test_chalk_jobs_filters_and_follows(tmp_path, capsys, monkeypatch, make_sett
     done = threading.Event()
     follower = threading.Thread(target=jobs, kwargs=dict(
         settings=settings, states=("committed",), limit=0, follow=True, poll=0.2,
-        out=printed.append, stop=done.is_set))
+        write=printed.append, stop=done.is_set))
     follower.start()
     try:
         push_records(settings, queue, [{"id": f"b{i}", "attributes": {"text": "z"}}
@@ -173,7 +178,7 @@ def test_chalk_process_runs_are_in_the_log(tmp_path, capsys, monkeypatch):
     capsys.readouterr()
     assert main(["jobs", "--config", str(_empty(tmp_path))]) == 0
     out = capsys.readouterr().out
-    assert " processed " in out and "record p1" in out
+    assert " processed " in out and " p1 " in out
     assert " failed " in out and "p2 asked to fail" in out
     store = ServiceStore.connect(f"sqlite:///{tmp_path / 'chalk.db'}")
     summary = statistics(store)[("(process)", "Fragile")]

@@ -237,7 +237,7 @@ def test_with_block_the_subscriber_stops_at_the_entry_until_chalk_journal_skip(
         listed = _chalk("journal", "errors", "--config", str(config), "--journal",
                         journal.rule.name, "--subscriber", "s", "--json")
         assert listed.returncode == 0, listed.stderr
-        (error,) = [json.loads(line) for line in listed.stdout.splitlines()]
+        (error,) = json.loads(listed.stdout)
         # the skipped entry names its record, and the two attempts it failed
         assert (error["offset"], error["record"], error["attempts"]) == (7, "doc-7", 2)
         assert error["reason"].startswith("skipped by an operator; it had failed: ")
