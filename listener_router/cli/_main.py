@@ -19,7 +19,7 @@ from listener_router.cli._common import JOB_STATES, settings_for
 from listener_router.cli._help import describe
 from listener_router.cli._show import add_json_options
 
-__all__ = ["main"]
+__all__ = ["main", "summary_line"]
 
 log = logging.getLogger("chalk")
 
@@ -35,14 +35,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     with Service(settings) as service:
         service.install_signal_handlers()
         stats = service.run(idle_exit=args.idle_exit)
-    print(_summary_line(stats.counts))
+    print(summary_line(stats))
     return 0
 
 
-def _summary_line(counts: Any) -> str:
-    keys = ("received", "committed", "duplicate", "retrying", "dead", "deferred",
-            "records_committed", "batches")
-    return ", ".join(f"{k}={counts.get(k, 0)}" for k in keys)
+def summary_line(stats: Any) -> str:
+    """``chalk run``'s last line: messages received, then how each gathering ended (every
+    outcome: they add up to ``received``), records committed and batches."""
+    counts = stats.counts
+    outcomes = stats.outcomes()
+    first = {k: outcomes.pop(k) for k in ("committed", *sorted(k for k in outcomes if k not in (
+        "duplicate", "retrying", "dead", "cancelled", "deferred", "parked", "unsettled",
+        "committed")))}
+    shown = {"received": counts.get("received", 0), **first, **outcomes,
+             "records_committed": counts.get("records_committed", 0),
+             "batches": counts.get("batches", 0)}
+    return ", ".join(f"{k}={v}" for k, v in shown.items())
 
 
 # -- chalk push -----------------------------------------------------------------------

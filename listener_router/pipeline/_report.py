@@ -42,6 +42,28 @@ class Stats:
     def __getitem__(self, key: str) -> int:
         return self.counts[key]
 
+    def outcomes(self) -> dict[str, int]:
+        """How each gathering of a message ended, adding up to ``received``: the states it
+        settled in (``committed``, a plug-in's step such as ``unchanged``, ``duplicate``,
+        ``retrying``, ``dead``, ``cancelled``), ``deferred`` and ``parked`` (held and
+        gathered again later, which counts in ``received`` again), and ``unsettled``: let go
+        unacked (at the stop, or when publishing failed), for the broker to deliver again.
+        The core's states are there when zero too."""
+        with _STATS_LOCK:
+            counts = dict(self.counts)
+        found = {key: counts.get(key, 0) for key in _CORE_OUTCOMES}
+        found.update((key, n) for key, n in counts.items()
+                     if key not in found and key not in _NOT_OUTCOMES and not key.endswith("_ms"))
+        unsettled = counts.get("received", 0) - sum(found.values())
+        if unsettled:
+            found["unsettled"] = unsettled
+        return found
+
+
+# Stats counters that are no message's outcome; the outcomes the summary always names.
+_NOT_OUTCOMES = frozenset({"received", "records_committed", "batches", "local_batches"})
+_CORE_OUTCOMES = ("committed", "duplicate", "retrying", "dead", "cancelled", "deferred")
+
 
 @dataclass(frozen=True, slots=True)
 class WorkflowRun:

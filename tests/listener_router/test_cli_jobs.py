@@ -1,4 +1,4 @@
-"""``chalk jobs`` filters exactly (``--state`` shows those steps and no others, ``--limit N``
+"""``chalk run``'s summary counts every outcome; ``chalk jobs`` filters exactly (``--state`` shows those steps and no others, ``--limit N``
 prints N rows), its help names every step; ``chalk status`` says what its window is;
 ``chalk delta`` refuses a queue without a delta rule, abandons a crawl, and counts and
 words a finish truly."""
@@ -6,6 +6,8 @@ words a finish truly."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,8 @@ from listener_router import Service, load_settings, push_records
 from listener_router.cli import build_parser, main
 
 pytestmark = [pytest.mark.broker]
+
+CHALK = Path(sys.executable).parent / "chalk"
 
 
 def _rows(capsys) -> tuple[str, list[str], list[list[str]]]:
@@ -140,3 +144,42 @@ def test_delta_start_refuses_a_queue_without_a_delta_rule_abandon_ends_a_crawl_a
     out = capsys.readouterr().out
     assert "0 DELETE message(s)" in out and "the service deletes" not in out
     assert "nothing to delete: the crawl saw every stored record of web" in out
+
+
+def _run_summary(config: Path, tmp_path: Path) -> dict[str, int]:
+    """``chalk run --idle-exit`` to its end; its summary line as numbers."""
+    done = subprocess.run([str(CHALK), "run", "--config", str(config), "--idle-exit", "3"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = done.stdout.strip().splitlines()[-1]
+    return {k: int(v) for k, v in (part.split("=") for part in line.split(", "))}
+
+
+@pytest.mark.slow
+def test_the_run_summary_counts_every_outcome_and_they_add_up_to_received(
+        tmp_path, capsys, broker_url, qname):
+    queue = qname("in")
+    workflows = write_test_workflows(tmp_path / "workflows")
+    config = write_config(
+        tmp_path / "chalk.toml", db=f"sqlite:///{tmp_path / 'chalk.db'}", broker=broker_url,
+        workflows=workflows, engine={"runner": "local"},
+        listeners=[{"name": "t", "queue": queue, "workflow": "Counting", "delta": "hash",
+                    "max_wait_ms": 50}], routers=[])
+    data = tmp_path / "records.jsonl"
+    data.write_text("".join(json.dumps({"id": f"r{i}", "attributes": {"n": i}}) + "\n"
+                            for i in range(6)))
+    assert main(["push", str(data), "--config", str(config)]) == 0
+    first = _run_summary(config, tmp_path)
+    assert (first["received"], first["committed"], first["records_committed"]) == (6, 6, 6)
+
+    # the same crawl again: unchanged, and one of its messages cancelled
+    capsys.readouterr()
+    assert main(["push", str(data), "--ids", "--config", str(config)]) == 0
+    cancelled = capsys.readouterr().out.split()[0]
+    assert main(["jobs", "cancel", cancelled, "--config", str(config)]) == 0
+    second = _run_summary(config, tmp_path)
+    outcomes = {k: v for k, v in second.items()
+                if k not in ("received", "records_committed", "batches")}
+    assert {k: v for k, v in outcomes.items() if v} == {"unchanged": 5, "cancelled": 1}
+    assert {"committed", "duplicate", "retrying", "dead", "cancelled", "deferred"} <= set(outcomes)
+    assert sum(outcomes.values()) == second["received"] == 6
