@@ -407,6 +407,16 @@ class WorkflowRegistry:
                          previous[name].version[:12], previous[name].path, extra={"workflow": name})
             for name, wf in sorted(current.items()):
                 before = previous.get(name)
+                # its file was broken and is good again: the last line about it must not
+                # stay the error, also when the fix brought back the version that ran
+                mended = wf.path in loaded_now and wf.path in old_errors \
+                    and wf.path not in errors_by_file
+                if mended:
+                    self._loaded_at[name] = now
+                    log.info("workflow %s loaded (version %s), replacing the broken one "
+                             "(from %s)", name, wf.version[:12], wf.path,
+                             extra={"workflow": name})
+                    continue
                 if before is not None and before.version == wf.version and before.path == wf.path:
                     continue
                 self._loaded_at[name] = now
