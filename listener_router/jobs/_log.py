@@ -376,29 +376,40 @@ class ProcessLog(JobLog):
         workflow, member = commit.workflow, self.member
         rows: list[LogRow] = []
         others: list[Other] = []
+        records = 0
         for w in commit.committed:
             m = w.message
             assert m is not None
             ids = m.record_ids
+            records += len(ids)
             rows.append((at, "processed", m.queue, m.message_id, 0, m.attempts, workflow,
                          member, batch, w.received_at, ids[0] if ids else None, len(ids), 0,
                          None))
             others += [(rid, m.queue, m.message_id, ids[0], at) for rid in ids[1:]]
         conn = commit.connection
         JobLogTables.write(conn, rows, others)
+        period = self.period(at)
         JobLogTables.add_counts(conn, member, {
-            (self.period(at), PROCESS_QUEUE, workflow, "processed"): len(rows)})
+            (period, PROCESS_QUEUE, workflow, "processed"): len(rows),
+            (period, PROCESS_QUEUE, workflow, "records"): records})
         if seen is not None:
             with self._lock:
                 seen.pairs.add((PROCESS_QUEUE, workflow))
 
     def settled(self, works: Sequence[Work], report: BatchReport | None) -> None:
-        """A row per record that did not commit (``failed``: nothing is retried)."""
+        """A row per record that did not commit (``failed``: nothing is retried); the
+        latency of those that did (read → committed)."""
         at = time.time()
         seen = self._seen(report)
         batch = seen.id if seen is not None else None
         rows: list[LogRow] = []
         others: list[Other] = []
+        done = [at - w.received_at for w in works
+                if w.state is State.COMMITTED and w.received_at is not None]
+        if done:
+            workflow = next(w.workflow for w in works if w.state is State.COMMITTED) or ""
+            with self._lock:
+                self._sketch((self.period(at), PROCESS_QUEUE, workflow, "latency")).add_many(done)
         for w in works:
             if w.state is not State.COMMITTED:
                 row, extra = self._row(w, "failed", at, batch)

@@ -353,18 +353,21 @@ class JobLogTables:
                 workflows: Sequence[str] = (), record: str | None = None,
                 message_id: str | None = None, since: float | None = None,
                 until: float | None = None, unresolved: bool = False,
-                limit: int = 50) -> list[LogEntry]:
+                resolved: str | None = None, limit: int = 50) -> list[LogEntry]:
         """The newest ``limit`` entries that match, oldest first: the steps in
-        ``chalk_job_log`` and the commits on the inbox rows."""
+        ``chalk_job_log`` and the commits on the inbox rows (``resolved``: only dead
+        letters resolved so, ``replayed`` or ``purged``)."""
         c = job_log.c
         query = select(job_log)
+        if resolved is not None:
+            query = query.where(c.resolved == resolved)
         if states:
             query = query.where(c.state.in_(list(states)))
             if "committed" not in states:  # lets the partial index on state serve
                 query = query.where(text("state <> 'committed'"))
         if unresolved:
             query = query.where(c.resolved.is_(None))
-        commits = not unresolved
+        commits = not unresolved and resolved is None
         with self._reading() as conn:
             others = self._others(conn, record) if record is not None else []
 

@@ -34,6 +34,7 @@ class Job:
 
     entry: LogEntry
     records: tuple[str, ...]
+    live: bool = False         # a retry still to come: nothing settled the message since
 
 
 Cursor = tuple[float, int]
@@ -78,7 +79,9 @@ class JobQuery:
                 since = now - parse_duration(self.since, "since")
             except ConfigError:
                 since = None
-        return dict(states=(self.state,) if self.state else (),
+        purged = self.state == "purged"   # a dead letter purged since: its dead entry
+        return dict(states=("dead",) if purged else (self.state,) if self.state else (),
+                    resolved="purged" if purged else None,
                     queues=(self.queue,) if self.queue else (),
                     workflows=(self.workflow,) if self.workflow else (),
                     record=self.record or None, since=since)
@@ -145,5 +148,15 @@ def job_page(store: ServiceStore, query: JobQuery, now: float | None = None) -> 
     newer = None
     if query.before is not None:
         newer = _newer(tables, filters, page[-1]) if page else ""
-    jobs = [Job(e, tuple(tables.record_ids(e))) for e in reversed(page)]
+    jobs = [Job(e, tuple(tables.record_ids(e)), _still_to_come(tables, e))
+            for e in reversed(page)]
     return JobPage(query, jobs, older, newer)
+
+
+def _still_to_come(tables: JobLogTables, entry: LogEntry) -> bool:
+    """A ``retrying`` entry whose message has no later step: its retry waits, and can be
+    cancelled (one that died or committed since cannot)."""
+    if entry.state != "retrying" or entry.resolved:
+        return False
+    last = tables.entries(queues=(entry.queue,), message_id=entry.message_id, limit=1)
+    return bool(last) and last[-1].id == entry.id

@@ -65,6 +65,13 @@ pre { background: #f6f8fa; padding: .4em .6em; overflow: auto; max-height: 60vh;
       white-space: pre-wrap; overflow-wrap: anywhere; }
 a.current { font-weight: bold; color: #222; text-decoration: none; }
 h3 { font-size: 1em; margin: .6em 0 .2em; }
+/* the page fits 1280 px: charts shrink with their column (they scale, viewBox) */
+svg.chart { width: 100%; min-width: 200px; max-width: 320px; height: auto; }
+td.charts svg.chart { display: block; }
+#stats-table, #queue-table { width: 100%; }
+/* a path in a reason or an error breaks, not the page */
+td.reason, td.error { overflow-wrap: anywhere; min-width: 12em; }
+td.num, td.act, td.when { white-space: nowrap; }
 """
 
 _SCRIPT = """
@@ -212,7 +219,7 @@ depths sampled from the broker every {{ every }} s{% if not broker_up %};
 <td class="num">{{ d.attempts }}</td><td>{{ d.workflow }}</td>
 <td class="error">{{ d.error | truncate(300) }}</td>
 <td>{% for r in d.records %}<a href="/record/{{ r | urlencode }}">{{ r }}</a>{% if not loop.last %}, {% endif %}{% endfor %}</td>
-<td><form method="post" action="/dlq/replay" class="guarded"><input type="hidden" name="token" value="">
+<td class="act"><form method="post" action="/dlq/replay" class="guarded"><input type="hidden" name="token" value="">
 <button type="submit" name="target" value="{{ [d.queue, d.message_id] | tojson | forceescape }}">Replay</button></form></td></tr>
 {% endfor %}</table>
 <form method="post" action="/dlq/replay" class="guarded"><input type="hidden" name="token" value="">

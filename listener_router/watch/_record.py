@@ -19,6 +19,7 @@ from typing import Any
 
 from listener_router._settings import Settings
 from listener_router.dead_letters import dead_letters, logged
+from listener_router.delta import deletion_step
 from listener_router.jobs import JobLogTables, LogEntry
 from listener_router.store import ServiceStore
 
@@ -65,6 +66,7 @@ class Step:
 
     entry: LogEntry
     version: str               # "" when not known
+    shown: str = ""            # the step as shown: its state, or deleted (crawl N)
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,8 @@ def _versions(store: ServiceStore, entries: list[LogEntry]) -> list[Step]:
             version = known.version[:12]
         else:
             version = "an earlier version"
-        steps.append(Step(e, version))
+        step, crawl = deletion_step(e.state, e.message_id)
+        steps.append(Step(e, version, step + (f" (crawl {crawl})" if crawl is not None else "")))
     return steps
 
 

@@ -46,30 +46,31 @@ they survive a restart), per {{ interval | int }} s interval, over the last
 {% if not rows %}<p class="muted">nothing in the statistics for this window</p>{% else %}
 <table id="stats-table"><tr><th>queue</th><th>workflows</th><th>committed</th>
 <th title="committed without a run: their records were unchanged (delta processing)">unchanged</th><th>retried</th>
-<th>dead</th><th>cancelled</th><th>records</th><th>latency p50 / p99</th><th>members</th>
-<th>messages/s</th><th>latency</th></tr>
+<th title="dead-lettered; for chalk process, records that failed">dead</th><th>cancelled</th><th>records</th><th>latency p50 / p99</th><th>members</th>
+<th>messages/s, and latency</th></tr>
 {% for s in rows %}<tr data-queue="{{ s.queue }}"><td><code>{{ s.queue }}</code></td>
 <td>{{ s.workflows | join(", ") }}</td>
 <td class="num committed">{{ s.counts.get("committed", 0) + s.counts.get("processed", 0) }}</td>
 <td class="num unchanged">{{ s.counts.get("unchanged", 0) }}</td>
 <td class="num">{{ s.counts.get("retrying", 0) }}</td>
-<td class="num">{{ s.counts.get("dead", 0) + s.counts.get("failed", 0) }}</td>
-<td class="num">{{ s.counts.get("cancelled", 0) }}</td><td class="num">{{ s.counts.get("records", 0) }}</td>
-<td class="num">{{ s.p50 | ms }} / {{ s.p99 | ms }}</td><td class="num">{{ s.members }}</td>
-<td>{{ s.rates | safe }}</td><td>{{ s.latency | safe }}</td></tr>{% endfor %}</table>{% endif %}
+<td class="num dead">{{ s.counts.get("dead", 0) if s.counts.get("dead") or not s.counts.get("failed") else "" }}
+{%- if s.counts.get("failed") %}{{ " + " if s.counts.get("dead") else "" }}{{ s.counts.get("failed") }} failed{% endif %}</td>
+<td class="num">{{ s.counts.get("cancelled", 0) }}</td><td class="num records">{{ s.counts.get("records", 0) }}</td>
+<td class="num latency">{% if s.p50 is none %}–{% else %}{{ s.p50 | ms }} / {{ s.p99 | ms }}{% endif %}</td><td class="num">{{ s.members }}</td>
+<td class="charts">{{ s.rates | safe }}{{ s.latency | safe }}</td></tr>{% endfor %}</table>{% endif %}
 """,
     "jobs.html": """{% set q = p.query %}{% if q.record %}<p>every step of the messages that named record
 <a href="/record/{{ q.record | urlencode }}"><code>{{ q.record }}</code></a>:</p>{% endif %}
 {% if not p.jobs %}<p class="muted">{% if q.filtered or q.before %}no entries match{% else %}no job-log entries yet{% endif %}</p>
 {% else %}<table id="job-table"><tr><th>when</th><th>step</th><th>message</th><th>queue</th><th>attempt</th>
 <th>workflow</th><th>member</th><th>records</th><th>outgoing</th><th>reason</th><th></th></tr>
-{% for j in p.jobs %}{% set e = j.entry %}<tr data-state="{{ e.state }}" data-message="{{ e.message_id }}"><td>{{ e.at | clock }}</td>
+{% for j in p.jobs %}{% set e = j.entry %}<tr data-state="{{ e.state }}" data-message="{{ e.message_id }}"><td class="when">{{ e.at | clock }}</td>
 <td>{{ e.state }}{% if e.resolved %} ({{ e.resolved }}){% endif %}</td><td><code>{{ e.message_id }}</code></td>
 <td>{{ e.queue }}</td><td class="num">{{ e.attempt }}{% if e.round %} (replay {{ e.round }}){% endif %}</td>
 <td>{{ e.workflow or "" }}</td><td>{{ e.member or "" }}</td>
 <td class="records">{% for r in j.records %}<a href="/record/{{ r | urlencode }}">{{ r }}</a>{% if not loop.last %}, {% endif %}{% endfor %}</td>
-<td class="num">{{ e.outgoing }}</td><td>{{ e.reason or "" }}</td>
-<td>{% if e.state == "retrying" and not e.resolved %}<form method="post" action="/cancel" class="guarded">""" + _TOKEN + """
+<td class="num">{{ e.outgoing }}</td><td class="reason">{{ e.reason or "" }}</td>
+<td class="act">{% if j.live %}<form method="post" action="/cancel" class="guarded">""" + _TOKEN + """
 <input type="hidden" name="messages" value="{{ e.message_id }}"><button type="submit" title="its retry is acked without running">Cancel</button></form>{% endif %}</td></tr>{% endfor %}</table>{% endif %}
 <p class="pages">{% if p.newer is not none %}<a href="?{{ q.link() | urlencode }}#jobs" rel="first">« newest</a>
 {% if p.newer %} · <a href="?{{ q.link(before=p.newer) | urlencode }}#jobs" rel="prev">‹ newer</a>{% endif %}{% endif %}
@@ -137,9 +138,9 @@ entry {{ j.head.seq }}{% else %}empty{% endif %}</span></h3>
 workflows {{ r.workflows | join(", ") }}{% endif %}</p>
 {% if r.history %}<table id="history"><tr><th>when</th><th>step</th><th>queue</th><th>message</th><th>attempt</th>
 <th>workflow</th><th>version</th><th>member</th><th>reason</th></tr>
-{% for s in r.history %}{% set e = s.entry %}<tr data-state="{{ e.state }}"><td>{{ e.at | when }}</td><td>{{ e.state }}{% if e.resolved %} ({{ e.resolved }}){% endif %}</td>
+{% for s in r.history %}{% set e = s.entry %}<tr data-state="{{ e.state }}"><td>{{ e.at | when }}</td><td class="step">{{ s.shown or e.state }}{% if e.resolved %} ({{ e.resolved }}){% endif %}</td>
 <td>{{ e.queue }}</td><td><code>{{ e.message_id }}</code></td><td class="num">{{ e.attempt }}{% if e.round %} (replay {{ e.round }}){% endif %}</td>
-<td>{{ e.workflow or "" }}</td><td><code>{{ s.version }}</code></td><td>{{ e.member or "" }}</td><td>{{ e.reason or "" }}</td></tr>
+<td>{{ e.workflow or "" }}</td><td><code>{{ s.version }}</code></td><td>{{ e.member or "" }}</td><td class="reason">{{ e.reason or "" }}</td></tr>
 {% endfor %}</table>{% else %}<p class="muted">no steps in the job log</p>{% endif %}</section>
 </body></html>
 """,
@@ -153,7 +154,7 @@ workflows {{ r.workflows | join(", ") }}{% endif %}</p>
 <section><h2>Headers</h2><pre id="letter-headers">{{ d.headers }}</pre></section>
 <section><h2>History</h2>{% if d.history %}<table id="history"><tr><th>when</th><th>step</th><th>attempt</th><th>member</th><th>reason</th></tr>
 {% for e in d.history %}<tr><td>{{ e.at | when }}</td><td>{{ e.state }}</td><td class="num">{{ e.attempt }}</td><td>{{ e.member or "" }}</td>
-<td>{{ e.reason or "" }}</td></tr>{% endfor %}</table>{% else %}<p class="muted">not in the job log</p>{% endif %}</section>
+<td class="reason">{{ e.reason or "" }}</td></tr>{% endfor %}</table>{% else %}<p class="muted">not in the job log</p>{% endif %}</section>
 <p><a href="/#dead-letters">back to the dead letters</a></p>
 </body></html>
 """,

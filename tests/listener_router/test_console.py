@@ -232,10 +232,10 @@ def test_chalk_status_names_the_paused_and_held_back_lanes(store, sqlite_url, ca
     from listener_router.cli._status import _print_lanes
 
     settings = _settings(sqlite_url, max_output_depth=5)
-    _print_lanes(lanes_report(settings, store, {"q.out": 2}), Out(False))
+    _print_lanes(lanes_report(settings, store, {"q.out": 2}), Out())
     assert "none paused or held back" in capsys.readouterr().out
     set_paused(settings, "q.in", True, reason="maintenance", by="me", store=store)
-    _print_lanes(lanes_report(settings, store, {"q.out": 7}), Out(False))
+    _print_lanes(lanes_report(settings, store, {"q.out": 7}), Out())
     out = capsys.readouterr().out
     assert "paused" in out and "by me: maintenance" in out
     assert "held back" in out and "q.out holds 7 message(s), over its max_output_depth 5" in out

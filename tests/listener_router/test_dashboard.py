@@ -340,3 +340,107 @@ def test_an_operator_drives_the_dashboard_in_a_browser(tmp_path, chromium, broke
     assert sorted(p.name for p in shots.folder.iterdir()) == [
         "01-records-lanes-and-a-dead-letter.png", "02-a-paused-lane.png",
         "03-job-log-filtered.png", "04-a-record.png", "05-a-dead-letter.png"]
+
+
+# Any element of the page whose right edge is past the window's (or the page scrolling
+# sideways), with what it is, for the failure message.
+_OVERFLOW = """() => {
+  const width = document.documentElement.clientWidth;
+  const out = [];
+  if (document.documentElement.scrollWidth > width) {
+    out.push('the page scrolls sideways: ' + document.documentElement.scrollWidth + ' > ' + width);
+  }
+  for (const el of document.querySelectorAll('body *')) {
+    const box = el.getBoundingClientRect();
+    if (box.width && box.right > width + 1 && !el.closest('[hidden]')) {
+      let inside = el.parentElement, clipped = false;
+      while (inside && inside !== document.body) {   // cut by a box that scrolls: not out
+        const style = getComputedStyle(inside);
+        if (['auto', 'scroll', 'hidden'].includes(style.overflowX)
+            && inside.getBoundingClientRect().right <= width + 1) { clipped = true; break; }
+        inside = inside.parentElement;
+      }
+      if (!clipped) {
+        out.push(el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') +
+                 (el.className && el.className.baseVal === undefined ? '.' + el.className : '') +
+                 ' right ' + Math.round(box.right));
+      }
+    }
+  }
+  return out.slice(0, 20);
+}"""
+
+
+def test_the_page_fits_1280_and_1920_pixels_and_cancels_only_messages_still_to_come(
+        tmp_path, chromium, broker_url, qname, monkeypatch):
+    from listener_router.cli import main
+
+    folder = write_test_workflows(tmp_path / "workflows")
+    queue, waiting, out = qname("in"), qname("waiting"), qname("out")
+    port = _free_port()
+    db = f"sqlite:///{tmp_path / 'chalk.db'}"
+    config = write_config(
+        tmp_path / "chalk.toml", db=db, broker=broker_url, workflows=folder,
+        engine={"runner": "local"}, http={"token": TOKEN}, node={"name": "fit-1"},
+        events={"committed": True},
+        listeners=[{"name": "t", "queue": queue, "workflow": "Fragile", "max_retries": 1,
+                    "backoff_ms": [50], "max_wait_ms": 50},
+                   {"name": "w", "queue": waiting, "workflow": "Fragile", "max_retries": 2,
+                    "backoff_ms": [600_000], "max_wait_ms": 50}],
+        routers=[{"queue": out, "attributes": ["count"]}])
+    # a chalk process run: its statistics row is (process)
+    monkeypatch.chdir(tmp_path)
+    records = tmp_path / "in.jsonl"
+    records.write_text('{"id": "p1", "attributes": {}}\n'
+                       '{"id": "p2", "attributes": {"fail": true}}\n')
+    assert main(["process", "--workflow", "Fragile", "--input", str(records), "--local",
+                 "--config", str(config)]) == 1
+    log = tmp_path / "service.log"
+    service = start_service(config, log, "--http", f"127.0.0.1:{port}")
+    shots = Shots(tmp_path / "screenshots")
+    base = f"http://127.0.0.1:{port}/"
+    try:
+        wait_for_log(log, "metrics and dashboard on")
+        settings = load_settings(config, env={})
+        push_records(settings, queue, [{"id": f"doc-{i}", "attributes": {"title": "t" * 40}}
+                                       for i in range(20)])
+        push_records(settings, queue, [{"id": "died", "attributes": {"fail": True}}])
+        push_records(settings, waiting, [{"id": "waits", "attributes": {"fail": True}}])
+        page = chromium.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(base)
+        page.wait_for_selector("#job-table tr[data-message][data-state='dead']", timeout=120_000)
+        page.wait_for_function(
+            "() => document.querySelectorAll(\"#job-table tr[data-state='retrying']\").length >= 2",
+            timeout=120_000)
+        _shows(page, "#stats-table", "(process)", 60_000)
+
+        # a Cancel button only where the message is still to come
+        retrying = page.locator("#job-table tr[data-state='retrying']")
+        buttons = {retrying.nth(i).locator("td").nth(7).inner_text().strip():
+                   retrying.nth(i).locator("button", has_text="Cancel").count()
+                   for i in range(retrying.count())}
+        assert buttons == {"died": 0, "waits": 1}
+
+        # the (process) row: the run's records, failed (not dead), no latency shown as "/"
+        row = page.locator("#stats-table tr[data-queue='(process)']")
+        assert row.locator(".committed").inner_text() == "1"
+        assert row.locator(".dead").inner_text() == "1 failed"
+        assert row.locator(".records").inner_text() == "1"
+        assert row.locator(".latency").inner_text().strip() not in ("/", "", " / ")
+
+        for width in (1280, 1920):
+            page.set_viewport_size({"width": width, "height": 900})
+            page.goto(base)
+            page.wait_for_selector("#stats-table svg", timeout=60_000)
+            page.wait_for_selector("#job-table", timeout=60_000)
+            shots(page, f"the-page-at-{width}")
+            overflowing = page.evaluate(_OVERFLOW)
+            assert overflowing == [], f"at {width} px: " + "; ".join(overflowing)
+    finally:
+        kill_group(service, 15)
+        try:
+            service.wait(timeout=60)
+        except Exception:
+            kill_group(service, 9)
+    assert sorted(p.name for p in shots.folder.iterdir()) == [
+        "01-the-page-at-1280.png", "02-the-page-at-1920.png"]

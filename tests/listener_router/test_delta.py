@@ -19,6 +19,8 @@ from listener_router.delta import CrawlMoved, crawl_status, finish, seen_on_push
 from listener_router.jobs import JobLogTables
 from listener_router.reprocess import Reprocess, RunSelection, begin
 from listener_router.store import ServiceStore
+from listener_router.watch._pages import render
+from listener_router.watch._record import record_view
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -114,6 +116,8 @@ def test_a_full_crawl_runs_changed_records_skips_unchanged_and_deletes_the_unsee
     assert main(["jobs", "--record", "r20", "--state", "unchanged", "--blackboard",
                  db_url]) == 0
     assert f" unchanged (crawl {second.id}) " in capsys.readouterr().out
+    page = render("record.html", r=record_view(store, "r24"))
+    assert f'<td class="step">deleted (crawl {second.id})</td>' in page
     (row, older) = crawl_status(store, source="web")
     assert (row["crawl"], older["crawl"]) == (second.id, first.id)
     assert {k: row[k] for k in ("state", "deletions", "deleted", "kept", "pending")} == {
