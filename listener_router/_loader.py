@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from listener_router._entry_points import broken_plugins
 from listener_router._errors import ConfigError
 from listener_router._keys import Key, check_value, env_names, key_of, kind_of, parse_env
 from listener_router._settings import (
@@ -270,9 +271,12 @@ def load_settings(path: str | os.PathLike[str] | None = None,
     problems = _Problems(source, _Lines(text) if source else None)
     sections = parts()
     names = [p.name for p in sections]
-    for name in sorted(set(data) - set(names)):
-        problems.add(f"{problems.at(name)} " + (_unknown({name: 0}, names, "") or "")[2:],
-                     (name,))
+    unknown = sorted(set(data) - set(names))
+    broken = broken_plugins() if unknown else []
+    for name in unknown:
+        problems.add(f"{problems.at(name)} " + (_unknown({name: 0}, names, "") or "")[2:]
+                     + "".join(f"; {b} (it may be the one that reads [{name}])"
+                               for b in broken), (name,))
     _warn_unknown_env(env, sections)
     core: dict[str, Any] = {}
     features: dict[str, Any] = {}

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import create_engine
@@ -94,31 +96,54 @@ def test_the_service_stops_plug_ins_in_reverse_and_a_failing_stop_stops_nothing_
     assert stopped == ["third", "second", "first"]
 
 
+def _install(project: Path, site: Path) -> None:
+    """``pip install`` the project into ``site`` (no network: its build needs setuptools
+    alone, which Chalk's environment has)."""
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                           "--no-build-isolation", "--no-index", "--target", str(site),
+                           str(project)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 @pytest.fixture
-def audit_distribution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """The guide's ``audit.py``, installed as a distribution with a ``chalk.plugins`` entry
-    point (a ``.dist-info`` on ``sys.path``, as ``pip install`` leaves one; the service's
-    broker process finds it too)."""
-    (python,) = [b for b in _blocks("python") if "class Audit(Plugin)" in b]
-    (entry,) = [b for b in _blocks("toml") if "chalk.plugins" in b]
-    site = tmp_path / "site"
-    (site / "audit-0.1.dist-info").mkdir(parents=True)
-    (site / "audit.py").write_text(python)
-    (site / "audit-0.1.dist-info" / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: audit\nVersion: 0.1\n")
-    (site / "audit-0.1.dist-info" / "entry_points.txt").write_text(  # the installed form
-        entry.replace('[project.entry-points."chalk.plugins"]', "[chalk.plugins]")
-        .replace('"', ""))
-    sys.path.insert(0, str(site))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
-        [str(site), *filter(None, [os.environ.get("PYTHONPATH")])]))
-    plugin_classes.cache_clear()
-    try:
-        yield site
-    finally:
-        sys.path.remove(str(site))
-        sys.modules.pop("audit", None)
+def on_path(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """Put a folder of installed distributions on ``sys.path`` and ``PYTHONPATH`` (the
+    service's broker process and the ``chalk`` command find them too), for the test."""
+    added: list[str] = []
+
+    def add(site: Path) -> None:
+        sys.path.insert(0, str(site))
+        added.append(str(site))
+        monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+            [str(site), *filter(None, [os.environ.get("PYTHONPATH")])]))
         plugin_classes.cache_clear()
+
+    try:
+        yield add
+    finally:
+        for site in added:
+            sys.path.remove(site)
+        for name in ("audit", "broken_plugin"):
+            sys.modules.pop(name, None)
+        plugin_classes.cache_clear()
+
+
+@pytest.fixture
+def audit_distribution(tmp_path: Path, on_path: Any) -> Path:
+    """The guide's plug-in as the guide lays it out (its ``audit.py`` and its whole
+    ``pyproject.toml`` in a folder), installed with pip."""
+    (python,) = [b for b in _blocks("python") if "class Audit(Plugin)" in b]
+    (project,) = [b for b in _blocks("toml") if "[build-system]" in b]
+    folder = tmp_path / "audit-plugin"
+    folder.mkdir()
+    (folder / "audit.py").write_text(python)
+    (folder / "pyproject.toml").write_text(project)
+    site = tmp_path / "site"
+    _install(folder, site)
+    assert any(p.name.startswith("chalk_audit-0.1.0") and p.name.endswith(".dist-info")
+               for p in site.iterdir())
+    on_path(site)
+    return site
 
 
 @pytest.mark.broker
@@ -141,3 +166,52 @@ def test_the_guides_plug_in_counts_commits_through_its_own_section_and_table(
         service.run(until=lambda s: s["committed"] >= len(ids), idle_exit=60)
     import audit  # the guide's module, as the service loaded it
     assert audit.counts(create_engine(settings.blackboard_url)) == {"Demo": len(ids)}
+    # the guide's way to the engine outside the service, run as written
+    (outside,) = [b for b in _blocks("python") if "audit.counts(engine)" in b]
+    (tmp_path / "report").mkdir()
+    (tmp_path / "report" / "chalk.toml").write_text(
+        f'[blackboard]\nurl = "{settings.blackboard_url}"\n')
+    done = subprocess.run([sys.executable, "-c", outside], cwd=tmp_path / "report",
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == repr({"Demo": len(ids)})
+
+
+BROKEN = """from listener_router import Plugin
+raise ImportError("a dependency of this plug-in is missing")
+"""
+
+
+def test_a_broken_plug_in_is_reported_and_every_command_still_works(tmp_path, on_path):
+    folder = tmp_path / "broken-plugin"
+    folder.mkdir()
+    (folder / "broken_plugin.py").write_text(BROKEN)
+    (folder / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "broken-plugin"\nversion = "1.0"\n'
+        '[tool.setuptools]\npy-modules = ["broken_plugin"]\n'
+        '[project.entry-points."chalk.plugins"]\nbroken = "broken_plugin:Broken"\n')
+    site = tmp_path / "site"
+    _install(folder, site)
+    on_path(site)
+    chalk = Path(sys.executable).parent / "chalk"
+
+    def run(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(chalk), *argv], cwd=cwd, capture_output=True, text=True,
+                              timeout=120)
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "chalk.toml").write_text(f'[blackboard]\nurl = "sqlite:///{project}/c.db"\n')
+    for argv in (["validate", str(REPO / "workflows")], ["jobs"], ["queue", "list"]):
+        done = run(*argv, cwd=project)
+        assert done.returncode == 0, (argv, done.stderr)
+        assert ("plug-in 'broken' (broken_plugin:Broken) cannot be loaded: ImportError: a "
+                "dependency of this plug-in is missing; it is left out") in done.stderr, argv
+    # a project that turns it on is told why its section is unknown
+    (project / "chalk.toml").write_text("[broken]\nenabled = true\n")
+    done = run("jobs", cwd=project)
+    assert done.returncode == 2
+    assert "unknown section" in done.stderr or "[broken]" in done.stderr
+    assert "plug-in 'broken' (broken_plugin:Broken) cannot be loaded" in done.stderr
+    assert "it may be the one that reads [broken]" in done.stderr
