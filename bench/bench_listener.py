@@ -17,7 +17,9 @@ Side by side in one sitting, on the same broker, alternating:
   counts words and hashes the text in Python against the Blackboard API, a
   module next to the workflow as a user writes it — the same work the
   hand-written consumer does; ``builtin``: NormalizeWhitespace, WordCount,
-  Fingerprint, whose DataFrame forms run in the JVM.
+  Fingerprint, whose DataFrame forms run in the JVM; ``demo``: the shipped
+  ``workflows/demo.xml``, what ``chalk demo`` times (its steady rate is
+  meant to be within 2× of this one's on the same machine).
 
 By default the listener rule has **no batch keys** (the service's default
 settings: adaptive batch size and prefetch, small batches in the service's
@@ -184,6 +186,7 @@ USER_WORKFLOW = """<?xml version="1.0"?>
 TARGETS = {"vs_handwritten": 1.0, "cpu_vs_handwritten": 2.0, "cpu_per_record_100": 0.5,
            "p50_ms": 50.0, "p99_ms": 150.0}
 RABBIT = "RabbitMQ"
+REPO = Path(__file__).resolve().parents[1]
 
 
 def publish(url: str, queue: str, bodies: list[bytes], prefix: str) -> None:
@@ -263,13 +266,19 @@ class Bench:
         self.args = args
         self.tmp = tmp
         (tmp / "workflows").mkdir()
-        user = getattr(args, "pipelets", "user") == "user"
-        (tmp / "workflows" / "bench3.xml").write_text(USER_WORKFLOW if user else WORKFLOW)
-        if user:
+        pipelets = getattr(args, "pipelets", "user")
+        workflow = "Bench3"
+        if pipelets == "demo":   # the shipped demo workflow, as chalk demo runs it
+            (tmp / "workflows" / "demo.xml").write_text((REPO / "workflows" / "demo.xml").read_text())
+            workflow = "Demo"
+        else:
+            (tmp / "workflows" / "bench3.xml").write_text(
+                USER_WORKFLOW if pipelets == "user" else WORKFLOW)
+        if pipelets == "user":
             (tmp / "workflows" / "bench_user.py").write_text(USER_PIPELETS)
         tag = uuid.uuid4().hex[:6]
         keys: dict[str, Any] = {} if args.batch_size is None else {"batch_size": args.batch_size}
-        self.rule = ListenerRule(name="bench", queue=f"bench.{tag}.in", workflow="Bench3", **keys)
+        self.rule = ListenerRule(name="bench", queue=f"bench.{tag}.in", workflow=workflow, **keys)
         self.settings = Settings(
             blackboard_url=f"sqlite:///{tmp / 'bench.db'}", broker_url=args.broker,
             workflows_dir=str(tmp / "workflows"), listeners=(self.rule,),
@@ -511,11 +520,13 @@ def main() -> int:
     parser.add_argument("--no-cold", action="store_true", help="skip the cold pass")
     parser.add_argument("--broker", default=os.environ.get(
         "CHALK_BENCH_BROKER", "amqp://guest:guest@127.0.0.1:5672/%2F"))
-    parser.add_argument("--pipelets", choices=["builtin", "user"], default="user",
+    parser.add_argument("--pipelets", choices=["builtin", "user", "demo"], default="user",
                         help="user (default): the three steps written in Python against the "
                              "Blackboard API, as a user's module (the hand-written consumer's "
                              "work); builtin: NormalizeWhitespace, WordCount, Fingerprint "
-                             "(their DataFrame forms run in the JVM)")
+                             "(their DataFrame forms run in the JVM); demo: the shipped "
+                             "workflows/demo.xml (NormalizeWhitespace, WordCount), what chalk "
+                             "demo times")
     parser.add_argument("--runner", choices=["spark", "local"], default="spark")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--http", metavar="HOST:PORT",

@@ -81,7 +81,7 @@ want=$( { sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1; "$VENV/bin/python" -
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
     log "python: .venv up to date"
 else
-    log "python: pip install -e '.[dev]' (about a minute on a fresh machine)"
+    log "python: pip install -e '.[dev]' (2 to 3 minutes on a fresh machine)"
     export PIP_DISABLE_PIP_VERSION_CHECK=1
     pip_log=$VENV/.chalk-pip.log
     if ! { "$VENV/bin/python" -m pip install --upgrade pip \

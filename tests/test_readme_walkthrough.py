@@ -105,6 +105,7 @@ def test_the_readme_walkthrough_runs_with_the_real_chalk_command(
     hello = tmp_path / "hello"
     where, chalk = done.stdout.splitlines()
     assert (where, Path(chalk).resolve()) == (str(hello), (Path(sys.prefix) / "bin" / "chalk").resolve())
+    assert [p.name for p in hello.iterdir()] == ["workflows"]     # what the text made
 
     outputs: dict[str, subprocess.CompletedProcess[str]] = {}
     for kind, body in rest:
@@ -112,9 +113,9 @@ def test_the_readme_walkthrough_runs_with_the_real_chalk_command(
             done = _bash(activate + ours(body), hello, env)
             assert done.returncode == 0, f"{body}\n{done.stdout}\n{done.stderr}"
             outputs[body.split()[1]] = done          # by its first command's verb
-        else:
+        else:   # as a reader saves it: into folders the text made, none made here
             path = hello / kind
-            path.parent.mkdir(parents=True, exist_ok=True)
+            assert path.parent.is_dir(), f"the text saves {kind} before it makes {path.parent.name}/"
             path.write_text(ours(body), encoding="utf-8")
 
     # 2. the workflow: valid, and the try without a broker greets as the README says
@@ -150,7 +151,8 @@ def test_the_readme_walkthrough_runs_with_the_real_chalk_command(
     look = outputs["jobs"].stdout
     steps_of_clara = [line for line in look.splitlines() if re.match(r"\d{4}-\d\d-\d\d ", line)]
     committed = [line for line in steps_of_clara if " committed " in line]
-    assert len(committed) == 1 and "record clara" in committed[0] and queue_in in committed[0]
+    assert len(committed) == 1 and " clara " in committed[0] and queue_in in committed[0]
+    assert look.startswith("job log: ")    # a title, a header, a line a step
     # in a pipe the queues table is plain columns: name, messages, rate
     assert re.search(r"^" + re.escape(queue_out) + r"\s+3(\s|$)", look, re.M), look
     assert "3 record(s), 3 processed message(s)" in look

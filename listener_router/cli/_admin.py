@@ -50,11 +50,8 @@ def dlq_list(settings: Settings, queues: Sequence[str], limit: int = 50,
     many there are."""
     out = out or Out()
     rows = letter_rows(settings, queues, limit)
-    if out.listing(rows):
+    if out.listing(rows, empty="no dead letters"):
         return len(rows)
-    if not rows:
-        out.text("no dead letters")
-        return 0
     out.table(f"dead letters, oldest first: {len(rows)}",
               ["queue", "message", "attempts", "workflow", "died", "records", "error"],
               [[r["queue"], r["message_id"], r["attempts"], r["workflow"] or "",

@@ -85,10 +85,8 @@ def _status(store: Any, args: argparse.Namespace) -> int:
     out = Out.of(args)
     if out.listing([{**row, **{k: iso(row[k]) for k in
                                ("started_at", "finishing_at", "finished_at")}}
-                    for row in rows]):
-        return 0
-    if not rows:
-        out.text("no crawls" + (f" of source {args.source}" if args.source else ""))
+                    for row in rows],
+                   empty="no crawls" + (f" of source {args.source}" if args.source else "")):
         return 0
     columns = ["crawl", "source", "queue", "state", "started", "finished", "seen", "looked at",
                "deletions", "deleted", "kept", "pending", "note"]

@@ -111,10 +111,7 @@ def _ends(c: Cancellation) -> str:
 def _cancellations(settings: Settings, args: argparse.Namespace) -> int:
     rows = cancellation_records(settings)
     out = Out.of(args)
-    if out.listing(rows):
-        return 0
-    if not rows:
-        out.text("no cancellations in force")
+    if out.listing(rows, empty="no cancellations in force"):
         return 0
     out.table(f"cancellations in force, oldest first: {len(rows)}",
               ["cancelled", "since", "ends", "by"],

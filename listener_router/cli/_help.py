@@ -157,9 +157,11 @@ HELP: dict[str, tuple[str, str]] = {
     ),
     "demo": (
         "Push sample records through the shipped demo workflow on a local broker and Spark, "
-        "and report what happened (records, batches, time per phase).",
-        "chalk demo\n"
-        "chalk demo --records 10000",
+        "and report what happened: the cold start (Spark, and warm-up records in small jobs) "
+        "and the steady rate of the records timed after it, apart.  CHALK_BROKER_URL points "
+        "it at another broker.",
+        "chalk demo                               # 20,000 records timed, after 3,000 warming up\n"
+        "chalk demo --records 100000 --warmup 10000",
     ),
     "subscribe": (
         "Run a journal subscriber agent: read the journal's stream from the subscriber's "

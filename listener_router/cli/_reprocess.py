@@ -123,10 +123,7 @@ def _progress(r: dict[str, Any]) -> str:
 def _list(store: ServiceStore, args: argparse.Namespace) -> int:
     rows = run_records(store, args.limit)
     out = Out.of(args)
-    if out.listing(rows):
-        return 0
-    if not rows:
-        out.text("no reprocess runs")
+    if out.listing(rows, empty="no reprocess runs"):
         return 0
     out.table("reprocess runs, newest first",
               ["run", "state", "workflow → queue", "selection", "looked at", "published",

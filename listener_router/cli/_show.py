@@ -109,14 +109,17 @@ class Out:
     def _dump(self, value: Any) -> None:
         print(json.dumps(value, ensure_ascii=False, default=str), file=self.file, flush=True)
 
-    def listing(self, rows: Sequence[Any]) -> bool:
-        """``rows`` as JSON in this output's form (an array, or one a line); False in text,
-        where the caller prints its table."""
+    def listing(self, rows: Sequence[Any], empty: str | None = None) -> bool:
+        """``rows`` as JSON in this output's form (an array, or one a line), or in text the
+        line ``empty`` when there are none; False when the caller is to print its table."""
         if self.form == "json":
             self._dump(list(rows))
         elif self.form == "json-lines":
             for row in rows:
                 self._dump(row)
+        elif not rows and empty is not None:
+            self.text(empty)
+            return True
         return self.json
 
     def row(self, value: Any) -> None:

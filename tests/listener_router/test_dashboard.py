@@ -19,6 +19,7 @@ import socket
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +114,23 @@ class Shots:
         return path
 
 
+@contextmanager
+def _served(config: Path, log: Path) -> Iterator[str]:
+    """``chalk run --http`` on a free port with ``config``: its base URL while it runs, then
+    stopped (SIGTERM, SIGKILL after a minute)."""
+    port = _free_port()
+    service = start_service(config, log, "--http", f"127.0.0.1:{port}")
+    try:
+        wait_for_log(log, "metrics and dashboard on")
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        kill_group(service, 15)
+        try:
+            service.wait(timeout=60)
+        except Exception:
+            kill_group(service, 9)
+
+
 def _version(base: str, workflow: str) -> str | None:
     with urllib.request.urlopen(base + "metrics", timeout=30) as response:
         text = response.read().decode()
@@ -154,7 +172,6 @@ def test_an_operator_drives_the_dashboard_in_a_browser(tmp_path, chromium, broke
                                                        qname):
     folder = write_test_workflows(tmp_path / "workflows")
     queue, out, held, held_out = qname("in"), qname("out"), qname("held"), qname("held-out")
-    port = _free_port()
     db = f"sqlite:///{tmp_path / 'chalk.db'}"
     config = write_config(
         tmp_path / "chalk.toml", db=db, broker=broker_url,
@@ -171,12 +188,8 @@ def test_an_operator_drives_the_dashboard_in_a_browser(tmp_path, chromium, broke
         f.write(f'\n[[schedule]]\nname = "nightly"\nevery = "1d"\nqueue = "{nightly}"\n'
                 'ids = ["doc-1"]\n')
     _store_a_record_with_an_attachment(db)
-    log = tmp_path / "service.log"
-    service = start_service(config, log, "--http", f"127.0.0.1:{port}")
     shots = Shots(tmp_path / "screenshots")
-    base = f"http://127.0.0.1:{port}/"
-    try:
-        wait_for_log(log, "metrics and dashboard on")
+    with _served(config, tmp_path / "service.log") as base:
         settings = load_settings(config, env={})
         page = chromium.new_page(viewport={"width": 1280, "height": 900})
         requested: list[str] = []
@@ -331,12 +344,6 @@ def test_an_operator_drives_the_dashboard_in_a_browser(tmp_path, chromium, broke
 
         # nothing the page asked for came from anywhere but the service
         assert requested and all(url.startswith(base) for url in requested), requested
-    finally:
-        kill_group(service, 15)
-        try:
-            service.wait(timeout=60)
-        except Exception:
-            kill_group(service, 9)
     assert sorted(p.name for p in shots.folder.iterdir()) == [
         "01-records-lanes-and-a-dead-letter.png", "02-a-paused-lane.png",
         "03-job-log-filtered.png", "04-a-record.png", "05-a-dead-letter.png"]
@@ -377,7 +384,6 @@ def test_the_page_fits_1280_and_1920_pixels_and_cancels_only_messages_still_to_c
 
     folder = write_test_workflows(tmp_path / "workflows")
     queue, waiting, out = qname("in"), qname("waiting"), qname("out")
-    port = _free_port()
     db = f"sqlite:///{tmp_path / 'chalk.db'}"
     config = write_config(
         tmp_path / "chalk.toml", db=db, broker=broker_url, workflows=folder,
@@ -395,12 +401,8 @@ def test_the_page_fits_1280_and_1920_pixels_and_cancels_only_messages_still_to_c
                        '{"id": "p2", "attributes": {"fail": true}}\n')
     assert main(["process", "--workflow", "Fragile", "--input", str(records), "--local",
                  "--config", str(config)]) == 1
-    log = tmp_path / "service.log"
-    service = start_service(config, log, "--http", f"127.0.0.1:{port}")
     shots = Shots(tmp_path / "screenshots")
-    base = f"http://127.0.0.1:{port}/"
-    try:
-        wait_for_log(log, "metrics and dashboard on")
+    with _served(config, tmp_path / "service.log") as base:
         settings = load_settings(config, env={})
         push_records(settings, queue, [{"id": f"doc-{i}", "attributes": {"title": "t" * 40}}
                                        for i in range(20)])
@@ -436,11 +438,5 @@ def test_the_page_fits_1280_and_1920_pixels_and_cancels_only_messages_still_to_c
             shots(page, f"the-page-at-{width}")
             overflowing = page.evaluate(_OVERFLOW)
             assert overflowing == [], f"at {width} px: " + "; ".join(overflowing)
-    finally:
-        kill_group(service, 15)
-        try:
-            service.wait(timeout=60)
-        except Exception:
-            kill_group(service, 9)
     assert sorted(p.name for p in shots.folder.iterdir()) == [
         "01-the-page-at-1280.png", "02-the-page-at-1920.png"]
