@@ -183,3 +183,26 @@ def test_the_run_summary_counts_every_outcome_and_they_add_up_to_received(
     assert {k: v for k, v in outcomes.items() if v} == {"unchanged": 5, "cancelled": 1}
     assert {"committed", "duplicate", "retrying", "dead", "cancelled", "deferred"} <= set(outcomes)
     assert sum(outcomes.values()) == second["received"] == 6
+
+
+def test_reprocess_list_shows_a_finished_runs_records_as_all_it_looked_at(
+        tmp_path, capsys, broker_url, qname):
+    queue = qname("in")
+    workflows = write_test_workflows(tmp_path / "workflows")
+    config = write_config(
+        tmp_path / "chalk.toml", db=f"sqlite:///{tmp_path / 'chalk.db'}", broker=broker_url,
+        workflows=workflows, engine={"runner": "local"},
+        listeners=[{"name": "t", "queue": queue, "workflow": "Counting"}], routers=[])
+    settings = load_settings(config, env={})
+    # 10 records of the prefix among 300 stored: the walk ends after the prefix's 10
+    push_records(settings, queue, [{"id": f"doc-{i:02d}", "attributes": {}} for i in range(10)]
+                 + [{"id": f"zz-{i:03d}", "attributes": {}} for i in range(290)])
+    assert main(["reprocess", "--workflow", "Counting", "--prefix", "doc-", "--config",
+                 str(config)]) == 0
+    capsys.readouterr()
+    assert main(["reprocess", "--list", "--config", str(config)]) == 0
+    title, header, row = capsys.readouterr().out.splitlines()
+    assert title == "reprocess runs, newest first"
+    looked = row[header.index("looked at"):header.index("published")].strip()
+    assert looked == "10 (all)"
+    assert "/ 300" not in row and "100%" not in row

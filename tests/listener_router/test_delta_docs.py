@@ -78,8 +78,8 @@ def test_every_delta_example_on_the_operations_page_runs(
         for argv in found:
             argv = [queue if a == "web.in" else a for a in argv]
             assert main(argv) == 0, argv
-        lines = capsys.readouterr().out.splitlines()
-        return [json.loads(line) for line in lines if line.startswith("{")]
+        lines = capsys.readouterr().out.splitlines()   # delta status --json: one array
+        return [row for line in lines if line.startswith("[") for row in json.loads(line)]
 
     pages = {f"p{i}": {"title": f"T{i}", "body": f"B{i}", "lang": "en"} for i in range(6)}
     (first,) = crawl(pages)
