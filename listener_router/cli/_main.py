@@ -13,7 +13,7 @@ from typing import Any
 
 from listener_router._errors import ConfigError
 from listener_router._messages import OPERATIONS
-from listener_router._runners import make_runner
+from listener_router._runners import close_runner, make_runner
 from listener_router.cli import _reprocess as reprocess
 from listener_router.cli._common import settings_for
 from listener_router.cli._help import describe
@@ -128,6 +128,7 @@ def cmd_process(args: argparse.Namespace) -> int:
         if out is not None:
             out.close()
         store.close()
+        close_runner(runner)
     elapsed = time.monotonic() - started
     print(f"{workflow.name}: {ok} succeeded, {failed} failed in {elapsed:.1f} s")
     return 0 if failed == 0 else 1

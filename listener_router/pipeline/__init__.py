@@ -54,7 +54,6 @@ from listener_router.pipeline._finish import (
 from listener_router.pipeline._flow import POLL, FlowWatch
 from listener_router.pipeline._gather import GatherStage
 from listener_router.pipeline._held import Held, Holds
-from listener_router.pipeline._in_process import CRASHED, HUNG, InProcess
 from listener_router.pipeline._inflight import InFlight
 from listener_router.pipeline._lanes import (
     MAX_WINDOW,
@@ -101,9 +100,7 @@ __all__ = [
     "FlowWatch",
     "Cancelled",
     "BACKLOG",
-    "CRASHED",
     "CONFIRM_TIMEOUT",
-    "HUNG",
     "TRANSITIONS",
     "AdaptiveSizing",
     "Batch",
@@ -125,7 +122,6 @@ __all__ = [
     "Held",
     "Holds",
     "InFlight",
-    "InProcess",
     "Lane",
     "LaneView",
     "MAX_WINDOW",
