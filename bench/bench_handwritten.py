@@ -3,12 +3,12 @@
 No framework, no Spark, one process, one thread (:class:`Consumer`):
 
 * a ``SelectConnection`` consumer on a quorum queue, prefetch 4 × batch;
-* per batch (up to 500 messages, or what arrived once 20 ms passed without a
-  message), one SQLite transaction (WAL): the messages whose IDs the inbox table
-  already holds are dropped, the records' JSON loaded with one ``SELECT … IN``,
-  each message's attributes written over its records, the bench's three steps
-  run on each record, the records written back (``executemany`` upsert) and the
-  inbox rows inserted;
+* per batch (up to 500 messages, 100 for the ``real`` work, or what arrived
+  once 20 ms passed without a message), one SQLite transaction (WAL): the
+  messages whose IDs the inbox table already holds are dropped, the records'
+  JSON loaded with one ``SELECT … IN``, each message's attributes written over
+  its records, the bench's three steps run on each record, the records written
+  back (``executemany`` upsert) and the inbox rows inserted;
 * then one persistent outgoing message per record to a quorum queue with
   publisher confirms, and the inputs acked (``multiple=True``) once the broker
   has confirmed every outgoing message of their batch.
@@ -17,7 +17,11 @@ The three steps are those of bench_listener's Python pipelets (``--pipelets
 user``): the text's whitespace collapsed and lowercased, its words counted, its
 SHA-256 taken; ``words`` (and ``sent``, for latency) go out, as the bench's
 router rule copies them.  ``--work counters`` adds 1 to three counters instead
-(the tests count with it).
+(the tests count with it).  ``--work real`` is the work-bound bench's (about
+1 ms of CPU a record): each message carries a web page of ``web_pages.py``'s
+corpus, whose HTML the steps of ``web_steps.py`` strip to text, whose language
+they detect and whose text they fingerprint (bench_listener's ``--pipelets
+real`` runs the same functions); ``language`` and ``fingerprint`` go out.
 
 Exactly once in effect under kill -9, like Chalk: the inbox row commits with the
 records, so a redelivered message changes nothing.  The row also keeps the
@@ -29,17 +33,20 @@ routing rules, metrics.
 
 As a benchmark (:func:`measure`): the messages are published to a fresh queue,
 then the consumer runs in a process of its own (a fresh interpreter that imports
-only this module, as a user's would be) until it has acked them all; records/s and the CPU per message of its
-process and of the RabbitMQ node over that time.
+only this module, and ``web_steps.py`` for the ``real`` work, as a user's would be)
+until it has acked them all; records/s and the CPU per message of its process and
+of the RabbitMQ node over that time.
 
 Run: ``.venv/bin/python bench/bench_handwritten.py --messages 50000
---records-per-message 1`` (``--runs 3`` for medians; ``--json FILE``).
+--records-per-message 1`` (``--runs 3`` for medians; ``--json FILE``);
+``--work real --messages 10000`` for the work-bound bench.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
 import json
 import re
 import selectors
@@ -68,6 +75,7 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.dialects.sqlite import insert
+from web_pages import page
 
 metadata = MetaData()
 records = Table("records", metadata, Column("id", String, primary_key=True),
@@ -91,11 +99,28 @@ def three_counters(doc: dict[str, Any]) -> None:
         doc[key] = doc.get(key, 0) + 1
 
 
-# work → (what it does to a record, the attributes its outgoing message carries)
-WORK: dict[str, tuple[Callable[[dict[str, Any]], None], tuple[str, ...]]] = {
+# work → (what it does to a record, the attributes its outgoing message carries); the
+# web steps by name: only that work imports lxml and Chalk's two pipelet functions
+WORK: dict[str, tuple[Callable[[dict[str, Any]], None] | str, tuple[str, ...]]] = {
     "text": (three_steps, ("words", "sent")),
     "counters": (three_counters, ("n1", "n2", "n3")),
+    "real": ("web_steps.web_steps", ("language", "fingerprint", "sent")),
 }
+
+
+def batch_for(work: str) -> int:
+    """Messages per transaction, at most: 500, and 100 for the ``real`` work (a tenth of a
+    second of work, so that two processes split a backlog evenly and its tail is short)."""
+    return 100 if work == "real" else 500
+
+
+def steps_of(work: str) -> Callable[[dict[str, Any]], None]:
+    """What ``work`` does to a record."""
+    steps = WORK[work][0]
+    if isinstance(steps, str):
+        module, name = steps.rsplit(".", 1)
+        steps = getattr(importlib.import_module(module), name)
+    return steps
 
 
 def open_store(path: str | Path) -> Any:
@@ -125,7 +150,7 @@ class Consumer:
                  idle: float = 0.02, work: str = "text", messages: int | None = None,
                  idle_exit: float | None = None, on_ready: Callable[[], None] | None = None):
         self.url, self.queue, self.out, self.batch, self.idle = url, queue, out, batch, idle
-        self.work, self.routed = WORK[work]
+        self.work, self.routed = steps_of(work), WORK[work][1]
         self.messages, self.idle_exit, self.on_ready = messages, idle_exit, on_ready
         self.engine = open_store(db)
         upsert = insert(records)
@@ -284,11 +309,14 @@ class Consumer:
 # --- the benchmark around it --------------------------------------------------------
 
 
-def body_for(first: int, sent: float | None = None, per_message: int = 1) -> bytes:
-    """A message of ``per_message`` records numbered from ``first`` (bench_listener's)."""
+def body_for(first: int, sent: float | None = None, per_message: int = 1,
+             work: str = "text") -> bytes:
+    """A message of ``per_message`` records numbered from ``first`` (bench_listener's):
+    a short text each, or for the ``real`` work a web page (``content``)."""
     recs: list[dict[str, Any]] = []
     for i in range(first, first + per_message):
-        attributes: dict[str, Any] = {"text": f"  Some   TEXT number {i}  with words "}
+        attributes: dict[str, Any] = ({"content": page(i)} if work == "real"
+                                      else {"text": f"  Some   TEXT number {i}  with words "})
         if sent is not None:
             attributes["sent"] = sent
         recs.append({"id": f"b{i:07d}", "attributes": attributes})
@@ -379,22 +407,24 @@ def _line(process: subprocess.Popen[str], timeout: float, what: str) -> str:
 
 
 def measure(url: str, messages: int, per_message: int = 1, *, queue_type: str = "quorum",
-            db: str | Path | None = None, first: int = 0, batch: int = 500,
+            db: str | Path | None = None, first: int = 0, batch: int | None = None,
             work: str = "text", serve: str = "bench_handwritten.serve") -> dict[str, Any]:
     """One pass: ``messages`` messages of ``per_message`` records (numbered from ``first``)
     published, then consumed by the hand-written consumer in a process of its own (a
     fresh interpreter importing only this module).  ``db``: a SQLite file kept across
-    passes (default: a new one).  ``serve``: the function the process runs (``module.name``
-    in this folder; ``bench_budget.serve_probed`` adds probes)."""
+    passes (default: a new one).  ``batch``: by default :func:`batch_for` the work.
+    ``serve``: the function the process runs (``module.name`` in this folder;
+    ``bench_budget.serve_probed`` adds probes)."""
     tag = uuid.uuid4().hex[:6]
     src, dst = f"bench.{tag}.hand.in", f"bench.{tag}.hand.out"
     db = db or Path(tempfile.mkdtemp(prefix="chalk-hand-")) / "hand.db"
     declare(url, queue_type, src, dst)
     try:
-        publish_backlog(url, src, [body_for(first + i * per_message, per_message=per_message)
-                                   for i in range(messages)], f"h{tag}")
+        publish_backlog(url, src, [body_for(first + i * per_message, per_message=per_message,
+                                            work=work) for i in range(messages)], f"h{tag}")
         config = json.dumps({"url": url, "queue": src, "out": dst, "db": str(db),
-                             "messages": messages, "batch": batch, "work": work})
+                             "messages": messages, "batch": batch or batch_for(work),
+                             "work": work})
         here = str(Path(__file__).resolve().parent)
         module = serve.rsplit(".", 1)[0]
         process = subprocess.Popen(
@@ -439,14 +469,18 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=50_000, help="messages per run")
     parser.add_argument("--records-per-message", type=int, default=1, metavar="N")
     parser.add_argument("--runs", type=int, default=1)
-    parser.add_argument("--batch", type=int, default=500, help="messages per transaction, at most")
+    parser.add_argument("--batch", type=int, help="messages per transaction, at most (default "
+                                                   "500; 100 for the real work)")
     parser.add_argument("--work", choices=sorted(WORK), default="text",
-                        help="text: the bench's three steps (default); counters: +1 on three counters")
+                        help="text: the bench's three steps (default); counters: +1 on three "
+                             "counters; real: a web page's HTML stripped, its language "
+                             "detected, its text fingerprinted (about 1 ms a record)")
     parser.add_argument("--queue-type", choices=["quorum", "classic"], default="quorum")
     parser.add_argument("--broker", default="amqp://guest:guest@127.0.0.1:5672/%2F")
     parser.add_argument("--json", metavar="FILE", help="write every figure here")
     args = parser.parse_args()
     per = args.records_per_message
+    args.batch = args.batch or batch_for(args.work)
     print(f"machine: {machine()}")
     print(f"hand-written consumer: {args.messages:,} messages of {per} record(s), "
           f"batches of ≤ {args.batch}, work {args.work}, {args.queue_type} queues", flush=True)

@@ -22,6 +22,7 @@ from typing import Any
 import pika
 import pytest
 from sqlalchemy import select
+from test_bench_web import assert_web_work_done, worked
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 sys.path.insert(0, str(BENCH))
@@ -159,3 +160,22 @@ def test_measure_runs_the_consumer_in_a_process_of_its_own(broker_url: str, tmp_
     assert (one["messages"], one["records"]) == (300, 600)
     assert one["rate"] > 0 and one["cpu_us"]["hand-written"] > 0
     assert len(stored(tmp_path / "hand.db")) == 600
+
+
+# -- the work-bound bench: --work real, --processes N ----------------------------------------
+
+def test_the_real_work_strips_detects_and_fingerprints_each_page(amqp_queues: Any,
+                                                                  tmp_path: Path) -> None:
+    url, db = amqp_queues.url, tmp_path / "hand.db"
+    src, dst = queues(amqp_queues)
+    publish(url, src, [(f"m{m}", hand.body_for(m * 2, sent=12.5, per_message=2, work="real"))
+                       for m in range(30)])
+    hand.Consumer(url, src, dst, db, work="real", messages=30).run()
+    records = stored(db)
+    assert len(records) == 60
+    assert_web_work_done(records, range(60))
+    routed = dict(drain(url, dst))
+    assert len(routed) == 60
+    record = worked(7)
+    assert routed["m3/b0000007"] == {"records": [{"id": "b0000007", "attributes": {
+        "language": record["language"], "fingerprint": record["fingerprint"], "sent": 12.5}}]}
