@@ -11,6 +11,7 @@ import hashlib
 import importlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ import pika
 import pytest
 from sqlalchemy import select
 from test_bench_web import assert_web_work_done, worked
+from test_docs import code_blocks
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 sys.path.insert(0, str(BENCH))
@@ -247,3 +249,17 @@ def test_measure_runs_two_processes_on_one_queue(broker_url: str, tmp_path: Path
     assert one["rate"] > 0
     assert one["cpu_us"]["hand-written 1"] > 0 and one["cpu_us"]["hand-written 2"] > 0
     assert_web_work_done(stored(tmp_path / "hand.db"), range(600))
+
+
+def test_the_documented_hand_written_command_runs(broker_url: str, tmp_path: Path) -> None:
+    """docs/performance.md's command, with fewer messages."""
+    (block,) = [b for b in code_blocks(BENCH.parent / "docs" / "performance.md", "")
+                if "bench/bench_handwritten.py --work real" in b]
+    argv = shlex.split(block)
+    assert argv[:2] == [".venv/bin/python", "bench/bench_handwritten.py"]
+    figures = tmp_path / "figures.json"
+    assert hand.main([*argv[2:], "--messages", "400", "--broker", broker_url,
+                      "--json", str(figures)]) == 0
+    (run,) = json.loads(figures.read_text())["runs"]
+    assert (run["records"], run["processes"]) == (400, 2)
+    assert set(run["cpu_us"]) >= {"hand-written 1", "hand-written 2"}

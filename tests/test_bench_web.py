@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import importlib
 import re
+import shlex
 import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+import pytest
+from test_docs import code_blocks
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
@@ -86,3 +90,27 @@ def test_the_corpus_is_varied_and_its_languages_are_told() -> None:
     for tag in ("<script", "<style", "<table", "<ul", "<!--", "&amp;"):
         assert any(tag in p for p in pages), tag
     assert len({web_pages.page(n) for n in range(50)}) == 50  # each record its own page
+
+
+def test_the_corpus_figures_on_the_performance_page_are_what_the_script_prints(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The page shows the command and its output: the corpus is the same on every machine."""
+    (block,) = [b for b in code_blocks(REPO / "docs" / "performance.md", "")
+                if "bench/web_pages.py" in b]
+    command, shown = block.strip().split("\n", 1)
+    argv = shlex.split(command)
+    assert argv[:2] == [".venv/bin/python", "bench/web_pages.py"]
+    assert web_pages.main(argv[2:]) == 0
+    assert capsys.readouterr().out.strip() == shown.strip()
+
+
+def test_the_step_costs_command_on_the_performance_page_runs(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The page's command, over fewer records (the figures are the page's, not a test's)."""
+    (block,) = [b for b in code_blocks(REPO / "docs" / "performance.md", "")
+                if "bench/web_steps.py" in b]
+    argv = shlex.split(block)
+    assert argv[:2] == [".venv/bin/python", "bench/web_steps.py"]
+    assert web_steps.main([*argv[2:], "--records", "30"]) == 0
+    assert re.fullmatch(r"30 records: strip \d+ µs a record, language \d+, fingerprint \d+; "
+                        r"all three \d+", capsys.readouterr().out.strip())
