@@ -269,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", parents=[common], help="run the service: consume, process, commit, route")
     p.add_argument("--rules", dest="config", metavar="FILE", help="same as --config")
     p.add_argument("--workflows", metavar="DIR", help="workflow directory (default from config: workflows)")
-    p.add_argument("--local", action="store_true", help="run workflows in-process instead of on Spark")
+    p.add_argument("--local", action="store_true", help="run workflows on the service's own worker processes instead of on Spark")
     p.add_argument("--idle-exit", type=float, metavar="SECONDS",
                    help="stop after this many seconds without messages")
     p.add_argument("--http", metavar="HOST:PORT",
@@ -298,7 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="write the result records as JSON Lines here (attributes "
                    "given as lists stay lists; annotations under \"annotations\")")
     p.add_argument("--workflows", metavar="DIR", help="workflow directory")
-    p.add_argument("--local", action="store_true", help="run in-process instead of on Spark")
+    p.add_argument("--local", action="store_true", help="run on this process's own worker processes instead of on Spark")
     p.add_argument("--batch-size", type=int, default=1000, help="records per Spark job (default 1000)")
     p.set_defaults(func=cmd_process)
 

@@ -22,7 +22,7 @@ The batch grows while the execute stage is busy, up to the batch size
 (``BatchSizing``), so a slow run makes the next batch larger instead of
 leaving messages waiting behind small batches; ``_sizing`` is the default
 policy (the size from the backlog and the measured cost of a run, small
-batches in the service's process where the workflow allows).  ``_states`` is the one
+batches on the service's own workers where the workflow allows).  ``_states`` is the one
 table of what may happen to a message; ``_inflight`` keeps batches in flight
 from loading each other's records; ``_held`` keeps deferred messages until
 they are gathered again; ``_retries`` decides retry or dead letter;

@@ -21,7 +21,7 @@ from listener_router.pipeline._work import Work
 
 __all__ = ["Batch", "BatchSizing", "Gathering", "Group", "LOCAL_LIMIT", "READY_POLL"]
 
-LOCAL_LIMIT = 400         # records below which a batch may run in the service's process
+LOCAL_LIMIT = 400         # records below which a batch may run on the service's workers
 READY_POLL = 0.01         # seconds between looks at a batch that is not ready
 
 

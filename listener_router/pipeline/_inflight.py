@@ -6,11 +6,20 @@ the blackboard.  A message that names a message or record in flight in
 another batch (an earlier one of its lane, another lane's, or the one being
 gathered) cannot be taken up now: loading it would read the version that
 batch is about to replace, and the inbox would not yet show that batch's
-commit.  It is *parked* on that key (:meth:`InFlight.park`) and handed back
-(``wake``) the moment the batch releases it — an event, not a timer; the
-messages behind it go on.  Messages parked on one key come back in the
-order they were parked.  While records are in flight (loaded ahead of their
-run, or waiting for their commit) one thread renews their leases.
+commit.  It is *parked* on that key (:meth:`InFlight.take_or_park`) and
+handed back (``wake``) the moment the batch releases it — an event, not a
+timer; the messages behind it go on.  Messages parked on one key come back
+in the order they were parked.  While records are in flight (loaded ahead of
+their run, or waiting for their commit) one thread renews their leases.
+
+Where order matters (``fifo``: an ordered queue's messages), a released key
+is not set free while messages are parked on it: it is handed to the first
+of them alone (held for it, :class:`Woken`, until it is gathered again and
+takes it over), and the others stay parked behind it.  Set free, the key
+could be taken by a later message gathered before the woken one came back
+through the lane's queue.  A woken message that never comes back (its
+connection is gone, its lane was paused) is :meth:`dropped <InFlight.drop>`:
+its keys go to the next in line.
 """
 
 from __future__ import annotations
@@ -21,9 +30,18 @@ from collections import deque
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-__all__ = ["InFlight"]
+__all__ = ["InFlight", "Woken"]
 
 log = logging.getLogger(__name__)
+
+
+class Woken:
+    """Holds a released key for the parked message it was handed to (see module doc)."""
+
+    __slots__ = ("item",)
+
+    def __init__(self, item: Any):
+        self.item = item
 
 
 class InFlight:
@@ -38,7 +56,7 @@ class InFlight:
         self._renew = renew
         self._interval = interval
         self._held: dict[Hashable, object] = {}
-        self._parked: dict[Hashable, deque[tuple[Any, Callable[[list[Any]], None]]]] = {}
+        self._parked: dict[Hashable, deque[tuple[Any, Callable[[list[Any]], None], bool]]] = {}
         self._cond = threading.Condition()
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
@@ -71,16 +89,48 @@ class InFlight:
     def release(self, keys: Iterable[Hashable]) -> None:
         woken: dict[Callable[[list[Any]], None], list[Any]] = {}
         with self._cond:
-            pop = self._held.pop
-            parked = self._parked
-            for key in keys:
-                pop(key, None)
-                if parked and key in parked:
-                    for item, wake in parked.pop(key):
-                        woken.setdefault(wake, []).append(item)
+            self._release(keys, woken)
             self._cond.notify_all()
         for wake, items in woken.items():
             wake(items)
+
+    def _release(self, keys: Iterable[Hashable],
+                 woken: dict[Callable[[list[Any]], None], list[Any]]) -> None:
+        """(lock held) Free ``keys``, or hand each to its first parked message (module doc)."""
+        pop = self._held.pop
+        parked = self._parked
+        for key in keys:
+            pop(key, None)
+            if not parked or key not in parked:
+                continue
+            line = parked[key]
+            if any(fifo for _item, _wake, fifo in line):
+                item, wake, _fifo = line.popleft()
+                if not line:
+                    del parked[key]
+                self._held[key] = Woken(item)
+                woken.setdefault(wake, []).append(item)
+            else:
+                for item, wake, _fifo in parked.pop(key):
+                    woken.setdefault(wake, []).append(item)
+
+    def drop(self, items: Iterable[Any]) -> None:
+        """These messages will not be gathered here again (their connection is gone, or
+        they went back to the queue): the keys handed to them go to the next in line."""
+        mine = {id(item) for item in items}
+        if not mine:
+            return
+        woken: dict[Callable[[list[Any]], None], list[Any]] = {}
+        with self._cond:
+            keys = [k for k, holder in self._held.items()
+                    if type(holder) is Woken and id(holder.item) in mine]
+            for line in self._parked.values():
+                for entry in [e for e in line if id(e[0]) in mine]:
+                    line.remove(entry)
+            self._release(keys, woken)
+            self._cond.notify_all()
+        for wake, items_woken in woken.items():
+            wake(items_woken)
 
     def take_or_park(self, keys: list[Hashable], holder: object, item: Any,
                      wake: Callable[[list[Any]], None], *, fifo: bool = False,
@@ -89,17 +139,20 @@ class InFlight:
         (by any batch, ``holder`` too), reserve none, park ``item`` on the first held one
         (handed to ``wake([item, ...])`` when it is released) and return False.
 
-        ``fifo``: a key with items parked on it counts as held (they were first).  A key
-        held by ``mine`` (a hold the item itself left, equal by value) is taken over."""
+        ``fifo``: a key with items parked on it counts as held (they were first), and a
+        released key is handed to the first item parked on it (module doc).  A key held by
+        ``mine`` (a hold the item itself left, equal by value), or handed to the item, is
+        taken over."""
         held = self._held
         parked = self._parked
         with self._cond:
             for key in keys:
                 owner = held.get(key)
-                if owner is not None and mine is not None and owner == mine:
-                    continue  # its own hold (a retry's): it goes first
+                if owner is not None and (type(owner) is Woken and owner.item is item
+                                          or mine is not None and owner == mine):
+                    continue  # handed to it, or its own hold (a retry's): it goes first
                 if owner is not None or (fifo and parked.get(key)):
-                    parked.setdefault(key, deque()).append((item, wake))
+                    parked.setdefault(key, deque()).append((item, wake, fifo))
                     return False
             for key in keys:
                 held[key] = holder
@@ -119,7 +172,7 @@ class InFlight:
     def unpark_all(self) -> list[Any]:
         """Every parked item, no longer parked (the service is stopping)."""
         with self._cond:
-            items = [item for q in self._parked.values() for item, _wake in q]
+            items = [item for q in self._parked.values() for item, _wake, _fifo in q]
             self._parked.clear()
         return items
 

@@ -7,7 +7,7 @@ gathered.  A lane's trouble stays in the lane: a message held for a backoff,
 a batch that runs long, a batch whose failure is being isolated — each holds
 back nothing of another lane.
 
-The lanes share the runner (Spark's workers, the service's process) through
+The lanes share the runner (Spark's workers, the service's own) through
 the :class:`Dispatcher`, on the service's thread.  It hands a lane's ready
 batch to a runner thread when
 

@@ -1,5 +1,5 @@
 """The default batch policy: batches as large as the backlog and the measured job cost call
-for, and small ones run in the service's process where the workflow allows.
+for, and small ones run on the service's own workers where the workflow allows.
 
 Theory of operation.
 
@@ -83,14 +83,14 @@ MIN_SIZE = 100
 START_SIZE = 500           # messages a workflow's batches hold at most before one was measured
 MAX_SIZE = 5_000           # messages a batch holds at most (module doc: fill and drain)
 MAX_RUN = 10.0             # seconds one run may take (records of large documents: fewer)
-MAX_LOCAL = 1_000          # records a batch run in the service's process holds at most
+MAX_LOCAL = 1_000          # records a batch run on the service's workers holds at most
 DEFAULT_MAX_WAIT = 1.0     # seconds a batch waits to fill while more messages wait
 PREFETCH_BATCHES = 4       # prefetch: one batch gathering, one running, two committing/acking
 MAX_PREFETCH = 65_535      # AMQP's prefetch count is 16 bits
 PRIOR_FIXED = 0.1          # seconds: a warm Spark job's fixed cost, before any is measured
 MIN_FIXED = 0.05           # seconds: the least fixed cost a run is taken to have (module doc)
 PRIOR_PER_RECORD = 50e-6   # seconds per record on Spark, before any is measured
-PRIOR_LOCAL = 300e-6       # seconds per record in the service's process, before any is measured
+PRIOR_LOCAL = 300e-6       # seconds per record on the service's workers, before any is measured
 DECAY = 0.95               # weight of a run after the next one (about the last twenty count)
 
 
@@ -229,7 +229,7 @@ def prefetch_by_queue(rules: Sequence[ListenerRule]) -> dict[str, int]:
 
 
 class Placement:
-    """Which batches run in the service's process rather than on Spark (module doc)."""
+    """Which batches run on the service's own workers rather than on Spark (module doc)."""
 
     def __init__(self, sizing: BatchSizing, local_below: int | None = None):
         self.sizing = sizing

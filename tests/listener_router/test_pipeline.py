@@ -56,6 +56,26 @@ def test_a_message_naming_a_key_in_flight_is_parked_and_woken_in_order_at_its_re
     assert inflight.unpark_all() == ["m5"] and len(inflight) == 1
 
 
+def test_a_released_ordered_key_goes_to_the_first_message_in_line_not_to_a_later_one():
+    """An ordered queue: the key is handed to the first parked message; one gathered before
+    it came back (a later version of the record) parks behind the rest, never overtakes."""
+    inflight = InFlight(renew=lambda ids: None, interval=60.0)
+    woken: list[str] = []
+    first, second = object(), object()
+    assert inflight.take_or_park(["k"], first, "v1", woken.extend, fifo=True)
+    assert not inflight.take_or_park(["k"], second, "v2", woken.extend, fifo=True)
+    assert not inflight.take_or_park(["k"], second, "v3", woken.extend, fifo=True)
+    inflight.release(["k"])
+    assert woken == ["v2"]                     # v2 alone: v3 stays in line behind it
+    assert not inflight.take_or_park(["k"], second, "v4", woken.extend, fifo=True)  # later
+    assert inflight.take_or_park(["k"], second, "v2", woken.extend, fifo=True)      # its own
+    inflight.release(["k"])
+    assert woken == ["v2", "v3"]
+    inflight.drop(["v3"])                      # v3's connection went: v4 is next
+    assert woken == ["v2", "v3", "v4"]
+    assert inflight.take_or_park(["k"], second, "v4", woken.extend, fifo=True)
+
+
 def test_in_flight_renews_the_leases_of_reserved_records_only():
     renewed: list[list[str]] = []
     done = threading.Event()
