@@ -96,7 +96,17 @@ from pathlib import Path
 from typing import Any
 
 import pika
-from _measure import broker_pid, cpu_seconds, descendants, machine, median, named, percentile
+from _measure import (
+    broker_pid,
+    cpu_seconds,
+    descendants,
+    machine,
+    median,
+    named,
+    percentile,
+    rss_mb,
+    tree_cpu,
+)
 from bench_handwritten import WORK, body_for, delete_queues
 from bench_handwritten import measure as measure_handwritten
 
@@ -363,10 +373,15 @@ class Bench:
                      "JVM": jvm, RABBIT: self.rabbit}
             processes = {name: pid for name, pid in found.items() if pid is not None}
 
+            pools = _pools(service.runner)
+
             def cpu() -> dict[str, float]:
                 out = {name: cpu_seconds(pid) for name, pid in processes.items() if name != RABBIT}
                 if jvm is not None:  # its Python workers (pyspark.daemon and its forks)
                     out["Spark workers"] = sum(cpu_seconds(p) for p in descendants(jvm))
+                if "service workers" in pools:  # the service's supervisor, its live and reaped workers
+                    out["service workers"] = sum(tree_cpu(p) for p in
+                                                 pools["service workers"].processes())
                 if RABBIT in processes:
                     out[RABBIT] = cpu_seconds(processes[RABBIT])
                 return out
@@ -376,6 +391,8 @@ class Bench:
             if service.plugin("watch") is not None:
                 threading.Thread(target=scrape, args=(service.plugin("watch").url + "metrics", 5.0, stop),
                                  daemon=True).start()
+            memory: list[dict[str, float]] = []
+            threading.Thread(target=_sample_memory, args=(pools, memory, stop), daemon=True).start()
             started = time.perf_counter()
             stats = service.run(until=lambda s: s["committed"] >= n, idle_exit=60)
             elapsed = time.perf_counter() - started
@@ -388,6 +405,8 @@ class Bench:
                 "committed": stats["committed"], "batches": counts.get("batches", 0),
                 "local_batches": counts.get("local_batches", 0), "sizes": sizes.sizes,
                 "cpu_us": {k: (after[k] - before.get(k, 0.0)) / n * 1e6 for k in after},
+                "memory_mb": {"first": memory[0] if memory else {},
+                              "last": memory[-1] if memory else {}},
                 "phases_ms": {k[:-3]: v for k, v in counts.items() if k.endswith("_ms")}}
 
     def handwritten(self, n: int, per_message: int = 1, processes: int = 1) -> dict[str, Any]:
@@ -478,6 +497,31 @@ def _own(cpu: dict[str, float]) -> float:
     return sum(us for name, us in cpu.items() if name != RABBIT)
 
 
+def _pools(runner: Any) -> dict[str, Any]:
+    """The worker pools of a service's runner, by name (Spark's warm workers, its own)."""
+    found = [getattr(runner, "warm", None), getattr(runner, "pool", None),
+             getattr(getattr(runner, "service", None), "pool", None)]
+    return {pool.name: pool for pool in found if pool is not None}
+
+
+def _sample_memory(pools: dict[str, Any], into: list[dict[str, float]],
+                   stop: threading.Event, every: float = 5.0) -> None:
+    """Every ``every`` seconds while the run lasts: the largest RSS (MB) of a supervisor and
+    of a worker of each pool that is up (a warm task and its worker; the service's
+    supervisor and its workers)."""
+    while not stop.wait(every):
+        sample: dict[str, float] = {}
+        for name, pool in pools.items():
+            for supervisor, workers in pool.processes().items():
+                key = f"{name}: supervisor"
+                sample[key] = max(sample.get(key, 0.0), rss_mb(supervisor))
+                for worker in workers:
+                    key = f"{name}: worker"
+                    sample[key] = max(sample.get(key, 0.0), rss_mb(worker))
+        if sample:
+            into.append(sample)
+
+
 def _medians(dicts: list[dict[str, float]]) -> dict[str, float]:
     keys = list(dict.fromkeys(k for d in dicts for k in d))
     return {k: median([d.get(k, 0.0) for d in dicts]) for k in keys}
@@ -553,6 +597,13 @@ def _summary(runs: list[dict[str, Any]], sizes: list[int], defaults: bool,
             figures["ratio"] = _ratio_line("chalk / bare loop", mine, "ratio", "for continuity")
         print(f"    CPU µs/message, chalk         {_cpu_line(chalk_cpu, per)}")
         print(f"    CPU µs/message, hand-written  {_cpu_line(hand_cpu, per)}")
+        last = mine[-1].get("memory_mb", {})
+        if last.get("first"):
+            figures["memory_mb"] = last
+            print("    memory (RSS, MB, largest of each kind; first → last sample of the last "
+                  "run): " + ", ".join(f"{k} {last['first'][k]:.0f} → "
+                                       f"{last['last'].get(k, float('nan')):.0f}"
+                                       for k in sorted(last["first"])))
         if real:
             hand2_cpu = _medians([r["handwritten_2"]["cpu_us"] for r in mine])
             figures.update(handwritten_2_cpu_us=hand2_cpu, cpu_vs_handwritten_2=median(
