@@ -12,14 +12,14 @@ timer; the messages behind it go on.  Messages parked on one key come back
 in the order they were parked.  While records are in flight (loaded ahead of
 their run, or waiting for their commit) one thread renews their leases.
 
-Where order matters (``fifo``: an ordered queue's messages), a released key
-is not set free while messages are parked on it: it is handed to the first
-of them alone (held for it, :class:`Woken`, until it is gathered again and
-takes it over), and the others stay parked behind it.  Set free, the key
-could be taken by a later message gathered before the woken one came back
-through the lane's queue.  A woken message that never comes back (its
-connection is gone, its lane was paused) is :meth:`dropped <InFlight.drop>`:
-its keys go to the next in line.
+A released key is not set free while messages are parked on it: it is
+handed to the first of them alone (held for it, :class:`Woken`, until it is
+gathered again and takes it over), and the others stay parked behind it.
+Set free, the key could be taken by a later message gathered before the
+woken one came back through the lane's queue, and a record's messages would
+take effect out of the order they were published in.  A woken message that
+never comes back (its connection is gone, its lane was paused) is
+:meth:`dropped <InFlight.drop>`: its keys go to the next in line.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class InFlight:
         self._renew = renew
         self._interval = interval
         self._held: dict[Hashable, object] = {}
-        self._parked: dict[Hashable, deque[tuple[Any, Callable[[list[Any]], None], bool]]] = {}
+        self._parked: dict[Hashable, deque[tuple[Any, Callable[[list[Any]], None]]]] = {}
         self._cond = threading.Condition()
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
@@ -104,15 +104,11 @@ class InFlight:
             if not parked or key not in parked:
                 continue
             line = parked[key]
-            if any(fifo for _item, _wake, fifo in line):
-                item, wake, _fifo = line.popleft()
-                if not line:
-                    del parked[key]
-                self._held[key] = Woken(item)
-                woken.setdefault(wake, []).append(item)
-            else:
-                for item, wake, _fifo in parked.pop(key):
-                    woken.setdefault(wake, []).append(item)
+            item, wake = line.popleft()
+            if not line:
+                del parked[key]
+            self._held[key] = Woken(item)
+            woken.setdefault(wake, []).append(item)
 
     def drop(self, items: Iterable[Any]) -> None:
         """These messages will not be gathered here again (their connection is gone, or
@@ -139,10 +135,9 @@ class InFlight:
         (by any batch, ``holder`` too), reserve none, park ``item`` on the first held one
         (handed to ``wake([item, ...])`` when it is released) and return False.
 
-        ``fifo``: a key with items parked on it counts as held (they were first), and a
-        released key is handed to the first item parked on it (module doc).  A key held by
-        ``mine`` (a hold the item itself left, equal by value), or handed to the item, is
-        taken over."""
+        ``fifo``: a key with items parked on it counts as held (they were first).  A key
+        held by ``mine`` (a hold the item itself left, equal by value), or handed to the
+        item when it was released (module doc), is taken over."""
         held = self._held
         parked = self._parked
         with self._cond:
@@ -152,7 +147,7 @@ class InFlight:
                                           or mine is not None and owner == mine):
                     continue  # handed to it, or its own hold (a retry's): it goes first
                 if owner is not None or (fifo and parked.get(key)):
-                    parked.setdefault(key, deque()).append((item, wake, fifo))
+                    parked.setdefault(key, deque()).append((item, wake))
                     return False
             for key in keys:
                 held[key] = holder
@@ -172,7 +167,7 @@ class InFlight:
     def unpark_all(self) -> list[Any]:
         """Every parked item, no longer parked (the service is stopping)."""
         with self._cond:
-            items = [item for q in self._parked.values() for item, _wake, _fifo in q]
+            items = [item for q in self._parked.values() for item, _wake in q]
             self._parked.clear()
         return items
 
