@@ -6,9 +6,10 @@ onto it.  Failed instances' records are left as loaded: the caller
 invalidates them (``record_ids``) and commits the others.  (The runners
 without Spark, ``engine._local``, do the same.)
 
-Where a batch runs: on the warm workers (``engine._warm``) when they are on;
-where they cannot start, on the ``service`` workers given (a
-:class:`~engine._local.ProcessRunner`'s), else as a Spark job of its own.  A
+Where a batch runs: on the warm workers (``engine._warm``, on by default);
+where they cannot start, on a local master on the ``service`` workers given
+(a :class:`~engine._local.ProcessRunner`'s), on a cluster (and where there
+are none) as a Spark job of its own.  A
 chunk none of them could begin is nobody's failure: it runs on the next of
 them, and with none left its instances end as not run (``not_run``).
 
@@ -128,9 +129,10 @@ class SparkRunner:
         self._shipped_for: set[tuple[str, str]] = set()  # (workflow, version) checked
         # A batch of a few hundred records spends most of its time on a job's fixed
         # cost; warm workers pay it once.  Executors of a cluster must reach the
-        # driver on a port of its own for them: on where asked for.
+        # driver on a port of its own for them (``engine._warm.PORT``); where they
+        # cannot, batches run as jobs of their own.
         if warm is None:
-            warm = not self._ships
+            warm = True
         # The context's warm workers park for every job of its own of any runner, whether
         # this one runs batches on them or not: their tasks hold the cores.
         self._parker = warm_workers(spark)
@@ -340,11 +342,14 @@ class SparkRunner:
                             elsewhere=functools.partial(self._elsewhere, workflow, priority))
 
     def _homes(self) -> list[Pool]:
-        """The worker pools a batch may run on, in order (those that may start)."""
+        """The worker pools a batch may run on, in order (those that may start): the warm
+        workers, then, on a local master, the service's own (a job of its own would need
+        the Python workers that did not start); on a cluster, after the warm workers come
+        jobs of their own, on the cluster's cores."""
         homes: list[Pool] = []
         if self.warm is not None and self.warm.available():
             homes.append(self.warm)
-        if self.service is not None and self.service.pool.available():
+        if self.service is not None and not self._ships and self.service.pool.available():
             homes.append(self.service.pool)
         return homes
 

@@ -277,8 +277,9 @@ class Settings:
     warm_workers: bool | None = setting(
         None, "interpreter batches run on Spark tasks that stay up between batches (no "
         "job's fixed cost per batch; pipelets still run in Spark's Python workers); unset: "
-        "on for a local master (on a cluster the executors must reach the driver on a port "
-        "of its own)", section="engine")
+        "on (on a cluster the executors must reach the driver on a port of its own, "
+        "`spark.chalk.workers.port`; where they cannot, batches run as jobs of their own)",
+        section="engine")
     local_below: int | None = setting(
         None, "batches of fewer records run on the service's own workers, not on Spark, "
         "whatever the pipelets declare (0: never); unset: small batches do where every "
