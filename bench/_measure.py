@@ -53,6 +53,19 @@ def tree_cpu(pid: int) -> float:
     return cpu_seconds(pid, children=True) + sum(cpu_seconds(p) for p in descendants(pid))
 
 
+def rss_mb(pid: int) -> float:
+    """A process's resident memory, MB (0 when it is gone); pages it shares with the process
+    it was forked from count in both."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
 def named(pids: Sequence[int], comm: str) -> int | None:
     """The first of ``pids`` whose command name is ``comm``."""
     for pid in pids:

@@ -5,12 +5,16 @@ otherwise) reads two queues with one Python pipelet (``Count``: it adds one to
 a record's ``count``), each routed to an output queue the bench consumes:
 
 * **priority**: ``--backlog`` messages (default 50,000) wait in ``low``
-  before the service starts; once ``low``'s records come out, a producer
-  process offers ``--rate`` messages a second to ``high`` for ``--seconds``
-  (each record's ID carries its publish time). Figures: ``high``'s latency
-  (publish → its outgoing message) p50 / p99 / max, and ``low``'s records a
-  second meanwhile. Run once with ``high`` at ``priority = --priority``
-  and once with both lanes at the same priority (the baseline), alternating.
+  before the service starts; once ``low``'s records come out, its rate
+  alone is taken over ``--alone`` seconds, then a producer process offers
+  ``--rate`` messages a second to ``high`` for ``--seconds`` (each record's
+  ID carries its publish time). Figures: ``high``'s latency (publish → its
+  outgoing message) p50 / p99 / max, ``low``'s records a second meanwhile
+  and their share of its rate alone, against the targets (high p99 ≤ 1 s,
+  max ≤ 2 s; low keeps ≥ 30 %). Run once with ``high`` at ``priority =
+  --priority`` and once with both lanes at the same priority (the
+  baseline), alternating.  ``--low-ms N``: ``low``'s pipelet spends N ms of
+  CPU a record (slow pipelets; ``high``'s stays quick).
 * **rate**: ``low`` with ``rate_limit = --limit`` over a backlog; the
   records a second that come out over ``--seconds`` after a settling time,
   against the limit.
@@ -45,13 +49,25 @@ from bench_incident import Arrivals, Supervised, steady_producer
 from listener_router.broker import connection_parameters
 
 PIPELETS = '''"""The flow bench's pipelet."""
+import time
+
 from pipelets import Pipelet
 
 
 class Count(Pipelet):
-    """Adds one to "count"."""
+    """Adds one to "count", after spending ``ms`` milliseconds of CPU (default none)."""
+
+    parameters = frozenset({"ms"})
+
+    def configure(self, config):
+        super().configure(config)
+        self.seconds = float(config.get("ms", 0)) / 1000
 
     def process_record(self, blackboard, rid):
+        if self.seconds:
+            until = time.thread_time() + self.seconds
+            while time.thread_time() < until:
+                pass
         before = blackboard.get_literal(rid, "count").value if blackboard.has_literals(rid, "count") else 0
         blackboard.set_literal(rid, "count", before + 1)
 '''
@@ -60,19 +76,23 @@ WORKFLOW = """<?xml version="1.0"?>
 <process name="{name}" xmlns="http://docs.oasis-open.org/wsbpel/2.0/process/executable"
          xmlns:proc="http://www.eclipse.org/smila/processor">
   <sequence>
-    <proc:invokePipelet name="count"><proc:pipelet class="flow_pipelets.Count"/></proc:invokePipelet>
+    <proc:invokePipelet name="count"><proc:pipelet class="flow_pipelets.Count"/>
+      <proc:configuration><proc:param name="ms">{ms}</proc:param></proc:configuration>
+    </proc:invokePipelet>
   </sequence>
 </process>
 """
 
 
 def write_service(folder: Path, url: str, queues: dict[str, str],
-                  lanes: dict[str, dict[str, Any]]) -> Path:
-    """The service's folder: workflows, pipelets and chalk.toml with one rule per lane."""
+                  lanes: dict[str, dict[str, Any]], ms: dict[str, float] | None = None) -> Path:
+    """The service's folder: workflows, pipelets and chalk.toml with one rule per lane
+    (``ms``: milliseconds of CPU a record in a lane's pipelet)."""
     (folder / "workflows").mkdir(parents=True, exist_ok=True)
     (folder / "workflows" / "flow_pipelets.py").write_text(PIPELETS)
     for lane in lanes:
-        (folder / "workflows" / f"{lane}.xml").write_text(WORKFLOW.format(name=lane.title()))
+        (folder / "workflows" / f"{lane}.xml").write_text(WORKFLOW.format(
+            name=lane.title(), ms=(ms or {}).get(lane, 0)))
     lines = ["[blackboard]", f'url = "sqlite:///{folder / "chalk.db"}"', "[broker]",
              f'url = "{url}"', "[workflows]", f'dir = "{folder / "workflows"}"',
              "[spark]", 'master = "local[2]"']
@@ -118,12 +138,13 @@ def declared(url: str, queues: list[str]) -> bool:
 class Run:
     """One service over fresh queues: start, look at its output, stop and clean up."""
 
-    def __init__(self, url: str, lanes: dict[str, dict[str, Any]]):
+    def __init__(self, url: str, lanes: dict[str, dict[str, Any]],
+                 ms: dict[str, float] | None = None):
         self.url = url
         self.tag = uuid.uuid4().hex[:8]
         self.queues = {k: f"bench.flow.{self.tag}.{k}" for lane in lanes for k in (lane, lane + ".out")}
         self.folder = Path(tempfile.mkdtemp(prefix="chalk-bench-flow-"))
-        self.config = write_service(self.folder, url, self.queues, lanes)
+        self.config = write_service(self.folder, url, self.queues, lanes, ms)
         self.service = Supervised(self.config, self.folder / "service.log")
         self.arrivals = Arrivals(url, [self.queues[lane + ".out"] for lane in lanes])
 
@@ -168,11 +189,17 @@ def rate_between(arrivals: list[tuple[str, str, float, dict[str, Any]]], since: 
     return sum(1 for *_, t, _h in arrivals if since <= t < until) / max(until - since, 1e-9)
 
 
+TARGETS = {"p99": 1.0, "max": 2.0, "share": 0.30}
+
+
 def priority(url: str, args: argparse.Namespace, high_priority: int) -> dict[str, float]:
-    run = Run(url, {"low": {}, "high": {"priority": high_priority}})
+    run = Run(url, {"low": {}, "high": {"priority": high_priority}}, {"low": args.low_ms})
     try:
         run.start(args.backlog)
         run.wait_for("low", 200)
+        alone_from = time.time()
+        time.sleep(args.alone)
+        alone = rate_between(run.out("low"), alone_from, time.time())
         stop = multiprocessing.Event()
         count = multiprocessing.Value("q", 0)
         producer = multiprocessing.Process(target=steady_producer, daemon=True,
@@ -185,9 +212,11 @@ def priority(url: str, args: argparse.Namespace, high_priority: int) -> dict[str
         ended = time.time()
         run.wait_for("high", count.value, limit=120)
         seconds = sorted(t - int(rid.split("-")[1]) / 1000 for rid, _m, t, _h in run.out("high"))
+        during = rate_between(run.out("low"), began, ended)
         return {"n": len(seconds), "p50": percentile(seconds, 0.5),
                 "p99": percentile(seconds, 0.99), "max": seconds[-1],
-                "low_rate": rate_between(run.out("low"), began, ended)}
+                "low_rate": during, "low_alone": alone,
+                "low_share": during / alone if alone else float("nan")}
     finally:
         run.stop()
 
@@ -236,6 +265,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=60.0, help="the measured window")
     parser.add_argument("--priority", type=int, default=5, help="priority: high's priority")
     parser.add_argument("--rounds", type=int, default=1, help="priority: with and without, rounds")
+    parser.add_argument("--alone", type=float, default=20.0,
+                        help="priority: seconds low's rate alone is taken over")
+    parser.add_argument("--low-ms", type=float, default=0.0,
+                        help="priority: ms of CPU low's pipelet spends a record")
     parser.add_argument("--limit", type=float, default=200.0, help="rate: rate_limit")
     parser.add_argument("--broker", default="amqp://guest:guest@127.0.0.1:5672/%2F")
     args = parser.parse_args(argv)
@@ -246,10 +279,16 @@ def main(argv: list[str] | None = None) -> int:
             for p in (args.priority, 0):
                 f = priority(args.broker, args, p)
                 what = f"high at priority {p}" if p else "both at priority 0 "
+                met = (f["p99"] <= TARGETS["p99"] and f["max"] <= TARGETS["max"]
+                       and f["low_share"] >= TARGETS["share"])
                 print(f"priority round {n + 1}, {what}: high p50 {f['p50']:.3f} s, p99 "
                       f"{f['p99']:.3f} s, max {f['max']:.3f} s ({f['n']} messages at "
-                      f"{args.rate:g}/s); low meanwhile {f['low_rate']:.0f} records/s "
-                      f"(backlog {args.backlog:,})", flush=True)
+                      f"{args.rate:g}/s); low meanwhile {f['low_rate']:.0f} records/s, "
+                      f"{f['low_share']:.2f} of its {f['low_alone']:.0f} alone (backlog "
+                      f"{args.backlog:,}{f', {args.low_ms:g} ms a record' if args.low_ms else ''})"
+                      + (f" [targets p99 <= {TARGETS['p99']:g} s, max <= {TARGETS['max']:g} s, "
+                         f"low >= {TARGETS['share']:.0%}: {'met' if met else 'NOT met'}]"
+                         if p else ""), flush=True)
     if "rate" in only:
         f = rate(args.broker, args)
         print(f"rate limit {f['limit']:g}/s: {f['rate']:.1f} records/s over {args.seconds:g} s "

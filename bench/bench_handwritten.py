@@ -1,14 +1,15 @@
 """The hand-written baseline: what a careful user writes with pika and SQLAlchemy Core.
 
-No framework, no Spark, one process, one thread (:class:`Consumer`):
+No framework, no Spark, one process (or several: ``--processes``), one thread each
+(:class:`Consumer`):
 
 * a ``SelectConnection`` consumer on a quorum queue, prefetch 4 × batch;
-* per batch (up to 500 messages, or what arrived once 20 ms passed without a
-  message), one SQLite transaction (WAL): the messages whose IDs the inbox table
-  already holds are dropped, the records' JSON loaded with one ``SELECT … IN``,
-  each message's attributes written over its records, the bench's three steps
-  run on each record, the records written back (``executemany`` upsert) and the
-  inbox rows inserted;
+* per batch (up to 500 messages, 100 for the ``real`` work, or what arrived
+  once 20 ms passed without a message), one SQLite transaction (WAL): the
+  messages whose IDs the inbox table already holds are dropped, the records'
+  JSON loaded with one ``SELECT … IN``, each message's attributes written over
+  its records, the bench's three steps run on each record, the records written
+  back (``executemany`` upsert) and the inbox rows inserted;
 * then one persistent outgoing message per record to a quorum queue with
   publisher confirms, and the inputs acked (``multiple=True``) once the broker
   has confirmed every outgoing message of their batch.
@@ -17,7 +18,11 @@ The three steps are those of bench_listener's Python pipelets (``--pipelets
 user``): the text's whitespace collapsed and lowercased, its words counted, its
 SHA-256 taken; ``words`` (and ``sent``, for latency) go out, as the bench's
 router rule copies them.  ``--work counters`` adds 1 to three counters instead
-(the tests count with it).
+(the tests count with it).  ``--work real`` is the work-bound bench's (about
+1 ms of CPU a record): each message carries a web page of ``web_pages.py``'s
+corpus, whose HTML the steps of ``web_steps.py`` strip to text, whose language
+they detect and whose text they fingerprint (bench_listener's ``--pipelets
+real`` runs the same functions); ``language`` and ``fingerprint`` go out.
 
 Exactly once in effect under kill -9, like Chalk: the inbox row commits with the
 records, so a redelivered message changes nothing.  The row also keeps the
@@ -27,19 +32,32 @@ output (a consumer downstream drops the repeats by message ID).  What Chalk
 adds and this has not: Spark isolation, a job log, retries, dead letters,
 routing rules, metrics.
 
+``--processes N`` runs N consumers on the same queue and the same SQLite
+database.  Each then does its batch's work outside the write lock: it reads
+the inbox and the records, runs the steps, and only then takes the lock
+(``BEGIN IMMEDIATE``), checks again, and writes.  A message another process
+committed meanwhile (a redelivery) is dropped, and a record another process
+wrote meanwhile is worked again from what it wrote, under the lock, so the
+consumers stay exactly once in effect together; the work itself, the bulk of
+a work-bound record's cost, runs on both cores.  (A database per process
+would not be: a message redelivered to the other process would apply twice.)
+
 As a benchmark (:func:`measure`): the messages are published to a fresh queue,
 then the consumer runs in a process of its own (a fresh interpreter that imports
-only this module, as a user's would be) until it has acked them all; records/s and the CPU per message of its
-process and of the RabbitMQ node over that time.
+only this module, and ``web_steps.py`` for the ``real`` work, as a user's would be)
+until it has acked them all; records/s and the CPU per message of its process (of
+each, with ``--processes``) and of the RabbitMQ node over that time.
 
 Run: ``.venv/bin/python bench/bench_handwritten.py --messages 50000
---records-per-message 1`` (``--runs 3`` for medians; ``--json FILE``).
+--records-per-message 1`` (``--runs 3`` for medians; ``--json FILE``);
+``--work real --processes 2 --messages 10000`` for the work-bound bench.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
 import json
 import re
 import selectors
@@ -68,6 +86,7 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.dialects.sqlite import insert
+from web_pages import page
 
 metadata = MetaData()
 records = Table("records", metadata, Column("id", String, primary_key=True),
@@ -91,17 +110,34 @@ def three_counters(doc: dict[str, Any]) -> None:
         doc[key] = doc.get(key, 0) + 1
 
 
-# work → (what it does to a record, the attributes its outgoing message carries)
-WORK: dict[str, tuple[Callable[[dict[str, Any]], None], tuple[str, ...]]] = {
+# work → (what it does to a record, the attributes its outgoing message carries); the
+# web steps by name: only that work imports lxml and Chalk's two pipelet functions
+WORK: dict[str, tuple[Callable[[dict[str, Any]], None] | str, tuple[str, ...]]] = {
     "text": (three_steps, ("words", "sent")),
     "counters": (three_counters, ("n1", "n2", "n3")),
+    "real": ("web_steps.web_steps", ("language", "fingerprint", "sent")),
 }
+
+
+def batch_for(work: str) -> int:
+    """Messages per transaction, at most: 500, and 100 for the ``real`` work (a tenth of a
+    second of work, so that two processes split a backlog evenly and its tail is short)."""
+    return 100 if work == "real" else 500
+
+
+def steps_of(work: str) -> Callable[[dict[str, Any]], None]:
+    """What ``work`` does to a record."""
+    steps = WORK[work][0]
+    if isinstance(steps, str):
+        module, name = steps.rsplit(".", 1)
+        steps = getattr(importlib.import_module(module), name)
+    return steps
 
 
 def open_store(path: str | Path) -> Any:
     """A SQLite engine in WAL mode whose transactions are real ones (pysqlite would
     start them only at the first write) and take the write lock at once."""
-    engine = create_engine(f"sqlite:///{path}")
+    engine = create_engine(f"sqlite:///{path}", connect_args={"timeout": 60})
 
     @event.listens_for(engine, "connect")
     def _connect(dbapi: Any, _record: Any) -> None:
@@ -110,8 +146,9 @@ def open_store(path: str | Path) -> Any:
         dbapi.execute("PRAGMA synchronous=NORMAL")
 
     @event.listens_for(engine, "begin")
-    def _begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+    def _begin(conn: Any) -> None:  # a connection with the option "reading": a snapshot, no lock
+        conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get("reading")
+                             else "BEGIN IMMEDIATE")
 
     metadata.create_all(engine)
     return engine
@@ -119,13 +156,18 @@ def open_store(path: str | Path) -> Any:
 
 class Consumer:
     """Consumes ``queue`` until ``messages`` inputs are acked, or until nothing has
-    arrived for ``idle_exit`` seconds and nothing is outstanding."""
+    arrived for ``idle_exit`` seconds and nothing is outstanding (its figures then end
+    at its last ack).  ``shared``: other consumers write the same database (the work
+    runs outside the write lock)."""
 
     def __init__(self, url: str, queue: str, out: str, db: str | Path, *, batch: int = 500,
                  idle: float = 0.02, work: str = "text", messages: int | None = None,
-                 idle_exit: float | None = None, on_ready: Callable[[], None] | None = None):
+                 idle_exit: float | None = None, on_ready: Callable[[], None] | None = None,
+                 shared: bool = False):
         self.url, self.queue, self.out, self.batch, self.idle = url, queue, out, batch, idle
-        self.work, self.routed = WORK[work]
+        self.work, self.routed = steps_of(work), WORK[work][1]
+        self.shared = shared
+        self.redone = 0  # (shared) batches worked again: another consumer wrote their records
         self.messages, self.idle_exit, self.on_ready = messages, idle_exit, on_ready
         self.engine = open_store(db)
         upsert = insert(records)
@@ -140,6 +182,7 @@ class Consumer:
         self.error: BaseException | None = None
         self.closing = False
         self.started = self.finished = self.cpu_started = self.cpu_finished = 0.0
+        self.last_ack = (0.0, 0.0)  # (clock, CPU) at the last ack, with ``idle_exit``
 
     def run(self) -> Consumer:
         self.conn = pika.SelectConnection(pika.URLParameters(self.url), on_open_callback=self._opened,
@@ -162,7 +205,7 @@ class Consumer:
     def _consume(self, _frame: Any) -> None:
         if self.on_ready is not None:
             self.on_ready()
-        self.started, self.cpu_started = time.perf_counter(), time.process_time()
+        self.started, self.cpu_started = time.monotonic(), time.process_time()
         self.last = time.monotonic()
         self.ch.basic_consume(self.queue, self._message)
         if self.idle_exit is not None:
@@ -199,40 +242,103 @@ class Consumer:
     def _commit(self, batch: list[tuple[int, str, bytes]]) -> dict[str, list[dict[str, Any]]]:
         """One transaction: the batch's new messages applied and in the inbox; returns
         every message's outgoing records (kept ones for messages seen before)."""
+        if self.shared:
+            return self._commit_shared(batch)
         outgoing: dict[str, list[dict[str, Any]]] = {}
         with self.engine.begin() as db:
-            seen = dict(db.execute(select(inbox.c.message_id, inbox.c.outgoing)
-                                   .where(inbox.c.message_id.in_([m for _, m, _ in batch]))).all())
-            fresh: dict[str, list[dict[str, Any]]] = {}
-            for _tag, mid, body in batch:
-                if mid in seen:
-                    outgoing[mid] = orjson.loads(seen[mid])
-                elif mid not in fresh:
-                    message = orjson.loads(body)
-                    fresh[mid] = message["records"] if "records" in message else [message]
-            ids = list({r["id"]: None for recs in fresh.values() for r in recs})
-            stored: dict[str, str] = {}
-            for start in range(0, len(ids), 30_000):  # SQLite takes at most 32,766 parameters
-                stored.update(db.execute(select(records.c.id, records.c.data)
-                                         .where(records.c.id.in_(ids[start:start + 30_000]))).all())
-            docs: dict[str, dict[str, Any]] = {}
-            rows = []
-            for mid, recs in fresh.items():
-                out = []
-                for r in recs:
-                    doc = docs.get(r["id"])
-                    if doc is None:
-                        doc = docs[r["id"]] = orjson.loads(stored.get(r["id"], "{}"))
-                    doc.update(r.get("attributes") or {})
-                    self.work(doc)
-                    out.append({"id": r["id"], "attributes": {k: doc[k] for k in self.routed if k in doc}})
-                outgoing[mid] = out
-                rows.append({"message_id": mid, "outgoing": orjson.dumps(out)})
-            if rows:
-                db.execute(self.upsert, [{"id": i, "data": orjson.dumps(d).decode()}
-                                         for i, d in docs.items()])
-                db.execute(inbox.insert(), rows)
+            fresh = self._fresh(db, batch, outgoing)
+            docs, rows = self._apply(fresh, self._stored(db, fresh), outgoing)
+            self._write(db, docs, rows)
         return outgoing
+
+    def _commit_shared(self, batch: list[tuple[int, str, bytes]]) -> dict[str, list[dict[str, Any]]]:
+        """:meth:`_commit` beside other consumers of the database: read, work, then lock,
+        check again and write."""
+        outgoing: dict[str, list[dict[str, Any]]] = {}
+        fresh, stored = self._read(batch, outgoing)
+        docs, rows = self._apply(fresh, stored, outgoing)  # the work: no lock held
+        with self.engine.begin() as db:
+            self._recheck(db, fresh, stored, docs, rows, outgoing)
+        return outgoing
+
+    def _read(self, batch: list[tuple[int, str, bytes]], outgoing: dict[str, list[dict[str, Any]]]
+              ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, str]]:
+        """The batch's new messages and their records as stored, from a snapshot."""
+        with self.engine.connect() as db:
+            db.execution_options(reading=True)
+            with db.begin():
+                fresh = self._fresh(db, batch, outgoing)
+                return fresh, self._stored(db, fresh)
+
+    def _recheck(self, db: Any, fresh: dict[str, list[dict[str, Any]]], stored: dict[str, str],
+                 docs: dict[str, dict[str, Any]], rows: list[dict[str, Any]],
+                 outgoing: dict[str, list[dict[str, Any]]]) -> None:
+        """Under the write lock: what :meth:`_read` saw is checked again, the batch worked
+        again if another consumer committed one of its messages or wrote one of its
+        records meanwhile, then written."""
+        done = self._seen(db, list(fresh))
+        for mid, kept in done.items():
+            outgoing[mid] = orjson.loads(kept)
+            del fresh[mid]
+        now = self._stored(db, fresh)
+        if done or now != stored:
+            self.redone += 1
+            docs, rows = self._apply(fresh, now, outgoing)
+        self._write(db, docs, rows)
+
+    def _seen(self, db: Any, mids: list[str]) -> dict[str, bytes]:
+        """Of these messages, those in the inbox: message ID → their outgoing records."""
+        return dict(db.execute(select(inbox.c.message_id, inbox.c.outgoing)
+                               .where(inbox.c.message_id.in_(mids))).all())
+
+    def _fresh(self, db: Any, batch: list[tuple[int, str, bytes]],
+               outgoing: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+        """The batch's messages not in the inbox: message ID → its records; those in it
+        have their kept outgoing records put in ``outgoing``."""
+        seen = self._seen(db, [m for _, m, _ in batch])
+        fresh: dict[str, list[dict[str, Any]]] = {}
+        for _tag, mid, body in batch:
+            if mid in seen:
+                outgoing[mid] = orjson.loads(seen[mid])
+            elif mid not in fresh:
+                message = orjson.loads(body)
+                fresh[mid] = message["records"] if "records" in message else [message]
+        return fresh
+
+    def _stored(self, db: Any, fresh: dict[str, list[dict[str, Any]]]) -> dict[str, str]:
+        """The stored JSON of the messages' records (those stored)."""
+        ids = list({r["id"]: None for recs in fresh.values() for r in recs})
+        stored: dict[str, str] = {}
+        for start in range(0, len(ids), 30_000):  # SQLite takes at most 32,766 parameters
+            stored.update(db.execute(select(records.c.id, records.c.data)
+                                     .where(records.c.id.in_(ids[start:start + 30_000]))).all())
+        return stored
+
+    def _apply(self, fresh: dict[str, list[dict[str, Any]]], stored: dict[str, str],
+               outgoing: dict[str, list[dict[str, Any]]]
+               ) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+        """Each message's attributes written over its records and the steps run, in
+        order: the records, and the inbox rows (with each message's outgoing records)."""
+        docs: dict[str, dict[str, Any]] = {}
+        rows = []
+        for mid, recs in fresh.items():
+            out = []
+            for r in recs:
+                doc = docs.get(r["id"])
+                if doc is None:
+                    doc = docs[r["id"]] = orjson.loads(stored.get(r["id"], "{}"))
+                doc.update(r.get("attributes") or {})
+                self.work(doc)
+                out.append({"id": r["id"], "attributes": {k: doc[k] for k in self.routed if k in doc}})
+            outgoing[mid] = out
+            rows.append({"message_id": mid, "outgoing": orjson.dumps(out)})
+        return docs, rows
+
+    def _write(self, db: Any, docs: dict[str, dict[str, Any]], rows: list[dict[str, Any]]) -> None:
+        if rows:
+            db.execute(self.upsert, [{"id": i, "data": orjson.dumps(d).decode()}
+                                     for i, d in docs.items()])
+            db.execute(inbox.insert(), rows)
 
     def _confirmed(self, frame: Any) -> None:
         m = frame.method
@@ -254,22 +360,25 @@ class Consumer:
             _seq, tag, count = self.unacked.popleft()
             self.ch.basic_ack(tag, multiple=True)
             self.acked += count
+            if self.idle_exit is not None:  # the work's end, not the idle wait after it
+                self.last_ack = (time.monotonic(), time.process_time())
         if self.messages is not None and self.acked >= self.messages:
             self._stop()
 
     def _check_idle(self) -> None:
         assert self.idle_exit is not None
         if not self.pending and not self.unacked and time.monotonic() - self.last >= self.idle_exit:
-            self._stop()
+            self._stop(at=self.last_ack if self.acked else None)
         elif not self.closing:
             self.conn.ioloop.call_later(0.1, self._check_idle)
 
-    def _stop(self, error: BaseException | None = None) -> None:
+    def _stop(self, error: BaseException | None = None,
+              at: tuple[float, float] | None = None) -> None:
         if self.closing:
             return
         self.closing = True
         self.error = error
-        self.finished, self.cpu_finished = time.perf_counter(), time.process_time()
+        self.finished, self.cpu_finished = at or (time.monotonic(), time.process_time())
         if self.conn.is_open:
             self.conn.close()
         else:
@@ -284,11 +393,14 @@ class Consumer:
 # --- the benchmark around it --------------------------------------------------------
 
 
-def body_for(first: int, sent: float | None = None, per_message: int = 1) -> bytes:
-    """A message of ``per_message`` records numbered from ``first`` (bench_listener's)."""
+def body_for(first: int, sent: float | None = None, per_message: int = 1,
+             work: str = "text") -> bytes:
+    """A message of ``per_message`` records numbered from ``first`` (bench_listener's):
+    a short text each, or for the ``real`` work a web page (``content``)."""
     recs: list[dict[str, Any]] = []
     for i in range(first, first + per_message):
-        attributes: dict[str, Any] = {"text": f"  Some   TEXT number {i}  with words "}
+        attributes: dict[str, Any] = ({"content": page(i)} if work == "real"
+                                      else {"text": f"  Some   TEXT number {i}  with words "})
         if sent is not None:
             attributes["sent"] = sent
         recs.append({"id": f"b{i:07d}", "attributes": attributes})
@@ -365,7 +477,8 @@ def serve(config: str) -> None:
         print(json.dumps({"error": repr(e)}), flush=True)
         raise
     print(json.dumps({"seconds": c.finished - c.started, "cpu": c.cpu_finished - c.cpu_started,
-                      "acked": c.acked, "published": c.published}), flush=True)
+                      "acked": c.acked, "published": c.published, "started": c.started,
+                      "finished": c.finished, "redone": c.redone}), flush=True)
 
 
 def _line(process: subprocess.Popen[str], timeout: float, what: str) -> str:
@@ -378,90 +491,140 @@ def _line(process: subprocess.Popen[str], timeout: float, what: str) -> str:
     return line
 
 
-def measure(url: str, messages: int, per_message: int = 1, *, queue_type: str = "quorum",
-            db: str | Path | None = None, first: int = 0, batch: int = 500,
-            work: str = "text", serve: str = "bench_handwritten.serve") -> dict[str, Any]:
-    """One pass: ``messages`` messages of ``per_message`` records (numbered from ``first``)
-    published, then consumed by the hand-written consumer in a process of its own (a
-    fresh interpreter importing only this module).  ``db``: a SQLite file kept across
-    passes (default: a new one).  ``serve``: the function the process runs (``module.name``
-    in this folder; ``bench_budget.serve_probed`` adds probes)."""
-    tag = uuid.uuid4().hex[:6]
-    src, dst = f"bench.{tag}.hand.in", f"bench.{tag}.hand.out"
-    db = db or Path(tempfile.mkdtemp(prefix="chalk-hand-")) / "hand.db"
-    declare(url, queue_type, src, dst)
+def consume(configs: list[dict[str, Any]], serve: str = "bench_handwritten.serve",
+            rabbit: int | None = None) -> tuple[list[dict[str, Any]], float | None]:
+    """A consumer process for each of ``configs`` (:class:`Consumer`'s arguments), each
+    running ``serve`` (``module.name`` in this folder): all started and ready, then all
+    told to go.  Their figures, and the CPU seconds the process ``rabbit`` spent from the
+    go to the last figures."""
+    here = str(Path(__file__).resolve().parent)
+    module = serve.rsplit(".", 1)[0]
+    started = [subprocess.Popen(
+        [sys.executable, "-c", f"import sys; sys.path.insert(0, {here!r}); "
+         f"import {module}; {serve}(sys.argv[1])", json.dumps(config)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for config in configs]
     try:
-        publish_backlog(url, src, [body_for(first + i * per_message, per_message=per_message)
-                                   for i in range(messages)], f"h{tag}")
-        config = json.dumps({"url": url, "queue": src, "out": dst, "db": str(db),
-                             "messages": messages, "batch": batch, "work": work})
-        here = str(Path(__file__).resolve().parent)
-        module = serve.rsplit(".", 1)[0]
-        process = subprocess.Popen(
-            [sys.executable, "-c", f"import sys; sys.path.insert(0, {here!r}); "
-             f"import {module}; {serve}(sys.argv[1])", config],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        rabbit = broker_pid(url)
-        try:
+        for process in started:
             if _line(process, 120, "did not start").strip() != "ready":
                 raise RuntimeError("the hand-written consumer said something else than ready")
-            before = cpu_seconds(rabbit)
+        before = cpu_seconds(rabbit)
+        for process in started:
             assert process.stdin is not None
             process.stdin.write("go\n")
             process.stdin.flush()
-            result = json.loads(_line(process, 3600, "did not finish"))
-            after = cpu_seconds(rabbit)
-        finally:
+        results = [json.loads(_line(process, 3600, "did not finish")) for process in started]
+        after = cpu_seconds(rabbit)
+    finally:
+        for process in started:
             try:
                 process.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+    for result in results:
         if "error" in result:
             raise RuntimeError(f"the hand-written consumer failed: {result['error']}")
+    return results, None if rabbit is None else after - before
+
+
+def measure(url: str, messages: int, per_message: int = 1, *, queue_type: str = "quorum",
+            db: str | Path | None = None, first: int = 0, batch: int | None = None,
+            work: str = "text", processes: int = 1,
+            serve: str = "bench_handwritten.serve") -> dict[str, Any]:
+    """One pass: ``messages`` messages of ``per_message`` records (numbered from ``first``)
+    published, then consumed by the hand-written consumer in a process of its own (a
+    fresh interpreter importing only this module), or by ``processes`` of them on the
+    same queue and database.  ``db``: a SQLite file kept across passes (default: a new
+    one).  ``batch``: by default :func:`batch_for` the work.  ``serve``: the function
+    the process runs (``module.name`` in this folder; ``bench_budget.serve_probed``
+    adds probes).
+
+    With several processes each stops once nothing has come for a second, and the
+    pass lasts from the first one's start to the last one's last ack; the CPU of each
+    is counted to its last ack."""
+    tag = uuid.uuid4().hex[:6]
+    src, dst = f"bench.{tag}.hand.in", f"bench.{tag}.hand.out"
+    db = db or Path(tempfile.mkdtemp(prefix="chalk-hand-")) / "hand.db"
+    open_store(db).dispose()  # the tables, before several processes race to make them
+    declare(url, queue_type, src, dst)
+    try:
+        publish_backlog(url, src, [body_for(first + i * per_message, per_message=per_message,
+                                            work=work) for i in range(messages)], f"h{tag}")
+        config = {"url": url, "queue": src, "out": dst, "db": str(db), "messages": messages,
+                  "batch": batch or batch_for(work), "work": work}
+        if processes > 1:
+            config.update(messages=None, idle_exit=1.0, shared=True)
+        results, rabbit_cpu = consume([config] * processes, serve, broker_pid(url))
+        acked = sum(r["acked"] for r in results)
+        if acked != messages:
+            raise RuntimeError(f"{acked} messages acked of {messages}")
         routed = depth(url, dst)
         if routed != messages * per_message:  # a baseline doing less work would be worthless
             raise RuntimeError(f"{routed} outgoing messages for {messages * per_message} records")
     finally:
         delete_queues(url, src, dst)
     n_records = messages * per_message
-    cpu = {"hand-written": result["cpu"] / messages * 1e6}
-    if rabbit is not None:
-        cpu["RabbitMQ"] = (after - before) / messages * 1e6
+    seconds = (results[0]["seconds"] if processes == 1
+               else max(r["finished"] for r in results) - min(r["started"] for r in results))
+    if processes == 1:
+        cpu = {"hand-written": results[0]["cpu"] / messages * 1e6}
+    else:
+        cpu = {f"hand-written {k}": r["cpu"] / messages * 1e6 for k, r in enumerate(results, 1)}
+    if rabbit_cpu is not None:
+        cpu["RabbitMQ"] = rabbit_cpu / messages * 1e6
+    one = results[0]
     return {"messages": messages, "records": n_records, "per_message": per_message,
-            "seconds": result["seconds"], "rate": n_records / result["seconds"],
-            "message_rate": messages / result["seconds"], "cpu_us": cpu,
-            **({"probes": result["probes"]} if "probes" in result else {})}
+            "processes": processes, "seconds": seconds, "rate": n_records / seconds,
+            "message_rate": messages / seconds, "cpu_us": cpu,
+            **({"acked": [r["acked"] for r in results], "redone": sum(r["redone"] for r in results)}
+               if processes > 1 else {}),
+            **({"probes": one["probes"]} if "probes" in one else {})}
 
 
-def main() -> int:
+def own_cpu(cpu: dict[str, float]) -> float:
+    """CPU per message of the hand-written processes (the RabbitMQ node aside)."""
+    return sum(us for name, us in cpu.items() if name.startswith("hand-written"))
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=50_000, help="messages per run")
     parser.add_argument("--records-per-message", type=int, default=1, metavar="N")
     parser.add_argument("--runs", type=int, default=1)
-    parser.add_argument("--batch", type=int, default=500, help="messages per transaction, at most")
+    parser.add_argument("--batch", type=int, help="messages per transaction, at most (default "
+                                                   "500; 100 for the real work)")
     parser.add_argument("--work", choices=sorted(WORK), default="text",
-                        help="text: the bench's three steps (default); counters: +1 on three counters")
+                        help="text: the bench's three steps (default); counters: +1 on three "
+                             "counters; real: a web page's HTML stripped, its language "
+                             "detected, its text fingerprinted (about 1 ms a record)")
+    parser.add_argument("--processes", type=int, default=1, metavar="N",
+                        help="consumers on the same queue and database (default 1)")
     parser.add_argument("--queue-type", choices=["quorum", "classic"], default="quorum")
     parser.add_argument("--broker", default="amqp://guest:guest@127.0.0.1:5672/%2F")
     parser.add_argument("--json", metavar="FILE", help="write every figure here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.processes < 1:
+        parser.error("--processes: at least 1")
     per = args.records_per_message
+    args.batch = args.batch or batch_for(args.work)
     print(f"machine: {machine()}")
     print(f"hand-written consumer: {args.messages:,} messages of {per} record(s), "
-          f"batches of ≤ {args.batch}, work {args.work}, {args.queue_type} queues", flush=True)
+          f"batches of ≤ {args.batch}, work {args.work}, {args.queue_type} queues, "
+          f"{args.processes} process{'es' if args.processes > 1 else ''}", flush=True)
     runs = []
     for i in range(args.runs):
         one = measure(args.broker, args.messages, per, queue_type=args.queue_type,
-                      batch=args.batch, work=args.work)
+                      batch=args.batch, work=args.work, processes=args.processes)
         runs.append(one)
         cpu = one["cpu_us"]
         print(f"run {i + 1}: {one['rate']:,.0f} records/s ({one['message_rate']:,.0f} msg/s); "
               f"CPU µs/message: " + ", ".join(f"{k} {v:.0f}" for k, v in cpu.items())
-              + f"; per record: {cpu['hand-written'] / per:.1f} in its process", flush=True)
+              + f"; per record: {own_cpu(cpu) / per:.1f} in its process"
+              + ("es" if args.processes > 1 else ""), flush=True)
     if args.runs > 1:
         print(f"median: {median([r['rate'] for r in runs]):,.0f} records/s; CPU µs/message "
-              f"in its process {median([r['cpu_us']['hand-written'] for r in runs]):.0f}")
+              f"in its process{'es' if args.processes > 1 else ''} "
+              f"{median([own_cpu(r['cpu_us']) for r in runs]):.0f}")
     if args.json:
         Path(args.json).write_text(json.dumps({"bench": "handwritten", "machine": machine(),
                                                "runs": runs}, indent=1))

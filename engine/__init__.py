@@ -1,9 +1,11 @@
 """Engine: workflow XML -> validated model, the interpreter, the Spark runner.
 
 ``load_workflow`` / ``WorkflowRegistry`` load and validate BPEL-shaped
-workflow files; ``SparkRunner`` runs a batch of instances as one Spark job,
-``LocalRunner`` does the same in this process (``classes_not_in_service``
-says what keeps a workflow's small batches from running there).  ``validate_tree`` (a
+workflow files; ``SparkRunner`` runs a batch of instances on Spark (warm
+workers, or a job of its own), ``ProcessRunner`` on worker processes the
+runner supervises itself, ``LocalRunner`` in the caller's thread (tests,
+embedding; ``classes_not_in_service`` says what keeps a workflow's small
+batches off the service's workers).  ``validate_tree`` (a
 :class:`ValidationReport`: errors, workflows found, unknown classes grouped
 for ``--summary``), ``validate_path``, ``workflow_graph``, ``to_dot`` and
 ``render_graph`` serve the ``chalk validate`` and ``chalk graph`` commands
@@ -15,7 +17,6 @@ from engine._draft import draft_graph
 from engine._errors import (
     EngineError,
     RunnerError,
-    RunTimedOut,
     UnknownWorkflowError,
     WorkflowDefinitionError,
     WorkflowFault,
@@ -25,7 +26,7 @@ from engine._loader import WorkflowRegistry, WorkflowVersion, load_workflow
 from engine._pipelets import DEFAULT_ALIASES, DEFAULT_SERVICES, classes_not_in_service
 from engine._pipelets import instantiate as instantiate_pipelet
 from engine._progress import PipeletCall
-from engine._runner import InstanceResult, LocalRunner, SparkRunner
+from engine._runner import InstanceResult, LocalRunner, ProcessRunner, SparkRunner
 from engine._session import spark_session
 from engine._specs import Workflow
 from engine._tree import FileReport, UnknownGroup, ValidationReport, validate_path, validate_tree
@@ -40,7 +41,7 @@ __all__ = [
     "InstanceResult",
     "PipeletCall",
     "LocalRunner",
-    "RunTimedOut",
+    "ProcessRunner",
     "RunnerError",
     "SparkRunner",
     "Unknown",

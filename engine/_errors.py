@@ -9,18 +9,15 @@
   (``throw``, a failing pipelet as ``pipeletError``); catchable in a ``scope``,
   uncaught it fails that instance only.
 * :class:`RunnerError` -- the runner itself could not run a batch (not an
-  instance's fault); :class:`RunTimedOut` when a run in this process ran past
-  its time and was abandoned (``LocalRunner.run(..., isolate=False)``).
+  instance's fault).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 __all__ = [
     "EngineError",
-    "RunTimedOut",
     "RunnerError",
     "UnknownWorkflowError",
     "WorkflowDefinitionError",
@@ -73,16 +70,3 @@ class WorkflowFault(EngineError):
 
 class RunnerError(EngineError):
     """The runner could not execute a batch at all (infrastructure, not an instance)."""
-
-
-class RunTimedOut(RunnerError):
-    """A run in this process ran longer than ``seconds`` and was abandoned (its thread
-    goes on until the pipelet returns; nothing it does is applied).  ``call`` is the
-    pipelet call it was in (an ``engine._progress.PipeletCall``, or None), ``reason``
-    says so in words."""
-
-    def __init__(self, reason: str, seconds: float, call: Any = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.seconds = seconds
-        self.call = call

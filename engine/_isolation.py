@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from engine._progress import not_run_reason
-from engine._results import failed
+from engine._results import failed, not_run
 from engine._worker import InstanceInput, InstanceOutput
 
 __all__ = ["Attempt", "Budget", "Outcome", "QUIET", "run_attempts"]
@@ -56,10 +56,15 @@ class Budget:
 
 @dataclass
 class Outcome:
-    """What an attempt came to: outputs of instances that ended, and suspects to rerun."""
+    """What an attempt came to: outputs of instances that ended, suspects to rerun, and
+    instances that never began (``again``: the runner that was to run them did not start,
+    ``why`` says which) to run elsewhere, as a first run."""
 
     outputs: list[InstanceOutput] = field(default_factory=list)
     suspects: list[InstanceInput] = field(default_factory=list)
+    again: list[InstanceInput] = field(default_factory=list)
+    why: str = ""
+    after: Any = None   # the runner that did not start (where ``again`` must not go)
 
 
 class Attempt(Protocol):
@@ -86,14 +91,19 @@ class Attempt(Protocol):
         """Give it up before it ran: its instances, failed with ``reason``."""
 
 
+Elsewhere = Callable[[list[InstanceInput], str, Any], list[Attempt]]
+
+
 def run_attempts(first: Sequence[Attempt], *, rerun: Callable[[list[InstanceInput]], list[Attempt]],
                  capacity: int, budget: Budget,
                  settle: Callable[[list[InstanceOutput]], None] | None = None,
-                 suspects: Sequence[InstanceInput] = (), eager: bool = False
-                 ) -> list[InstanceOutput]:
+                 suspects: Sequence[InstanceInput] = (), eager: bool = False,
+                 elsewhere: Elsewhere | None = None) -> list[InstanceOutput]:
     """Wait for the ``first`` attempts (started), rerunning the suspects of any that fail
     (and ``suspects`` from the start) as ``rerun(rows)``, at most ``capacity`` reruns
-    started at once; the outcomes not settled.
+    started at once; the outcomes not settled.  Instances whose runner did not start
+    run as ``elsewhere(rows, why, after)`` (attempts started, of a first run: nothing is
+    isolated for it), or, with none, end as not run (:func:`~engine._results.not_run`).
 
     ``settle`` (on this thread) takes known outcomes while reruns are still
     going (module doc); the list returned holds only the others.  ``eager``:
@@ -133,6 +143,12 @@ def run_attempts(first: Sequence[Attempt], *, rerun: Callable[[list[InstanceInpu
             active.remove(attempt)
             unsettled += outcome.outputs
             last = now
+            if outcome.again:
+                more = elsewhere(outcome.again, outcome.why, outcome.after) if elsewhere is not None else []
+                if more:
+                    active.extend(more)
+                else:
+                    unsettled += [not_run(row, outcome.why) for row in outcome.again]
             if outcome.suspects:
                 budget.start()
                 more = rerun(outcome.suspects)

@@ -19,6 +19,7 @@ Nobody watching costs one context-variable read per call.
 from __future__ import annotations
 
 import mmap
+import os
 import struct
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -85,8 +86,8 @@ class CallSlot:
     _HALF = (SIZE - 8) // 2
     _LEN = struct.Struct("!I")
 
-    def __init__(self) -> None:
-        self._map = mmap.mmap(-1, self.SIZE)  # MAP_SHARED | MAP_ANONYMOUS
+    def __init__(self, path: str | None = None) -> None:
+        self._map = _shared(self.SIZE, path)
 
     def tell(self, call: PipeletCall | None) -> None:
         """``call`` is the run's current call (None: it is between calls, or starts)."""
@@ -182,52 +183,74 @@ def stopped(ids: Sequence[str]) -> set[str]:
 
 
 class StopSlot:
-    """Records cancelled while a warm worker's chunk runs, in memory the run process shares
-    with the task that forked it: the task :meth:`add` s what the driver sends, the run
-    process asks :meth:`among` before each pipelet call.
+    """The records cancelled now, in memory a supervisor shares with the workers it forked:
+    the supervisor :meth:`replace` s it with what the driver sends (the whole set, with its version),
+    a worker asks :meth:`among` before each pipelet call.
 
-    Append-only while a chunk runs (cleared between chunks, when the run process is idle):
-    IDs are written past the committed length, then the length (4 aligned bytes) moved,
-    so a reader never sees half an ID.  Full: later IDs are not kept (the service then
-    stops the message at its commit instead).
+    One writer.  The set is written into the half not in use, then the header (version,
+    half) is written in one go, with a sequence number made odd around the write, so a
+    reader never takes half a set: it reads again when the sequence moved.  A set too
+    large for a half is cut (the service then stops the message at its commit instead).
     """
 
     SIZE = 65536
-    _LEN = struct.Struct("!I")   # at 0: the committed length; at 4: the clears so far
+    _HEAD = struct.Struct("!IIIB")   # sequence, version, length, half
+    _HALF = (SIZE - 64) // 2
 
-    def __init__(self) -> None:
-        self._map = mmap.mmap(-1, self.SIZE)
-        self._seen = 0
-        self._clears = 0
-        self._ids: set[str] = set()
+    def __init__(self, path: str | None = None) -> None:
+        self._map = _shared(self.SIZE, path)
+        self._version = -1
+        self._ids: frozenset[str] = frozenset()
 
-    def clear(self) -> None:
-        """(between chunks) No record is cancelled."""
-        (clears,) = self._LEN.unpack_from(self._map, 4)
-        self._LEN.pack_into(self._map, 0, 0)
-        self._LEN.pack_into(self._map, 4, (clears + 1) & 0xFFFFFFFF)
+    def replace(self, version: int, ids: Sequence[str]) -> None:
+        """(the writer) The cancelled set is now ``ids`` (``version`` grows with each)."""
+        seq, _v, _n, half = self._HEAD.unpack_from(self._map, 0)
+        data = "\n".join(ids).encode("utf-8")[:self._HALF]
+        if len(data) == self._HALF:  # cut: keep whole IDs only
+            data = data[:data.rfind(b"\n") + 1 or 0]
+        other = 1 - half
+        at = 64 + other * self._HALF
+        self._map[at:at + len(data)] = data
+        self._HEAD.pack_into(self._map, 0, (seq + 1) & 0xFFFFFFFF, version, len(data), other)
+        self._HEAD.pack_into(self._map, 0, (seq + 2) & 0xFFFFFFFF, version, len(data), other)
 
-    def add(self, ids: Sequence[str]) -> None:
-        (n,) = self._LEN.unpack_from(self._map, 0)
-        data = b"".join(rid.encode("utf-8") + b"\n" for rid in ids)
-        if 8 + n + len(data) > self.SIZE:
-            return
-        self._map[8 + n:8 + n + len(data)] = data
-        self._LEN.pack_into(self._map, 0, n + len(data))
+    def version(self) -> int:
+        return int(self._HEAD.unpack_from(self._map, 0)[1])
+
+    def current(self) -> tuple[int, frozenset[str]]:
+        """(a reader) The version and the set."""
+        for _ in range(100):
+            seq, version, n, half = self._HEAD.unpack_from(self._map, 0)
+            if seq & 1:
+                continue
+            if version == self._version:
+                return version, self._ids
+            at = 64 + half * self._HALF
+            data = bytes(self._map[at:at + n])
+            if self._HEAD.unpack_from(self._map, 0)[0] == seq:
+                self._version = version
+                self._ids = frozenset(data.decode("utf-8", "replace").split("\n")) if data \
+                    else frozenset()
+                return version, self._ids
+        return self._version, self._ids
 
     def among(self, ids: Sequence[str]) -> set[str]:
-        (clears,) = self._LEN.unpack_from(self._map, 4)
-        if clears != self._clears:  # a new chunk: what the last one had is gone
-            self._clears, self._seen, self._ids = clears, 0, set()
-        (n,) = self._LEN.unpack_from(self._map, 0)
-        if n != self._seen:
-            if n:
-                self._ids |= set(bytes(self._map[8 + self._seen:8 + n]).decode(
-                    "utf-8", "replace").splitlines())
-            self._seen = n
-        if not self._ids:
-            return set()
-        return self._ids.intersection(ids)
+        _version, cancelled = self.current()
+        return set(cancelled.intersection(ids)) if cancelled else set()
+
+    def close(self) -> None:
+        self._map.close()
+
+
+def _shared(size: int, path: str | None) -> mmap.mmap:
+    """Memory shared with processes forked after it (anonymous), or with any process that
+    maps the same file (``path``: where workers are spawned, not forked)."""
+    if path is None:
+        return mmap.mmap(-1, size)  # MAP_SHARED | MAP_ANONYMOUS
+    with open(path, "a+b") as f:
+        if os.fstat(f.fileno()).st_size < size:
+            f.truncate(size)
+        return mmap.mmap(f.fileno(), size)
 
 
 def starting(kind: str, cls: str, wf: Any, act: Any, ids: Sequence[str]) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from engine._worker import InstanceInput, InstanceOutput, export_items, pack_items, unpack_items
 
-__all__ = ["InstanceResult", "apply_outputs", "failed", "inputs_for"]
+__all__ = ["InstanceResult", "apply_outputs", "failed", "inputs_for", "not_run"]
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,8 @@ class InstanceResult:
     ``run``; ``result_ids`` the records the workflow returned (for routing);
     ``record_ids`` every record of the instance on the driver's blackboard:
     for an OK instance its inputs and the fragments it made (all imported),
-    for a failed one its inputs (to invalidate).
+    for a failed one its inputs (to invalidate).  ``not_run``: a failed instance
+    that never began (no runner could run it: not its fault, and not an attempt).
     """
 
     index: int
@@ -37,6 +38,7 @@ class InstanceResult:
     error: str | None
     result_ids: list[str] = field(default_factory=list)
     record_ids: list[str] = field(default_factory=list)
+    not_run: bool = False
 
 
 def inputs_for(blackboard: Any, instances: list[tuple[int, list[str]]]) -> list[InstanceInput]:
@@ -56,6 +58,11 @@ def failed(row: InstanceInput, reason: str) -> InstanceOutput:
     return InstanceOutput(row.index, False, reason, [], list(row.ids), None)
 
 
+def not_run(row: InstanceInput, reason: str) -> InstanceOutput:
+    """The outcome of an instance no runner could begin (``reason`` says which did not start)."""
+    return InstanceOutput(row.index, False, reason, [], list(row.ids), None, not_run=True)
+
+
 def apply_outputs(blackboard: Any, outputs: Sequence[InstanceOutput]) -> list[InstanceResult]:
     """Import the changes of the instances that succeeded; a result per output, in order."""
     results = []
@@ -63,7 +70,8 @@ def apply_outputs(blackboard: Any, outputs: Sequence[InstanceOutput]) -> list[In
     for out in outputs:
         if out.ok and out.packed is not None and out.packed.docs:
             changes.extend(unpack_items(out.packed))
-        results.append(InstanceResult(out.index, out.ok, out.error, list(out.result_ids), list(out.record_ids)))
+        results.append(InstanceResult(out.index, out.ok, out.error, list(out.result_ids),
+                                      list(out.record_ids), out.not_run))
     if changes:
         blackboard.import_records(changes, changed=True)
     failures = sum(1 for r in results if not r.ok)

@@ -1,10 +1,17 @@
-"""The Spark runner: a batch of workflow instances as one Spark job, or on warm workers.
+"""The Spark runner: a batch of workflow instances on warm workers, or as one Spark job.
 
 It takes the driver's blackboard with every instance's records loaded, runs
 the workflow, and imports the changes of the instances that succeeded back
 onto it.  Failed instances' records are left as loaded: the caller
-invalidates them (``record_ids``) and commits the others.  (The local
-runner, ``engine._local``, does the same in this process.)
+invalidates them (``record_ids``) and commits the others.  (The runners
+without Spark, ``engine._local``, do the same.)
+
+Where a batch runs: on the warm workers (``engine._warm``, on by default);
+where they cannot start, on a local master on the ``service`` workers given
+(a :class:`~engine._local.ProcessRunner`'s), on a cluster (and where there
+are none) as a Spark job of its own.  A
+chunk none of them could begin is nobody's failure: it runs on the next of
+them, and with none left its instances end as not run (``not_run``).
 
 Poison isolation: a chunk or job that fails as a whole (a Python worker
 died: ``os._exit``, segfault, out of memory) or runs past ``batch_timeout``
@@ -31,13 +38,22 @@ from typing import Any
 from engine._errors import RunnerError
 from engine._frames import FramePlan, frame_plan
 from engine._isolation import Attempt, Budget, run_attempts
-from engine._jobs import Batch, JobAttempt, JobFailed, Pending, WarmChunk, short_reason
-from engine._local import LocalRunner
+from engine._jobs import (
+    Batch,
+    ChunkCosts,
+    JobAttempt,
+    JobFailed,
+    Pending,
+    pool_attempts,
+    short_reason,
+)
+from engine._local import LocalRunner, ProcessRunner
+from engine._pool import Pool, Unavailable
 from engine._results import InstanceResult, apply_outputs, inputs_for
 from engine._session import exclude_local_folding, spark_session
 from engine._shipping import ship_pipelet_code
 from engine._specs import Workflow
-from engine._warm import WarmUnavailable, WarmWorkers, warm_workers
+from engine._warm import WarmWorkers, warm_workers
 from engine._worker import (
     InstanceInput,
     InstanceOutput,
@@ -45,10 +61,9 @@ from engine._worker import (
     frozen_heap,
     inputs_to_chunks,
     outputs_from_chunks,
-    split_inputs,
 )
 
-__all__ = ["InstanceResult", "LocalRunner", "SparkRunner", "spark_session"]
+__all__ = ["InstanceResult", "LocalRunner", "ProcessRunner", "SparkRunner", "spark_session"]
 
 log = logging.getLogger(__name__)
 
@@ -83,11 +98,13 @@ class SparkRunner:
         warm: run interpreter batches on warm workers (``engine._warm``:
             long-running tasks that take batch after batch, no job's fixed
             cost per batch); default: on a local master.
+        service: the service's own workers (a :class:`ProcessRunner`), where
+            batches run when the warm workers cannot start (module doc).
     """
 
     def __init__(self, spark: Any, *, batch_timeout: float = 300.0,
                  isolation_budget: float = 900.0, frames: bool = True,
-                 warm: bool | None = None) -> None:
+                 warm: bool | None = None, service: ProcessRunner | None = None) -> None:
         self.spark = spark
         self.frames = frames
         #: records run as DataFrame transformations since this runner was made
@@ -112,29 +129,41 @@ class SparkRunner:
         self._shipped_for: set[tuple[str, str]] = set()  # (workflow, version) checked
         # A batch of a few hundred records spends most of its time on a job's fixed
         # cost; warm workers pay it once.  Executors of a cluster must reach the
-        # driver on a port of its own for them: on where asked for.
+        # driver on a port of its own for them (``engine._warm.PORT``); where they
+        # cannot, batches run as jobs of their own.
         if warm is None:
-            warm = not self._ships
+            warm = True
         # The context's warm workers park for every job of its own of any runner, whether
         # this one runs batches on them or not: their tasks hold the cores.
         self._parker = warm_workers(spark)
+        # Batches that wait for warm workers that cannot start go elsewhere well within
+        # their timeout (the workers are the context's: the shortest wait of its runners).
+        self._parker.connect_timeout = min(self._parker.connect_timeout,
+                                           max(15.0, self.batch_timeout / 2))
         self.warm: WarmWorkers | None = self._parker if warm else None
+        self.service = service
+        self.costs = ChunkCosts()
 
     def cancel(self, ids: Sequence[str]) -> None:
         """The messages of these records were cancelled while they run: on the warm workers
         their instances end before the next pipelet call (``cancelled``); a job of its own
         cannot be told, and runs them to the end (the caller drops what they did).  Until
         :meth:`uncancel`."""
-        if self.warm is not None:
-            self.warm.cancel(ids)
+        for pool in self._pools():
+            pool.cancel(ids)
 
     def uncancel(self, ids: Sequence[str]) -> None:
         """The runs of these records are over (or they are cancelled no more)."""
-        if self.warm is not None:
-            self.warm.uncancel(ids)
+        for pool in self._pools():
+            pool.uncancel(ids)
+
+    def _pools(self) -> list[Pool]:
+        return [p for p in (self.warm, self.service.pool if self.service else None)
+                if p is not None]
 
     def run(self, workflow: Workflow, blackboard: Any, instances: list[list[str]], *,
-            settle_early: SettleEarly | None = None, suspect: bool = False) -> list[InstanceResult]:
+            settle_early: SettleEarly | None = None, suspect: bool = False, priority: int = 0,
+            within: float | None = None) -> list[InstanceResult]:
         """Run ``workflow`` for each instance (a list of record IDs on ``blackboard``).
 
         When the batch needs isolating (module doc), the results known while
@@ -142,6 +171,9 @@ class SparkRunner:
         ``settle_early`` on this thread (maybe in more than one call); the
         list returned holds only the others.  ``suspect``: the batch broke a
         run before (a hang or a crash elsewhere): isolate from the start.
+        ``priority``: its chunks go to the workers before those of lower
+        ones; ``within``: cut into chunks that each end within about that many
+        seconds, so that a worker comes free for a higher lane that soon.
         """
         if not instances:
             return []
@@ -149,11 +181,13 @@ class SparkRunner:
             self._ship(workflow)
             with frozen_heap():
                 rows = inputs_for(blackboard, list(enumerate(instances)))
-            outputs = self._interpreted(workflow, blackboard, [], settle_early, suspects=rows)
+            outputs = self._interpreted(workflow, blackboard, [], settle_early, suspects=rows,
+                                        priority=priority)
             with frozen_heap():
                 return sorted(apply_outputs(blackboard, outputs), key=lambda r: r.index)
-        return self._finish(workflow, blackboard, self._start(workflow, blackboard, instances, set()),
-                            settle_early)
+        batch = self._start(workflow, blackboard, instances, set(), priority=priority,
+                            within=within)
+        return self._finish(workflow, blackboard, batch, settle_early, priority=priority)
 
     def run_stream(self, workflow: Workflow, blackboard: Any,
                    batches: Iterable[list[list[str]]]) -> Iterator[list[InstanceResult]]:
@@ -215,7 +249,8 @@ class SparkRunner:
             self._plans[key] = plan
             return plan
 
-    def _start(self, workflow: Workflow, blackboard: Any, instances: list[list[str]], ids: set[str]) -> Batch:
+    def _start(self, workflow: Workflow, blackboard: Any, instances: list[list[str]], ids: set[str],
+               *, priority: int = 0, within: float | None = None) -> Batch:
         """Export the batch and submit its job(s); the blackboard is read, not changed.
 
         ``ids`` are the batch's record IDs where the caller needs them (``run_stream``).
@@ -228,7 +263,8 @@ class SparkRunner:
             rows = inputs_for(blackboard, rest) if rest else []
         batch = Batch(rows, [], plan, frame_rows, None, ids)
         if rows:
-            batch.attempts = self._submit(workflow, rows, warm_ok=plan is None)
+            batch.attempts = self._submit(workflow, rows, warm_ok=plan is None,
+                                          priority=priority, within=within)
         if frame_rows:
             assert plan is not None
             batch.frame_job = self._submit_frame(plan, frame_rows)
@@ -247,11 +283,12 @@ class SparkRunner:
                     self.warm.park()  # tasks started before would not have the new files
 
     def _finish(self, workflow: Workflow, blackboard: Any, batch: Batch,
-                settle_early: SettleEarly | None = None) -> list[InstanceResult]:
+                settle_early: SettleEarly | None = None, priority: int = 0) -> list[InstanceResult]:
         started = time.perf_counter()
         outputs: list[InstanceOutput] = []
         if batch.attempts:
-            outputs = self._interpreted(workflow, blackboard, batch.attempts, settle_early)
+            outputs = self._interpreted(workflow, blackboard, batch.attempts, settle_early,
+                                        priority=priority)
         framed: list[InstanceResult] = []
         if batch.frame_job is not None:
             assert batch.plan is not None
@@ -287,13 +324,10 @@ class SparkRunner:
         return self._interpreted(workflow, blackboard, self._submit(workflow, rows), None)
 
     def _interpreted(self, workflow: Workflow, blackboard: Any, attempts: list[Attempt],
-                     settle_early: SettleEarly | None, suspects: list[InstanceInput] | None = None
-                     ) -> list[InstanceOutput]:
+                     settle_early: SettleEarly | None, suspects: list[InstanceInput] | None = None,
+                     priority: int = 0) -> list[InstanceOutput]:
         """The outcomes of the interpreter ``attempts``, isolating where one fails
         (``engine._isolation``); ``suspects``: rows to isolate from the start."""
-        warm = self.warm
-        on_warm = warm is not None and warm.available()
-        capacity = 1 << 30 if on_warm else max(1, int(self.spark.sparkContext.defaultParallelism))
 
         def settle(outputs: list[InstanceOutput]) -> None:
             assert settle_early is not None
@@ -301,32 +335,67 @@ class SparkRunner:
                 results = apply_outputs(blackboard, outputs)
             settle_early(results)
 
-        return run_attempts(attempts, rerun=functools.partial(self._reruns, workflow),
-                            capacity=capacity, budget=Budget(self.isolation_budget),
+        return run_attempts(attempts, rerun=functools.partial(self._reruns, workflow, priority),
+                            capacity=self._capacity(), budget=Budget(self.isolation_budget),
                             settle=settle if settle_early is not None else None,
-                            suspects=suspects or [])
+                            suspects=suspects or [],
+                            elsewhere=functools.partial(self._elsewhere, workflow, priority))
 
-    def _reruns(self, workflow: Workflow, rows: list[InstanceInput]) -> list[Attempt]:
-        """Each suspect alone: a chunk of its own on the warm workers, or else a job of its own."""
+    def _homes(self) -> list[Pool]:
+        """The worker pools a batch may run on, in order (those that may start): the warm
+        workers, then, on a local master, the service's own (a job of its own would need
+        the Python workers that did not start); on a cluster, after the warm workers come
+        jobs of their own, on the cluster's cores."""
+        homes: list[Pool] = []
+        if self.warm is not None and self.warm.available():
+            homes.append(self.warm)
+        if self.service is not None and not self._ships and self.service.pool.available():
+            homes.append(self.service.pool)
+        return homes
+
+    def _capacity(self) -> int:
+        """Reruns started at once: all (the workers queue them), or on jobs of their own one
+        per core."""
+        return 1 << 30 if self._homes() else max(1, int(self.spark.sparkContext.defaultParallelism))
+
+    def _on(self, workflow: Workflow, rows: list[InstanceInput], homes: list[Pool], *,
+            first: bool, priority: int, within: float | None = None) -> list[Attempt]:
+        """``rows`` on the first of ``homes`` that takes them; else as a job of its own."""
+        for pool in homes:
+            try:
+                parts = self.costs.parts(workflow.name, rows, pool.slots, within)
+                return list(pool_attempts(pool, workflow, rows, limit=self.batch_timeout,
+                                          priority=priority, first=first, parts=parts,
+                                          measured=self.costs.measured(workflow.name)))
+            except Unavailable:
+                continue
+        if first:
+            return [JobAttempt(self, workflow, rows, self.start_rows(workflow, rows))]
+        return [JobAttempt(self, workflow, [row]) for row in rows]
+
+    def _reruns(self, workflow: Workflow, priority: int, rows: list[InstanceInput]) -> list[Attempt]:
+        """Each suspect alone: a chunk of its own on the workers, or else a job of its own."""
         log.warning("workflow %s: isolating %d instance(s), each alone, at most %g s each",
                     workflow.name, len(rows), self.batch_timeout, extra={"workflow": workflow.name})
-        warm = self.warm
-        if warm is not None and warm.available():
-            compress = not warm.local
-            with frozen_heap():
-                chunks = [inputs_to_chunks([row], 1, compress)[0] for row in rows]
-            try:
-                requests = warm.submit(workflow, chunks, compress, limit=self.batch_timeout)
-            except WarmUnavailable:
-                pass
-            else:
-                return [WarmChunk(warm, [row], request, first=False)
-                        for row, request in zip(rows, requests, strict=True)]
-        return [JobAttempt(self, workflow, [row]) for row in rows]
+        return self._on(workflow, rows, self._homes(), first=False, priority=priority)
+
+    def _elsewhere(self, workflow: Workflow, priority: int, rows: list[InstanceInput], why: str,
+                   after: Any) -> list[Attempt]:
+        """Rows whose runner did not start (``after``): on the next one, as a first run."""
+        homes = self._homes()
+        if after in homes:
+            homes = homes[homes.index(after) + 1:]
+        elif after == "job":
+            return []  # nothing comes after a job of its own: they end as not run
+        log.warning("workflow %s: %d instance(s) %s; running them on %s", workflow.name,
+                    len(rows), why, homes[0].name if homes else "a Spark job of their own",
+                    extra={"workflow": workflow.name})
+        return self._on(workflow, rows, homes, first=True, priority=priority)
 
     def start_rows(self, workflow: Workflow, rows: list[InstanceInput]) -> Pending:
         """``rows`` as a job of its own, started (``JobAttempt``)."""
-        return self._start_job(workflow, f"{len(rows)} instance(s)", self._job_of(workflow, rows))
+        return self._start_job(workflow.name, f"{len(rows)} instance(s)",
+                               self._job_of(workflow, rows))
 
     def _sweep(self) -> None:
         """Free the JVM objects of finished jobs (every ``SWEEP_EVERY`` jobs).
@@ -361,46 +430,49 @@ class SparkRunner:
         except Exception:
             return False
 
-    def warm_up(self) -> float:
+    def warm_up(self, within: float | None = None) -> float:
         """Start the Python workers and import the engine there; return the seconds taken.
 
         The first job of a session pays for starting workers and importing
         pyarrow, lxml and the engine (seconds); a service does it before it
-        takes its first batch.  No workflow or record is involved.
+        takes its first batch.  No workflow or record is involved.  Given up
+        (and logged) after ``within`` seconds (default: the warm workers' wait
+        to connect): Spark waits for a Python worker that never starts for
+        ever, and batches meanwhile run where they can (module doc).
         """
         started = time.perf_counter()
-        cores = max(1, int(self.spark.sparkContext.defaultParallelism))
+        sc = self.spark.sparkContext
+        cores = max(1, int(sc.defaultParallelism))
 
         def touch(items: Any) -> Any:
             import engine._worker  # noqa: F401  (what a real batch imports first)
             import pipelets  # noqa: F401
             yield from items
 
-        self._regular(lambda: self.spark.sparkContext.parallelize(range(cores), cores)
-                      .mapPartitions(touch).collect())
+        job = self._start_job("warm-up", "its Python workers started",
+                              lambda: sc.parallelize(range(cores), cores).mapPartitions(touch)
+                              .collect())
+        seconds = within if within is not None else self._parker.connect_timeout
+        assert job.thread is not None
+        job.thread.join(seconds)
+        if job.thread.is_alive():
+            job.cancel(sc, wait=False)
+            log.warning("Spark's Python workers did not start in %g s; batches run on the "
+                        "service's workers until they do", seconds)
+        elif "error" in job.box:
+            log.warning("Spark's Python workers did not start: %s",
+                        short_reason(job.box["error"]))
         return time.perf_counter() - started
 
-    def _submit(self, workflow: Workflow, rows: list[InstanceInput], warm_ok: bool = True
-                ) -> list[Attempt]:
+    def _submit(self, workflow: Workflow, rows: list[InstanceInput], warm_ok: bool = True,
+                priority: int = 0, within: float | None = None) -> list[Attempt]:
         """Start the interpreter work for ``rows`` (the blackboard is not touched): on the
-        warm workers, a request per chunk, each given ``batch_timeout`` of running time;
+        workers, a request per chunk, each given ``batch_timeout`` of running time;
         else (none, or ``warm_ok`` false: a DataFrame job of the same batch will need the
         cores) a job of its own on a thread of its own."""
-        warm = self.warm
-        if warm is not None and warm.available() and warm_ok:
-            # A socket on this host: compressing would only cost CPU on both sides.
-            compress = not warm.local
-            with frozen_heap():
-                groups = split_inputs(rows, warm.slots)
-                chunks = [inputs_to_chunks(group, 1, compress)[0] for group in groups]
-            try:
-                requests = warm.submit(workflow, chunks, compress, limit=self.batch_timeout)
-            except WarmUnavailable:
-                pass
-            else:
-                return [WarmChunk(warm, group, request, first=True)
-                        for group, request in zip(groups, requests, strict=True)]
-        return [JobAttempt(self, workflow, rows, self.start_rows(workflow, rows))]
+        # a DataFrame part of the batch will need the cores: a job of its own beside it
+        homes = self._homes() if warm_ok else []
+        return self._on(workflow, rows, homes, first=True, priority=priority, within=within)
 
     def _job_of(self, workflow: Workflow, rows: list[InstanceInput]) -> Any:
         """What runs ``rows`` as a job of its own: one RDD job, a partition per chunk."""
@@ -428,21 +500,21 @@ class SparkRunner:
         spark = self.spark
         with frozen_heap():
             table = plan.to_arrow(rows)
-        return self._start_job(plan.workflow, f"{len(rows)} record(s) as a DataFrame",
+        return self._start_job(plan.workflow.name, f"{len(rows)} record(s) as a DataFrame",
                                lambda: plan.apply(spark.createDataFrame(table)).toArrow())
 
-    def _start_job(self, workflow: Workflow, what: str, produce: Any, *,
+    def _start_job(self, name: str, what: str, produce: Any, *,
                    regular: bool = True) -> Pending:
         """Run ``produce`` on a thread of its own, in a job group of its own (cancelled on
         a timeout); a ``regular`` job parks the warm workers first."""
         sc = self.spark.sparkContext
-        job = Pending(f"chalk-{workflow.name}-{uuid.uuid4().hex[:12]}")
+        job = Pending(f"chalk-{name}-{uuid.uuid4().hex[:12]}")
         if regular:
             produce = functools.partial(self._regular, produce)
 
         def run() -> None:
             try:
-                sc.setJobGroup(job.group, f"workflow {workflow.name}: {what}", interruptOnCancel=True)
+                sc.setJobGroup(job.group, f"workflow {name}: {what}", interruptOnCancel=True)
                 job.box["table"] = produce()
             except BaseException as e:  # reported to the caller's thread
                 job.box["error"] = e

@@ -40,6 +40,7 @@ __all__ = [
     "InstanceOutput",
     "Packed",
     "export_items",
+    "freeze_worker_heap",
     "frozen_heap",
     "pack_items",
     "run_instances",
@@ -90,6 +91,7 @@ class InstanceOutput:
     result_ids: list[str]
     record_ids: list[str]
     packed: Packed | None  # changed records; None when not ok or nothing changed
+    not_run: bool = False  # it never began: no runner could run it (not its fault)
 
 
 def _dumps(value: Any) -> bytes:
@@ -452,7 +454,7 @@ def chunk_partition(workflow: Workflow, chunks: Iterable[Chunk], compress: bool 
 
     ``compress``: whether to compress the answer (as the driver did the input).
     """
-    _freeze_worker_heap()
+    freeze_worker_heap()
     inputs = inputs_from_chunks(chunks)
     if not inputs:
         return
@@ -502,7 +504,7 @@ def working_directory(path: str) -> Iterator[None]:
 _worker_heap_frozen = False
 
 
-def _freeze_worker_heap() -> None:
+def freeze_worker_heap() -> None:
     """Once per Python worker: move what is alive now (modules, Spark's and our own) out of the GC's sight.
 
     A reused PySpark worker runs a full ``gc.collect()`` after every task;

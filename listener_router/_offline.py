@@ -52,7 +52,7 @@ from listener_router._errors import StoreUnavailable
 from listener_router._messages import Incoming
 from listener_router._plugin import Plugin, hooked
 from listener_router._rules import Router
-from listener_router._runners import make_runner
+from listener_router._runners import close_runner, make_runner
 from listener_router._settings import ListenerRule, Settings
 from listener_router.broker import Delivery
 from listener_router.pipeline import (
@@ -191,8 +191,10 @@ class ProcessRun:
         self.commit = CommitStage(router=Router([]), store=store, loader=self.loader,
                                   settlement=settlement, meter=meter, in_commit=in_commit,
                                   inbox=False)
+        self._made = runner is None   # its workers stop with it
+        self.runner = runner or make_runner(settings)
         self.execute = ExecuteStage(
-            registry=self.registry, runner=runner or make_runner(settings), local_runner=None,
+            registry=self.registry, runner=self.runner, local_runner=None,
             placement=None, batch_timeout=settings.batch_timeout, loader=self.loader,
             commit=self.commit, settlement=settlement, meter=meter)
         self._started: list[Plugin] = []
@@ -215,8 +217,11 @@ class ProcessRun:
 
     def close(self) -> None:
         """Stop what started, in reverse (a failing stop is logged and the rest still stop)."""
-        for stop in (self.commit.input.close, self.inflight.stop,
-                     *(p.stop for p in reversed(self._started)), self.bb.close):
+        made: list[Callable[[], None]] = \
+            [functools.partial(close_runner, self.runner)] if self._made else []
+        stops: list[Callable[[], None]] = [self.commit.input.close, self.inflight.stop]
+        for stop in (*stops,
+                     *(p.stop for p in reversed(self._started)), self.bb.close, *made):
             try:
                 stop()
             except Exception:

@@ -29,8 +29,7 @@ batch's commit transaction (:meth:`Plugin.in_commit`),
 after its settling (:meth:`Plugin.settle_messages`, :meth:`Plugin.settled`),
 once a batch is finished (:meth:`Plugin.batch_finished`), on a view change
 (:meth:`Plugin.view_established`, in the leader's fenced transaction, and
-:meth:`Plugin.topology_event` on every member), at start for runs a crash
-of this member interrupted (:meth:`Plugin.interrupted`), as a leader task
+:meth:`Plugin.topology_event` on every member), as a leader task
 (:meth:`Plugin.leader_tasks`) and on the metrics snapshot
 (:meth:`Plugin.snapshot`).  A hook that raises is logged and never stops the
 service, except :meth:`Plugin.in_commit`, whose failure rolls its
@@ -64,7 +63,7 @@ if TYPE_CHECKING:
         ViewChange,
     )
     from listener_router.pipeline import BatchReport, Commit, Screen, Stats, Work
-    from listener_router.store import LocalRun, Schema, ServiceStore
+    from listener_router.store import Schema, ServiceStore
 
 __all__ = ["ENTRY_POINTS", "HOOKS", "Host", "Plugin", "hooked", "ordered", "plugin_classes"]
 
@@ -169,11 +168,6 @@ class Plugin:
     def topology_event(self, event: TopologyEvent) -> None:
         """A topology event, on every member."""
 
-    def interrupted(self, runs: Sequence[LocalRun]) -> None:
-        """Runs in this member's process that an earlier incarnation of it left unfinished:
-        the process died while they ran (told once, at start; their records are
-        quarantined, their messages come again)."""
-
     def leader_tasks(self) -> Sequence[LeaderTask]:
         """Periodic tasks only the cluster's leader runs (asked once, after install)."""
         return ()
@@ -187,7 +181,7 @@ class Plugin:
 
 
 HOOKS = ("screen", "in_commit", "settle_messages", "settled", "batch_finished", "view_established",
-         "topology_event", "interrupted", "snapshot")
+         "topology_event", "snapshot")
 
 
 def hooked(plugins: Iterable[Plugin], hook: str) -> list[Any]:

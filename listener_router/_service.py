@@ -36,7 +36,7 @@ from listener_router._given import GivenSeams, HookListener
 from listener_router._live import LiveView
 from listener_router._plugin import Host, Plugin, hooked, ordered
 from listener_router._rules import ListenerRules, Router
-from listener_router._runners import make_runner
+from listener_router._runners import close_runner, make_runner
 from listener_router._settings import Settings, configured
 from listener_router._workflows import PublishedVersions, check_workflows
 from listener_router.broker import (
@@ -136,7 +136,7 @@ class Service:
         yield _Part("store", self._open_store, self._close_store)
         yield _Part("plug-ins built", self._build_plugins)   # and their tables made
         yield _Part("workflows", self._load_workflows)
-        yield _Part("runner", self._open_runner)
+        yield _Part("runner", self._open_runner, self._close_runner)
         yield _Part("in-flight leases", self._open_inflight,
                     lambda: self.inflight.stop() if self.inflight else None)
         yield _Part("broker link", self._open_link,
@@ -151,7 +151,6 @@ class Service:
         # process may take over leadership and hand the view's event to the finish stage.
         yield _Part("membership", self._start_membership,
                     lambda: self.membership.stop() if self.membership else None)
-        yield _Part("runs a crash interrupted", self._recover_runs)
         yield _Part("flow control", self._watch_flow,
                     lambda: self.flow.stop() if self.flow else None)
         for plugin in self.plugins:  # built above, in ``requires`` order
@@ -232,12 +231,20 @@ class Service:
         s = self.settings
         runner: Runner = self._runner or make_runner(s, self._spark)
         self.runner = runner
+        # Small batches run on the service's own workers (a Spark runner's fallback home):
+        # not where the main runner is those workers already, nor where they are turned off.
         self.local_runner = None
-        if s.local_below != 0 and not isinstance(runner, engine.LocalRunner):
-            self.local_runner = engine.LocalRunner(batch_timeout=s.batch_timeout)
+        service = getattr(runner, "service", None)
+        if s.local_below != 0 and isinstance(service, engine.ProcessRunner):
+            self.local_runner = service
         warm_up = getattr(runner, "warm_up", None)
         if warm_up is not None:
             log.info("Spark workers warmed up in %.1f s", warm_up())
+
+    def _close_runner(self) -> None:
+        """The service's own workers stop (Spark's warm workers are the SparkContext's)."""
+        if self._runner is None:
+            close_runner(self.runner)
 
     def _open_inflight(self) -> None:
         assert self.store is not None
@@ -300,12 +307,11 @@ class Service:
         screens = hooked(self.plugins, "screen")
         screening = pipeline.Screening(screens, commit=commit, loader=self.loader,
                                        meter=self.meter) if screens else None
-        self._in_process = pipeline.InProcess(self.store, self.node)
         self._execute = pipeline.ExecuteStage(registry=self.registry, runner=self.runner,
                                      local_runner=self.local_runner, placement=None,
                                      batch_timeout=s.batch_timeout, loader=self.loader,
                                      commit=commit, settlement=settlement, meter=self.meter,
-                                     in_process=self._in_process, cancelled=self.cancelled)
+                                     cancelled=self.cancelled)
         for lane in self.lanes:
             lane.gather = pipeline.GatherStage(
                 link=self.link, deliveries=lane.deliveries,  # type: ignore[arg-type]
@@ -326,7 +332,6 @@ class Service:
                        *(HookListener(h) for h in hooked(self.plugins, "topology_event"))],
             publish=self._finish.publish_orphans,
             on_view=hooked(self.plugins, "view_established"))
-        self._in_process.incarnation = self.membership.incarnation
 
     def _install_plugins(self) -> None:
         assert self.store is not None and self.link is not None
@@ -361,17 +366,6 @@ class Service:
         assert self.store is not None
         self.flow = pipeline.FlowWatch(self.store, self.lanes, self.cancelled, lambda: self.membership,
                               self.dispatcher.wake).start()
-
-    def _recover_runs(self) -> None:
-        """Runs in this process that an earlier incarnation left (it died in them): their
-        records quarantined, the plug-ins told (the job log writes the attempts)."""
-        runs = self._in_process.recover()
-        if runs:
-            for hook in hooked(self.plugins, "interrupted"):
-                try:
-                    hook(runs)
-                except Exception:
-                    log.exception("plug-in hook %s failed", hook)
 
     def _forget_versions(self) -> None:
         if self.store is not None:
@@ -466,7 +460,8 @@ class Service:
             self.membership.advertise(workflows=self.registry.names())
 
     def _run_batch(self, batch: Batch, lane: pipeline.Lane) -> None:
-        self._execute.execute(batch, lane.placement)
+        self._execute.execute(batch, lane.placement, priority=lane.priority,
+                              outranked=self.dispatcher.outranked(lane))
 
     def publish_versions(self) -> None:
         """Write the workflow versions this process runs to the store when they changed

@@ -254,8 +254,14 @@ class Settings:
     services: Mapping[str, str] = setting(
         default_factory=dict, doc="service name (SMILA 0.9 `invokeService`, a BPEL invoke's "
         "partner link) → dotted Python path", section="workflows")
-    runner: str = setting("spark", "`local`: in the service's process, same semantics "
-                          "(debugging)", section="engine", choices=("spark", "local"))
+    runner: str = setting("spark", "`local`: no Spark; every batch on the service's own "
+                          "supervised worker processes (`service_workers`), same semantics",
+                          section="engine", choices=("spark", "local"))
+    service_workers: int | None = setting(
+        None, "worker processes the service supervises for runs outside Spark (`runner = "
+        "\"local\"`, small batches, and batches while Spark's warm workers cannot start); "
+        "unset: the cores for `runner = \"local\"`, else at most 2", section="engine",
+        minimum=1)
     batch_timeout: float = setting(30.0, "seconds a workflow run may take; past it the run is "
                                    "treated as hung and its messages rerun one by one",
                                    section="engine", minimum=0, positive=True)
@@ -271,10 +277,11 @@ class Settings:
     warm_workers: bool | None = setting(
         None, "interpreter batches run on Spark tasks that stay up between batches (no "
         "job's fixed cost per batch; pipelets still run in Spark's Python workers); unset: "
-        "on for a local master (on a cluster the executors must reach the driver on a port "
-        "of its own)", section="engine")
+        "on (on a cluster the executors must reach the driver on a port of its own, "
+        "`spark.chalk.workers.port`; where they cannot, batches run as jobs of their own)",
+        section="engine")
     local_below: int | None = setting(
-        None, "batches of fewer records run in the service's process, not as a Spark job, "
+        None, "batches of fewer records run on the service's own workers, not on Spark, "
         "whatever the pipelets declare (0: never); unset: small batches do where every "
         "pipelet of the workflow declares `runs_in_service`", section="engine", minimum=0)
     listeners: tuple[ListenerRule, ...] = setting(

@@ -11,6 +11,7 @@ import hashlib
 import importlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -22,6 +23,8 @@ from typing import Any
 import pika
 import pytest
 from sqlalchemy import select
+from test_bench_web import assert_web_work_done, worked
+from test_docs import code_blocks
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 sys.path.insert(0, str(BENCH))
@@ -159,3 +162,104 @@ def test_measure_runs_the_consumer_in_a_process_of_its_own(broker_url: str, tmp_
     assert (one["messages"], one["records"]) == (300, 600)
     assert one["rate"] > 0 and one["cpu_us"]["hand-written"] > 0
     assert len(stored(tmp_path / "hand.db")) == 600
+
+
+# -- the work-bound bench: --work real, --processes N ----------------------------------------
+
+def test_the_real_work_strips_detects_and_fingerprints_each_page(amqp_queues: Any,
+                                                                  tmp_path: Path) -> None:
+    url, db = amqp_queues.url, tmp_path / "hand.db"
+    src, dst = queues(amqp_queues)
+    publish(url, src, [(f"m{m}", hand.body_for(m * 2, sent=12.5, per_message=2, work="real"))
+                       for m in range(30)])
+    hand.Consumer(url, src, dst, db, work="real", messages=30).run()
+    records = stored(db)
+    assert len(records) == 60
+    assert_web_work_done(records, range(60))
+    routed = dict(drain(url, dst))
+    assert len(routed) == 60
+    record = worked(7)
+    assert routed["m3/b0000007"] == {"records": [{"id": "b0000007", "attributes": {
+        "language": record["language"], "fingerprint": record["fingerprint"], "sent": 12.5}}]}
+
+
+def shared_consumer(db: Path, **kwargs: Any) -> Any:
+    """A consumer that shares ``db`` with others, for its commit alone (it never connects)."""
+    return hand.Consumer("amqp://unused", "in", "out", db, work="counters", shared=True, **kwargs)
+
+
+def test_a_record_another_consumer_wrote_meanwhile_is_worked_again_from_what_it_wrote(
+        tmp_path: Path) -> None:
+    """The shared commit, interleaved by hand: A reads, B commits, A writes."""
+    db = tmp_path / "hand.db"
+    a, b = shared_consumer(db), shared_consumer(db)
+    outgoing: dict[str, Any] = {}
+    fresh, seen = a._read([(1, "ma", ids_message(0, 2))], outgoing)   # r0, r1
+    docs, rows = a._apply(fresh, seen, outgoing)                       # the work, no lock
+    b._commit([(1, "mb", ids_message(1, 1))])                          # r1, meanwhile
+    with a.engine.begin() as conn:
+        a._recheck(conn, fresh, seen, docs, rows, outgoing)
+    assert stored(db) == {"r0": {"n1": 1, "n2": 1, "n3": 1}, "r1": {"n1": 2, "n2": 2, "n3": 2}}
+    assert (a.redone, b.redone) == (1, 0)
+    assert outgoing["ma"][1] == {"id": "r1", "attributes": {"n1": 2, "n2": 2, "n3": 2}}
+
+
+def test_a_message_another_consumer_committed_meanwhile_is_not_applied_again(
+        tmp_path: Path) -> None:
+    db = tmp_path / "hand.db"
+    a, b = shared_consumer(db), shared_consumer(db)
+    outgoing: dict[str, Any] = {}
+    fresh, seen = a._read([(1, "m", ids_message(0, 2)), (2, "n", ids_message(5, 1))], outgoing)
+    docs, rows = a._apply(fresh, seen, outgoing)
+    b._commit([(7, "m", ids_message(0, 2))])                           # its redelivery, there
+    with a.engine.begin() as conn:
+        a._recheck(conn, fresh, seen, docs, rows, outgoing)
+    assert stored(db) == {f"r{i}": {"n1": 1, "n2": 1, "n3": 1} for i in (0, 1, 5)}
+    assert [r["id"] for r in outgoing["m"]] == ["r0", "r1"]            # B's, from the inbox
+    with hand.open_store(db).connect() as conn:
+        assert sorted(conn.execute(select(hand.inbox.c.message_id)).scalars()) == ["m", "n"]
+
+
+def test_two_consumers_on_one_queue_and_database_apply_every_message_once(
+        amqp_queues: Any, tmp_path: Path) -> None:
+    """Many messages over few records, repeats among them: two processes side by side
+    lose no update and apply no message twice."""
+    url, db = amqp_queues.url, tmp_path / "hand.db"
+    src, dst = queues(amqp_queues)
+    hand.open_store(db).dispose()
+    messages = [(f"m{m}", ids_message(m % 40, 3)) for m in range(600)]  # r0 … r41
+    publish(url, src, messages + messages[::10])       # 60 delivered twice
+    config = {"url": url, "queue": src, "out": dst, "db": str(db), "batch": 20,
+              "work": "counters", "idle_exit": 1.5, "shared": True}
+    results, _ = hand.consume([config, config])       # both consuming before either starts
+    acked = [r["acked"] for r in results]
+    assert sum(acked) == 660 and min(acked) > 0, acked   # both took their share
+    expected = Counter(f"r{m % 40 + k}" for m in range(600) for k in range(3))
+    assert stored(db) == {i: {"n1": n, "n2": n, "n3": n} for i, n in expected.items()}
+    by_id = Counter(mid for mid, _body in drain(url, dst))
+    assert set(by_id) == {f"m{m}/r{m % 40 + k}" for m in range(600) for k in range(3)}
+    assert sum(by_id.values()) == 1800 + 60 * 3             # repeats resend theirs, same IDs
+    assert hand.depth(url, src) == 0
+
+
+def test_measure_runs_two_processes_on_one_queue(broker_url: str, tmp_path: Path) -> None:
+    one = hand.measure(broker_url, 600, 1, db=tmp_path / "hand.db", work="real", processes=2)
+    assert (one["messages"], one["records"], one["processes"]) == (600, 600, 2)
+    assert sum(one["acked"]) == 600 and min(one["acked"]) > 0, one["acked"]
+    assert one["rate"] > 0
+    assert one["cpu_us"]["hand-written 1"] > 0 and one["cpu_us"]["hand-written 2"] > 0
+    assert_web_work_done(stored(tmp_path / "hand.db"), range(600))
+
+
+def test_the_documented_hand_written_command_runs(broker_url: str, tmp_path: Path) -> None:
+    """docs/performance.md's command, with fewer messages."""
+    (block,) = [b for b in code_blocks(BENCH.parent / "docs" / "performance.md", "")
+                if "bench/bench_handwritten.py --work real" in b]
+    argv = shlex.split(block)
+    assert argv[:2] == [".venv/bin/python", "bench/bench_handwritten.py"]
+    figures = tmp_path / "figures.json"
+    assert hand.main([*argv[2:], "--messages", "400", "--broker", broker_url,
+                      "--json", str(figures)]) == 0
+    (run,) = json.loads(figures.read_text())["runs"]
+    assert (run["records"], run["processes"]) == (400, 2)
+    assert set(run["cpu_us"]) >= {"hand-written 1", "hand-written 2"}

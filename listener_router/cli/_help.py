@@ -20,7 +20,7 @@ HELP: dict[str, tuple[str, str]] = {
         "SIGTERM finishes the batch in hand and stops.",
         "chalk run                                # chalk.toml in this directory\n"
         "chalk run --config prod.toml --http 127.0.0.1:9187   # with metrics and the dashboard\n"
-        "chalk run --local --idle-exit 30         # in-process, stop after 30 s without messages",
+        "chalk run --local --idle-exit 30         # no Spark, stop after 30 s without messages",
     ),
     "push": (
         "Store records from a JSON Lines file on the blackboard and publish their IDs to a "

@@ -213,7 +213,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--max-retries", type=int, help="retries of a failing entry")
     p.add_argument("--on-error", choices=["queue", "block"],
                    help="after the retries: the error queue (default) or block")
-    p.add_argument("--local", action="store_true", help="run the workflow in-process, not on Spark")
+    p.add_argument("--local", action="store_true", help="run the workflow on this process's own workers, not on Spark")
     p.add_argument("--workflows", metavar="DIR", help="workflow directory")
     p.add_argument("--idle-exit", type=float, metavar="SECONDS",
                    help="stop after this many seconds without entries")

@@ -13,7 +13,7 @@ from typing import Any
 
 from listener_router._errors import ConfigError
 from listener_router._messages import OPERATIONS
-from listener_router._runners import make_runner
+from listener_router._runners import close_runner, make_runner
 from listener_router.cli import _reprocess as reprocess
 from listener_router.cli._common import JOB_STATES, settings_for
 from listener_router.cli._help import describe
@@ -186,6 +186,7 @@ def cmd_process(args: argparse.Namespace) -> int:
         if out is not None:
             out.close()
         store.close()
+        close_runner(runner)
     elapsed = time.monotonic() - started
     print(f"{workflow.name}: {ok} succeeded, {failed} failed in {elapsed:.1f} s")
     return 0 if failed == 0 else 1
@@ -323,7 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", parents=[common], help="run the service: consume, process, commit, route")
     p.add_argument("--rules", dest="config", metavar="FILE", help="same as --config")
     p.add_argument("--workflows", metavar="DIR", help="workflow directory (default from config: workflows)")
-    p.add_argument("--local", action="store_true", help="run workflows in-process instead of on Spark")
+    p.add_argument("--local", action="store_true", help="run workflows on the service's own worker processes instead of on Spark")
     p.add_argument("--idle-exit", type=float, metavar="SECONDS",
                    help="stop after this many seconds without messages")
     p.add_argument("--http", metavar="HOST:PORT",
@@ -358,7 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="write the result records as JSON Lines here (attributes "
                    "given as lists stay lists; annotations under \"annotations\")")
     p.add_argument("--workflows", metavar="DIR", help="workflow directory")
-    p.add_argument("--local", action="store_true", help="run in-process instead of on Spark")
+    p.add_argument("--local", action="store_true", help="run on this process's own worker processes instead of on Spark")
     p.add_argument("--batch-size", type=int, default=1000, help="records per Spark job (default 1000)")
     p.set_defaults(func=cmd_process)
 

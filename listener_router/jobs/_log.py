@@ -54,8 +54,8 @@ from listener_router.cluster import LeaderTask
 from listener_router.jobs._settings import JobsSettings
 from listener_router.jobs._sketch import Sketch
 from listener_router.jobs._tables import SCHEMA, JobLogTables, LogRow, StatRow
-from listener_router.pipeline import CRASHED, BatchReport, Commit, State, Work
-from listener_router.store import InboxLog, LocalRun, Schema, ServiceStore, unavailable
+from listener_router.pipeline import BatchReport, Commit, State, Work
+from listener_router.store import InboxLog, Schema, ServiceStore, unavailable
 
 if TYPE_CHECKING:
     from listener_router._settings import Settings
@@ -144,24 +144,6 @@ class JobLog(Plugin):
 
     def in_commit(self, commit: Commit) -> None:
         self.in_transaction(commit)
-
-    def interrupted(self, runs: Sequence[LocalRun]) -> None:
-        """A ``crashed`` step for each message of runs that took this member's process down
-        (its next attempt is logged as it comes)."""
-        at = time.time()
-        rows: list[LogRow] = []
-        others: list[Other] = []
-        for run in runs:
-            for m in run.messages:
-                ids = list(m.records)
-                rows.append((at, "crashed", m.queue, m.message_id,
-                             _int(m.headers.get(REPLAYS_HEADER)), m.attempt, run.workflow,
-                             run.member, None, run.started_at, ids[0] if ids else None,
-                             len(ids), 0, f"the attempt {CRASHED}; its records were "
-                             "quarantined: they run on Spark from now on"))
-                others += [(rid, m.queue, m.message_id, ids[0], at) for rid in ids[1:]]
-        if rows:
-            self._write_outcomes(rows, others)
 
     # -- writing ---------------------------------------------------------------------------
     def period(self, at: float) -> float:

@@ -52,7 +52,7 @@ from sqlalchemy.exc import SQLAlchemyError
 import engine as engine_pkg
 from blackboard import BlackboardError, SqlStore, StorageError
 from listener_router._errors import ConfigError, InfrastructureError
-from listener_router._runners import make_runner
+from listener_router._runners import close_runner, make_runner
 from listener_router._settings import Settings
 from listener_router.broker import AmqpLink, Delivery, OutMessage
 from listener_router.journal import _offsets as offsets
@@ -110,6 +110,7 @@ class Subscriber:
             raise ConfigError(f"subscriber {rule.id!r}: 'store' (its database URL) is required")
         self.apply = apply
         self._runner = runner
+        self.runner: Any = None
         self._registry = registry
         self.stats = SubscriberStats()
         self.owner = f"journal/{rule.journal}/{rule.id}"
@@ -173,6 +174,8 @@ class Subscriber:
         if self.link is not None:
             self.publish_status(wait=True, stopped=True)
             self.link.stop()
+        if self.runner is not None and self._runner is None:
+            close_runner(self.runner)   # the workers it made for itself
         if self.source is not None:
             self.source.close()
         if self.sql is not None:

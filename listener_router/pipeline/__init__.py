@@ -22,7 +22,7 @@ The batch grows while the execute stage is busy, up to the batch size
 (``BatchSizing``), so a slow run makes the next batch larger instead of
 leaving messages waiting behind small batches; ``_sizing`` is the default
 policy (the size from the backlog and the measured cost of a run, small
-batches in the service's process where the workflow allows).  ``_states`` is the one
+batches on the service's own workers where the workflow allows).  ``_states`` is the one
 table of what may happen to a message; ``_inflight`` keeps batches in flight
 from loading each other's records; ``_held`` keeps deferred messages until
 they are gathered again; ``_retries`` decides retry or dead letter;
@@ -54,7 +54,6 @@ from listener_router.pipeline._finish import (
 from listener_router.pipeline._flow import POLL, FlowWatch
 from listener_router.pipeline._gather import GatherStage
 from listener_router.pipeline._held import Held, Holds
-from listener_router.pipeline._in_process import CRASHED, HUNG, InProcess
 from listener_router.pipeline._inflight import InFlight
 from listener_router.pipeline._lanes import (
     MAX_WINDOW,
@@ -101,9 +100,7 @@ __all__ = [
     "FlowWatch",
     "Cancelled",
     "BACKLOG",
-    "CRASHED",
     "CONFIRM_TIMEOUT",
-    "HUNG",
     "TRANSITIONS",
     "AdaptiveSizing",
     "Batch",
@@ -125,7 +122,6 @@ __all__ = [
     "Held",
     "Holds",
     "InFlight",
-    "InProcess",
     "Lane",
     "LaneView",
     "MAX_WINDOW",

@@ -21,7 +21,7 @@ from listener_router.pipeline._work import Work
 
 __all__ = ["Batch", "BatchSizing", "Gathering", "Group", "LOCAL_LIMIT", "READY_POLL"]
 
-LOCAL_LIMIT = 400         # records below which a batch may run in the service's process
+LOCAL_LIMIT = 400         # records below which a batch may run on the service's workers
 READY_POLL = 0.01         # seconds between looks at a batch that is not ready
 
 
@@ -50,6 +50,7 @@ class Batch:
     lock: threading.Lock = field(default_factory=threading.Lock)
     lane: str = ""                     # the queue of the lane it was gathered in
     dispatched: float = 0.0            # monotonic, handed to a runner thread
+    expected: float = 0.0              # seconds its run should take (the sizing's guess)
 
 
 class BatchSizing(BatchObserver):
@@ -75,9 +76,13 @@ class BatchSizing(BatchObserver):
         return messages >= self.size or age >= self.max_wait
 
     def local_limit(self, workflow: str) -> int:
-        """Records below which a batch of ``workflow`` may run in the service's process
-        (when its pipelets allow it and no message of it came again)."""
+        """Records below which a batch of ``workflow`` may run on the service's workers
+        (when its pipelets allow it)."""
         return LOCAL_LIMIT
+
+    def expected(self, batch: Batch) -> float:
+        """Seconds ``batch``'s run should take (0: no guess)."""
+        return 0.0
 
 
 class Gathering:
@@ -101,6 +106,12 @@ class Gathering:
         """Messages a batch takes at most now."""
         size = self.sizing.size
         return size if self.cap is None else min(size, self.cap)
+
+    def pending(self) -> bool:
+        """Whether messages are gathered, or ready in the broker, for a batch (no lock: a
+        glance)."""
+        batch = self.batch
+        return bool(batch is not None and batch.works) or self.waiting() > 0
 
     def room(self) -> int:
         """Messages the batch being gathered can still take (caller holds the lock)."""

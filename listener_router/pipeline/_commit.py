@@ -1,8 +1,9 @@
 """The commit stage: route the results, then records + inbox + outbox in one transaction.
 
 For each message of a group whose workflow ran: a failed instance's records
-are invalidated and the message fails (retrying or dead, ``_retries``); a
-successful one is routed (its outgoing messages computed, deletions marked)
+are invalidated and the message fails (retrying or dead, ``_retries``), or,
+when no runner could begin it (``not_run``: its workers did not start), is
+deferred (held and tried again, no attempt counted); a successful one is routed (its outgoing messages computed, deletions marked)
 and committed.  The commit is one transaction: the records, an inbox row per
 message, one outbox row with the group's outgoing messages, and whatever the
 plug-ins' ``in_commit`` hooks write (:class:`Commit` is what they see).  Then the group goes to
@@ -172,6 +173,10 @@ class CommitStage:
             else:
                 self.loader.invalidate(bb, result.record_ids)
                 invalidated += result.record_ids
+                if w.state is State.PROCESSING and result.not_run:
+                    # no runner could begin it: held and tried again, no attempt counted
+                    w.to(State.DEFERRED, result.error or "not run")
+                    continue
                 if w.state is State.PROCESSING:
                     fail(w, result.error or "workflow failed")
                 failed.append(w)

@@ -16,21 +16,21 @@ group is isolated here, synchronously: its records are dropped and it is
 split in halves that are loaded, run and settled again, until the message
 that breaks the runner stands alone and fails.
 
-A small batch runs in this process (``engine.LocalRunner``) where the
-placement (``_sizing.Placement``) says so, saving a Spark job's fixed cost;
-never a redelivered message's, nor one naming a quarantined record (it took a
-process down, or hung one, before: ``_in_process``).  The run is written down
-before it starts and forgotten after, so one that takes the process down is
-known at the next start.  A local run is bounded by ``batch_timeout``: past
-it the run is abandoned (its thread goes on until the pipelet returns;
-nothing it does is applied), its records are quarantined, and the group runs
-on the main runner (Spark) instead, each instance alone from the start, so
-that the hung one is found in one more timeout and the others commit.
+A small batch runs on the service's own workers (``engine.ProcessRunner``:
+worker processes the service supervises, never its own process) where the
+placement (``_sizing.Placement``) says so, saving even a warm Spark round
+trip.  They isolate a hang or a crash as Spark's warm workers do: it costs a
+worker process, never the service.
+
+A lane outranked by a higher one that has work hands its batch to the
+workers in chunks that each end within :data:`YIELD_WITHIN` seconds, so that
+the higher lane's chunk, which goes to the workers first, waits for a worker
+no longer than that.  Instances no runner could begin (their workers did not
+start) are deferred, not failed: no attempt is counted.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import logging
 import threading
@@ -45,7 +45,6 @@ from listener_router._errors import RunnerUnusable
 from listener_router.pipeline._batch import Batch, Group
 from listener_router.pipeline._cancelled import Cancelled
 from listener_router.pipeline._commit import CommitStage, Executed
-from listener_router.pipeline._in_process import HUNG, InProcess
 from listener_router.pipeline._loading import Loader
 from listener_router.pipeline._report import BatchReport, Meter
 from listener_router.pipeline._retries import fail
@@ -53,9 +52,11 @@ from listener_router.pipeline._settlement import Settlement
 from listener_router.pipeline._sizing import Placement
 from listener_router.pipeline._work import Work
 
-__all__ = ["ExecuteStage", "Runner"]
+__all__ = ["ExecuteStage", "Runner", "YIELD_WITHIN"]
 
 log = logging.getLogger(__name__)
+
+YIELD_WITHIN = 0.5   # seconds an outranked lane's chunk runs at most (a higher one waits no longer)
 
 SettleEarly = Callable[[list[InstanceResult]], None]
 
@@ -77,7 +78,7 @@ def _keywords(runner: Any) -> frozenset[str]:
     except (AttributeError, TypeError, ValueError):
         return frozenset()
     if any(p.kind is p.VAR_KEYWORD for p in parameters):
-        return frozenset({"settle_early", "suspect", "isolate", "watch"})
+        return frozenset({"settle_early", "suspect", "priority", "within"})
     return frozenset(p.name for p in parameters if p.kind is p.KEYWORD_ONLY)
 
 
@@ -93,7 +94,7 @@ class ExecuteStage:
     def __init__(self, *, registry: engine.WorkflowRegistry, runner: Runner,
                  local_runner: Runner | None, placement: Placement | None, batch_timeout: float,
                  loader: Loader, commit: CommitStage, settlement: Settlement, meter: Meter,
-                 in_process: InProcess | None = None, cancelled: Cancelled | None = None):
+                 cancelled: Cancelled | None = None):
         self.registry = registry
         self.runner = runner
         self.local_runner = local_runner
@@ -103,11 +104,8 @@ class ExecuteStage:
         self.commit = commit
         self.settlement = settlement
         self.meter = meter
-        self.in_process = in_process
         self._keywords = _keywords(runner)
         self._local_keywords = _keywords(local_runner)
-        # runner = "local": every run is this process's (written down, see _run_main_here)
-        self._main_here = isinstance(runner, engine.LocalRunner) and in_process is not None
         # the groups running, and their records the runners were told are cancelled
         self.cancelled = cancelled
         self._running: dict[int, list[Work]] = {}
@@ -116,17 +114,20 @@ class ExecuteStage:
         if cancelled is not None:
             cancelled.listen(self._stop_cancelled)
 
-    def execute(self, batch: Batch, placement: Placement | None = None) -> None:
+    def execute(self, batch: Batch, placement: Placement | None = None, *, priority: int = 0,
+                outranked: bool = False) -> None:
         """Run each workflow's group of the batch; the commit stage settles them.  Small
-        batches run in this process where ``placement`` (the lane's; default the stage's)
-        says so."""
+        batches run on the service's workers where ``placement`` (the lane's; default the
+        stage's) says so.  ``priority``: the lane's (its chunks go to the workers first);
+        ``outranked``: a higher lane has work (chunks end within ``YIELD_WITHIN``)."""
         groups = [g for g in batch.groups.values() if g.works]
         batch.pending = len(groups) + 1
         placement = placement or self.placement
+        urgency = {"priority": priority, "within": YIELD_WITHIN if outranked else None}
         try:
             for position, group in enumerate(groups):
                 try:
-                    ran = self._run_workflow(group, group.works, placement)
+                    ran = self._run_workflow(group, group.works, placement, urgency)
                 except BaseException:
                     for rest in groups[position:]:
                         self.settlement.let_go(rest)
@@ -140,7 +141,8 @@ class ExecuteStage:
         finally:
             self.settlement.part_done(batch)
 
-    def _run_workflow(self, group: Group, works: list[Work], placement: Placement | None = None
+    def _run_workflow(self, group: Group, works: list[Work], placement: Placement | None = None,
+                      urgency: dict[str, Any] | None = None
                       ) -> tuple[list[Work], list[InstanceResult]] | None:
         """Run ``works`` on the group's blackboard: the works not settled early, with their
         results; None when the runner failed (and the works were isolated)."""
@@ -151,8 +153,8 @@ class ExecuteStage:
         records = sum(len(ids) for ids in instances)
         local = self.local_runner is not None and placement is not None and \
             placement.runs_here(workflow, works, records)
-        run_id = self._begin_here(name, works, instances) if local else None
-        local = run_id is not None
+        runner, keywords = (self.local_runner, self._local_keywords) if local else \
+            (self.runner, self._keywords)
         started = time.perf_counter()
         where = "local" if local or not isinstance(self.runner, engine.SparkRunner) else "spark"
 
@@ -161,21 +163,10 @@ class ExecuteStage:
 
         self._began(group, works)
         try:
+            results = _run(runner, keywords, workflow, bb, instances, settle_early=early,
+                           **(urgency or {}))
             if local:
-                assert run_id is not None
-                try:
-                    results = self._run_here(workflow, bb, instances, run_id)
-                    self.meter.stats.add("local_batches")
-                except engine.RunTimedOut:
-                    where = "spark" if isinstance(self.runner, engine.SparkRunner) else "local"
-                    local = False
-                    results = _run(self.runner, self._keywords, workflow, bb, instances,
-                                   settle_early=early, suspect=True)
-            elif self._main_here:
-                results = self._run_main_here(workflow, bb, works, instances, early)
-            else:
-                results = _run(self.runner, self._keywords, workflow, bb, instances,
-                               settle_early=early, suspect=self._crashed(works, instances))
+                self.meter.stats.add("local_batches")
         except Exception as e:  # the runner failed on the driver: nothing is known done
             self.meter.time("run", time.perf_counter() - started, report)
             self._check_runner(e)
@@ -235,63 +226,6 @@ class ExecuteStage:
     def _cancellable(self) -> list[Any]:
         return [r for r in (self.runner, self.local_runner) if hasattr(r, "cancel")]
 
-    def _run_here(self, workflow: engine.Workflow, bb: Blackboard, instances: list[list[str]],
-                  run_id: str) -> Sequence[InstanceResult]:
-        """Run in this process, bounded: past ``batch_timeout`` the run is abandoned, its
-        records quarantined, and ``RunTimedOut`` raised (the caller runs it on Spark)."""
-        assert self.local_runner is not None and self.in_process is not None
-        try:
-            return _run(self.local_runner, self._local_keywords, workflow, bb, instances,
-                        isolate=False, watch=self.in_process.watch(run_id))
-        except engine.RunTimedOut as e:
-            ids = list(dict.fromkeys(rid for one in instances for rid in one))
-            log.warning("workflow %s: a batch of %d message(s) %s: %s; its %d record(s) are "
-                        "quarantined and the batch runs on the runner, each message alone",
-                        workflow.name, len(instances), HUNG, e.reason, len(ids))
-            self.in_process.quarantine(ids, f"workflow {workflow.name}: {HUNG} ({e.reason})")
-            raise
-        finally:
-            self.in_process.end(run_id)
-
-    def _run_main_here(self, workflow: engine.Workflow, bb: Blackboard, works: list[Work],
-                       instances: list[list[str]], early: SettleEarly) -> list[InstanceResult]:
-        """``runner = "local"``: each run is written down, so that a crash is known at the next
-        start.  There is no Spark to send its records to: after it, the messages of the run
-        that crashed run one by one (each written down alone, each settled before the next
-        runs, with nothing else running here meanwhile), and one that crashed the process alone
-        fails without running."""
-        assert self.in_process is not None
-        banned = self.in_process.quarantined([rid for ids in instances for rid in ids])
-        if not banned:
-            with self.in_process.shared():
-                run_id = self.in_process.begin(workflow.name, works)
-                try:
-                    return list(_run(self.runner, self._keywords, workflow, bb, instances,
-                                     settle_early=early, watch=self._watch(run_id)))
-                finally:
-                    if run_id is not None:
-                        self.in_process.end(run_id)
-        for index, (w, ids) in enumerate(zip(works, instances, strict=True)):
-            why = next((f"record {rid!r} {banned[rid]}" for rid in ids
-                        if self.in_process.culprit(banned.get(rid, ""))), None)
-            if why is not None:
-                early([InstanceResult(index, False, f"not run: {why} (runner = \"local\" has "
-                                      "nowhere else to run it)", [], list(ids))])
-                continue
-            with self.in_process.alone():
-                run_id = self.in_process.begin(workflow.name, [w])
-                try:
-                    one = _run(self.runner, self._keywords, workflow, bb, [ids],
-                               watch=self._watch(run_id))[0]
-                finally:
-                    if run_id is not None:
-                        self.in_process.end(run_id)
-            early([dataclasses.replace(one, index=index)])
-        return []
-
-    def _watch(self, run_id: str | None) -> Any:
-        return self.in_process.watch(run_id) if self.in_process and run_id else None
-
     def _settle_early(self, group: Group, works: list[Work],
                       results: list[InstanceResult]) -> None:
         """Commit, publish and ack what the runner knows while it still reruns suspects: one
@@ -311,30 +245,6 @@ class ExecuteStage:
                                               if rid in group.bb])
         finally:
             self.settlement.works_done(works, batch)
-        if self._main_here:  # acked before a rerun in this process may take it down
-            self.settlement.finish.input.drain()
-
-    def _crashed(self, works: list[Work], instances: list[list[str]]) -> bool:
-        """Whether a batch delivered again holds records of a run that took this service's
-        process down: on Spark each of its messages then runs alone from the start (the
-        culprit is among them; its first run would only find that out at a timeout)."""
-        if self.in_process is None or not any(w.delivery.redelivered for w in works):
-            return False
-        return bool(self.in_process.quarantined([rid for ids in instances for rid in ids]))
-
-    def _begin_here(self, name: str, works: list[Work], instances: list[list[str]]
-                    ) -> str | None:
-        """Write down a run in this process, unless a record of it is quarantined (it took a
-        process down, or hung one, before); None: run it on the runner."""
-        if self.in_process is None:
-            return None
-        banned = self.in_process.quarantined([rid for ids in instances for rid in ids])
-        if banned:
-            rid, why = next(iter(banned.items()))
-            log.info("workflow %s: a batch of %d message(s) runs on the runner, not in this "
-                     "process: record %r %s", name, len(works), rid, why)
-            return None
-        return self.in_process.begin(name, works)
 
     def _isolate(self, group: Group, works: list[Work], error: str) -> None:
         """Fail a lone message; split a larger group in halves and run each again.

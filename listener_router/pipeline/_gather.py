@@ -150,6 +150,7 @@ class GatherStage:
             if not more:
                 break
             back += more
+        self.inflight.drop(back)
         live = [d for d in back if d.generation == self.link.generation]
         if live:
             self.link.reject(live, requeue=True)
@@ -178,6 +179,9 @@ class GatherStage:
         """Parse a chunk and add it to the batch being gathered."""
         started = time.perf_counter()
         generation = self.link.generation
+        stale = [d for d in deliveries if d.generation != generation]
+        if stale:  # their connection is gone: they come again on the new one
+            self.inflight.drop(stale)
         works = [self._receive(d) for d in deliveries if d.generation == generation]
         self.stats.add("received", len(works))
         received = time.perf_counter() - started

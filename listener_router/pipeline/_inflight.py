@@ -6,11 +6,20 @@ the blackboard.  A message that names a message or record in flight in
 another batch (an earlier one of its lane, another lane's, or the one being
 gathered) cannot be taken up now: loading it would read the version that
 batch is about to replace, and the inbox would not yet show that batch's
-commit.  It is *parked* on that key (:meth:`InFlight.park`) and handed back
-(``wake``) the moment the batch releases it — an event, not a timer; the
-messages behind it go on.  Messages parked on one key come back in the
-order they were parked.  While records are in flight (loaded ahead of their
-run, or waiting for their commit) one thread renews their leases.
+commit.  It is *parked* on that key (:meth:`InFlight.take_or_park`) and
+handed back (``wake``) the moment the batch releases it — an event, not a
+timer; the messages behind it go on.  Messages parked on one key come back
+in the order they were parked.  While records are in flight (loaded ahead of
+their run, or waiting for their commit) one thread renews their leases.
+
+A released key is not set free while messages are parked on it: it is
+handed to the first of them alone (held for it, :class:`Woken`, until it is
+gathered again and takes it over), and the others stay parked behind it.
+Set free, the key could be taken by a later message gathered before the
+woken one came back through the lane's queue, and a record's messages would
+take effect out of the order they were published in.  A woken message that
+never comes back (its connection is gone, its lane was paused) is
+:meth:`dropped <InFlight.drop>`: its keys go to the next in line.
 """
 
 from __future__ import annotations
@@ -21,9 +30,18 @@ from collections import deque
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
-__all__ = ["InFlight"]
+__all__ = ["InFlight", "Woken"]
 
 log = logging.getLogger(__name__)
+
+
+class Woken:
+    """Holds a released key for the parked message it was handed to (see module doc)."""
+
+    __slots__ = ("item",)
+
+    def __init__(self, item: Any):
+        self.item = item
 
 
 class InFlight:
@@ -71,16 +89,44 @@ class InFlight:
     def release(self, keys: Iterable[Hashable]) -> None:
         woken: dict[Callable[[list[Any]], None], list[Any]] = {}
         with self._cond:
-            pop = self._held.pop
-            parked = self._parked
-            for key in keys:
-                pop(key, None)
-                if parked and key in parked:
-                    for item, wake in parked.pop(key):
-                        woken.setdefault(wake, []).append(item)
+            self._release(keys, woken)
             self._cond.notify_all()
         for wake, items in woken.items():
             wake(items)
+
+    def _release(self, keys: Iterable[Hashable],
+                 woken: dict[Callable[[list[Any]], None], list[Any]]) -> None:
+        """(lock held) Free ``keys``, or hand each to its first parked message (module doc)."""
+        pop = self._held.pop
+        parked = self._parked
+        for key in keys:
+            pop(key, None)
+            if not parked or key not in parked:
+                continue
+            line = parked[key]
+            item, wake = line.popleft()
+            if not line:
+                del parked[key]
+            self._held[key] = Woken(item)
+            woken.setdefault(wake, []).append(item)
+
+    def drop(self, items: Iterable[Any]) -> None:
+        """These messages will not be gathered here again (their connection is gone, or
+        they went back to the queue): the keys handed to them go to the next in line."""
+        mine = {id(item) for item in items}
+        if not mine:
+            return
+        woken: dict[Callable[[list[Any]], None], list[Any]] = {}
+        with self._cond:
+            keys = [k for k, holder in self._held.items()
+                    if type(holder) is Woken and id(holder.item) in mine]
+            for line in self._parked.values():
+                for entry in [e for e in line if id(e[0]) in mine]:
+                    line.remove(entry)
+            self._release(keys, woken)
+            self._cond.notify_all()
+        for wake, items_woken in woken.items():
+            wake(items_woken)
 
     def take_or_park(self, keys: list[Hashable], holder: object, item: Any,
                      wake: Callable[[list[Any]], None], *, fifo: bool = False,
@@ -90,14 +136,16 @@ class InFlight:
         (handed to ``wake([item, ...])`` when it is released) and return False.
 
         ``fifo``: a key with items parked on it counts as held (they were first).  A key
-        held by ``mine`` (a hold the item itself left, equal by value) is taken over."""
+        held by ``mine`` (a hold the item itself left, equal by value), or handed to the
+        item when it was released (module doc), is taken over."""
         held = self._held
         parked = self._parked
         with self._cond:
             for key in keys:
                 owner = held.get(key)
-                if owner is not None and mine is not None and owner == mine:
-                    continue  # its own hold (a retry's): it goes first
+                if owner is not None and (type(owner) is Woken and owner.item is item
+                                          or mine is not None and owner == mine):
+                    continue  # handed to it, or its own hold (a retry's): it goes first
                 if owner is not None or (fifo and parked.get(key)):
                     parked.setdefault(key, deque()).append((item, wake))
                     return False

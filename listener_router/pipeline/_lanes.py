@@ -7,7 +7,7 @@ gathered.  A lane's trouble stays in the lane: a message held for a backoff,
 a batch that runs long, a batch whose failure is being isolated — each holds
 back nothing of another lane.
 
-The lanes share the runner (Spark's workers, the service's process) through
+The lanes share the runner (Spark's workers, the service's own) through
 the :class:`Dispatcher`, on the service's thread.  It hands a lane's ready
 batch to a runner thread when
 
@@ -27,6 +27,11 @@ queue priorities do), so a lower lane is slowed, never starved.
 
 A lane whose priority is above that of every lane running may take one slot
 more than ``slots``: a high lane never waits for a low lane's batch to end.
+And the workers take chunks by priority: a lane is *outranked* while a
+higher one has work (a batch running or gathering, or one dispatched in the
+last :data:`ACTIVE_FOR` seconds), and then its batches go to the workers in
+chunks that each end soon (``_execute.YIELD_WITHIN``), so that a higher
+lane's chunk waits for a worker no longer than that.
 A lane is passed over while it is *paused*, while its rate limit's bucket
 is empty (``_flow``), or while a queue its results go to holds more than its
 ``max_output_depth`` ready messages (back-pressure, as the link samples the
@@ -66,6 +71,12 @@ SLOW_AFTER = 2.0          # seconds after which a running batch no longer counts
 MAX_WINDOW = 4            # batches of one lane running at once at most (slow ones too)
 IDLE_LOOK = 0.2           # seconds between the loop's own looks (stop, until, idle, refresh)
 BACKED_UP_LOOK = 0.1      # seconds between looks at a backed-up lane's outputs (as sampled)
+ACTIVE_FOR = 5.0          # seconds a lane counts as having work after its last batch went
+
+
+def slow_after(batch: Batch) -> float:
+    """Seconds after which a running batch is slow (no longer holds its lane back)."""
+    return max(SLOW_AFTER, 2.0 * batch.expected)
 
 
 class TokenBucket:
@@ -141,10 +152,12 @@ class Lane:
     weight: float = 1.0
     turn: float = 0.0
     running: list[Batch] = field(default_factory=list)
+    last_dispatched: float = -float("inf")
 
     def fast(self, now: float) -> int:
-        """Batches of this lane running that are not slow yet."""
-        return sum(1 for b in self.running if now - b.dispatched < SLOW_AFTER)
+        """Batches of this lane running that are not slow yet (``SLOW_AFTER`` seconds, or
+        twice the run the sizing expected of it)."""
+        return sum(1 for b in self.running if now - b.dispatched < slow_after(b))
 
     def view(self) -> LaneView:
         """The lane as the dashboard and the metrics show it."""
@@ -246,6 +259,13 @@ class Dispatcher:
     def running(self) -> int:
         return sum(len(lane.running) for lane in self.lanes)
 
+    def outranked(self, lane: Lane) -> bool:
+        """Whether a lane of higher priority has work (module doc)."""
+        now = time.monotonic()
+        return any(other.priority > lane.priority and not other.paused and (
+            other.running or other.gathering.pending() or
+            now - other.last_dispatched < ACTIVE_FOR) for other in self.lanes)
+
     def step(self, wait: float = IDLE_LOOK) -> int:
         """Dispatch what can go now; else wait (at most ``wait`` s) until something may
         change.  Returns how many batches were dispatched."""
@@ -274,7 +294,7 @@ class Dispatcher:
             again = seconds if again is None else min(again, seconds)
 
         for running in (b for lane in self.lanes for b in lane.running):
-            slow_in = SLOW_AFTER - (now - running.dispatched)
+            slow_in = slow_after(running) - (now - running.dispatched)
             if slow_in > 0:
                 soon(slow_in)
         # A lane above every lane running now may take a slot more: a high lane never
@@ -300,7 +320,8 @@ class Dispatcher:
         return None, None, again
 
     def _dispatch(self, batch: Batch, lane: Lane, now: float) -> None:
-        batch.dispatched = now
+        batch.dispatched = lane.last_dispatched = now
+        batch.expected = lane.sizing.expected(batch)
         batch.lane = batch.report.lane = lane.queue
         if lane.bucket is not None:
             lane.bucket.take(sum(len(w.message.record_ids) for w in batch.works

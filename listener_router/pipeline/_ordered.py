@@ -72,8 +72,9 @@ class Ordered:
         return [("order", self.queue, k) for k in self.order_keys(w)]
 
     def keys(self, w: Work) -> list[Hashable]:
-        """What the message takes for its batch: its message key, its records, its order."""
-        return [*keys((w,)), *self.holds(w)]
+        """What the message takes for its batch: its order, its message key, its records
+        (the order first: the messages of a key queue up on it, in order)."""
+        return [*self.holds(w), *keys((w,))]
 
     def hold_of(self, w: Work) -> RetryHold | None:
         """The hold the message's own retry would have left (it takes the keys over)."""

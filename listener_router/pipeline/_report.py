@@ -70,7 +70,7 @@ class WorkflowRun:
     """One run of a workflow over a group of a batch: where, how many records, how long."""
 
     workflow: str
-    runner: str                    # "spark" (a Spark job) or "local" (in the service's process)
+    runner: str                    # "spark" (on Spark) or "local" (the service's own workers)
     seconds: float
     records: int = 0
 
@@ -101,7 +101,7 @@ class BatchReport:
     published: int = 0             # messages published for it (routed, retry copies, dead letters)
     sent: Counter[str] = field(default_factory=Counter)  # routed messages by target queue
     runs: list[WorkflowRun] = field(default_factory=list)  # each run of a workflow, in order
-    local_runs: int = 0            # workflow runs in the service's process
+    local_runs: int = 0            # workflow runs on the service's own workers
     seconds: dict[str, float] = field(default_factory=dict)
     finished: float = 0.0          # wall clock, when observers got it
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)

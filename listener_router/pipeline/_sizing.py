@@ -1,5 +1,5 @@
 """The default batch policy: batches as large as the backlog and the measured job cost call
-for, and small ones run in the service's process where the workflow allows.
+for, and small ones run on the service's own workers where the workflow allows.
 
 Theory of operation.
 
@@ -28,6 +28,15 @@ still give an answer); ``size`` is the smallest over the
 workflows.  A listener rule's ``batch_size`` fixes ``size`` instead, and its
 ``max_wait_ms`` ``max_wait``.
 
+A workflow's batches start at ``START_SIZE`` and grow at most fourfold from
+one measured run to the next (a slow start): the prior cost says nothing of
+a workflow whose pipelets take milliseconds a record, and a first batch of
+``MAX_SIZE`` of them would run for minutes.  Each batch carries the run time
+its size predicts (:meth:`AdaptiveSizing.expected`); the dispatcher counts a
+batch as *slow* (no longer holding its lane back, ``_lanes``) only past
+twice that, so that batches that are long but not stuck do not pile up on
+the workers beside each other.
+
 ``MAX_SIZE`` bounds the pipeline's fill and drain: the runner waits while
 the first batch of a backlog is gathered, and the last one's commit and
 acks follow its run alone, so a burst of a few batches overlaps its stages
@@ -40,17 +49,15 @@ pairs); smaller batches hold fewer records in memory too.
 decides between a job of its own and its warm workers (``engine._warm``:
 no job's fixed cost, a round trip over a socket).  A job's fixed cost is
 most of a small batch's time, so under a light load it would be most of the
-latency; even a warm worker's round trip costs something.  A batch smaller than :meth:`AdaptiveSizing.local_limit` records runs in the
-service's process when every pipelet of its workflow declares
-``runs_in_service`` (the built-ins do, except those running a regular
-expression, stylesheet or file the configuration names): the size at which
-a run here (``c_local·n``, fitted from runs here) would take as long as a
-Spark job (``F + c·n``), at most ``MAX_LOCAL``.  Not a batch holding a
-message delivered again (its first delivery may have crashed a process:
-Spark isolates a crash or a hang, this process cannot), and a run here past
-``batch_timeout`` is abandoned and goes to Spark (``_execute``).
-``[engine] local_below = N`` runs batches under N records here whatever the
-pipelets declare; ``0`` never.
+latency; even a warm worker's round trip costs something.  A batch smaller
+than :meth:`AdaptiveSizing.local_limit` records runs on the service's own
+workers (``engine.ProcessRunner``: supervised processes, isolated as Spark's
+are) when every pipelet of its workflow declares ``runs_in_service`` (the
+built-ins do, except those running a regular expression, stylesheet or file
+the configuration names): the size at which a run there (``c_local·n``,
+fitted from runs there) would take as long as a Spark job (``F + c·n``), at
+most ``MAX_LOCAL``.  ``[engine] local_below = N`` runs batches under N
+records there whatever the pipelets declare; ``0`` never.
 """
 
 from __future__ import annotations
@@ -61,28 +68,29 @@ from collections.abc import Sequence
 
 import engine
 from listener_router._settings import ListenerRule
-from listener_router.pipeline._batch import BatchSizing
+from listener_router.pipeline._batch import Batch, BatchSizing
 from listener_router.pipeline._report import BatchReport
 from listener_router.pipeline._work import Work
 
 __all__ = ["AdaptiveSizing", "DEFAULT_MAX_WAIT", "FIXED_SHARE", "MAX_LOCAL", "MAX_PREFETCH", "MAX_RUN",
-           "MAX_SIZE", "MIN_SIZE", "Placement", "PREFETCH_BATCHES", "RunCost", "default_sizing",
-           "prefetch_by_queue", "prefetch_for"]
+           "MAX_SIZE", "MIN_SIZE", "Placement", "PREFETCH_BATCHES", "RunCost", "START_SIZE",
+           "default_sizing", "prefetch_by_queue", "prefetch_for"]
 
 log = logging.getLogger(__name__)
 
 FIXED_SHARE = 0.1          # a job's fixed cost is at most this share of its batch's run
 MIN_SIZE = 100
+START_SIZE = 500           # messages a workflow's batches hold at most before one was measured
 MAX_SIZE = 5_000           # messages a batch holds at most (module doc: fill and drain)
 MAX_RUN = 10.0             # seconds one run may take (records of large documents: fewer)
-MAX_LOCAL = 1_000          # records a batch run in the service's process holds at most
+MAX_LOCAL = 1_000          # records a batch run on the service's workers holds at most
 DEFAULT_MAX_WAIT = 1.0     # seconds a batch waits to fill while more messages wait
 PREFETCH_BATCHES = 4       # prefetch: one batch gathering, one running, two committing/acking
 MAX_PREFETCH = 65_535      # AMQP's prefetch count is 16 bits
 PRIOR_FIXED = 0.1          # seconds: a warm Spark job's fixed cost, before any is measured
 MIN_FIXED = 0.05           # seconds: the least fixed cost a run is taken to have (module doc)
 PRIOR_PER_RECORD = 50e-6   # seconds per record on Spark, before any is measured
-PRIOR_LOCAL = 300e-6       # seconds per record in the service's process, before any is measured
+PRIOR_LOCAL = 300e-6       # seconds per record on the service's workers, before any is measured
 DECAY = 0.95               # weight of a run after the next one (about the last twenty count)
 
 
@@ -95,8 +103,10 @@ class RunCost:
         self.local = PRIOR_LOCAL
         self._sums = [0.0] * 5  # decayed Σw, Σw·n, Σw·n², Σw·t, Σw·n·t of the Spark runs
         self._local_weight = 0.0
+        self.largest = 0        # records of the largest run measured (the slow start)
 
     def add_spark(self, records: int, seconds: float) -> None:
+        self.largest = max(self.largest, records)
         sums = self._sums
         n, t = float(records), seconds
         for i, x in enumerate((1.0, n, n * n, t, n * t)):
@@ -123,10 +133,16 @@ class RunCost:
         self.local += (seconds / records - self.local) * share
 
     def best_size(self) -> int:
-        """The smallest batch whose fixed cost is at most ``FIXED_SHARE`` of its run."""
+        """The smallest batch whose fixed cost is at most ``FIXED_SHARE`` of its run, within
+        the slow start (module doc)."""
         size = self.fixed / (FIXED_SHARE * self.per_record)
         longest = (MAX_RUN - self.fixed) / self.per_record
-        return int(max(MIN_SIZE, min(MAX_SIZE, size, longest)))
+        grown = max(START_SIZE, 4 * self.largest)
+        return int(max(MIN_SIZE, min(MAX_SIZE, grown, size, longest)))
+
+    def predict(self, records: int) -> float:
+        """Seconds a run of ``records`` should take on Spark."""
+        return self.fixed + self.per_record * records
 
     def local_limit(self) -> int:
         """Records below which a run here is quicker than a Spark job."""
@@ -141,7 +157,7 @@ class AdaptiveSizing(BatchSizing):
     ``limit`` fixes it; a batch is taken at once when nothing more is waiting."""
 
     def __init__(self, limit: int | None = None, max_wait: float = DEFAULT_MAX_WAIT):
-        super().__init__(limit or MAX_SIZE, max_wait)
+        super().__init__(limit or START_SIZE, max_wait)
         self.limit = limit
         self.costs: dict[str, RunCost] = {}
         self._lock = threading.Lock()
@@ -152,6 +168,15 @@ class AdaptiveSizing(BatchSizing):
     def local_limit(self, workflow: str) -> int:
         cost = self.costs.get(workflow)
         return (cost or RunCost()).local_limit()
+
+    def expected(self, batch: Batch) -> float:
+        seconds = 0.0
+        for name, group in batch.groups.items():
+            cost = self.costs.get(name)
+            if cost is not None:
+                seconds += cost.predict(sum(len(w.message.record_ids) for w in group.works
+                                            if w.message is not None))
+        return seconds
 
     def batch_finished(self, report: BatchReport) -> None:
         if not report.runs:
@@ -204,7 +229,7 @@ def prefetch_by_queue(rules: Sequence[ListenerRule]) -> dict[str, int]:
 
 
 class Placement:
-    """Which batches run in the service's process rather than on Spark (module doc)."""
+    """Which batches run on the service's own workers rather than on Spark (module doc)."""
 
     def __init__(self, sizing: BatchSizing, local_below: int | None = None):
         self.sizing = sizing
@@ -212,8 +237,6 @@ class Placement:
         self._allowed: dict[tuple[str, str], bool] = {}
 
     def runs_here(self, workflow: engine.Workflow, works: Sequence[Work], records: int) -> bool:
-        if any(w.delivery.redelivered for w in works):
-            return False
         if self.local_below is not None:
             return records < self.local_below
         if not self._allows(workflow):
@@ -227,7 +250,7 @@ class Placement:
             refusing = engine.classes_not_in_service(workflow)
             allowed = self._allowed[key] = not refusing
             if allowed:
-                log.info("workflow %s: small batches run in the service's process (its "
+                log.info("workflow %s: small batches run on the service's workers (its "
                          "pipelets declare runs_in_service)", workflow.name)
             else:
                 log.info("workflow %s: every batch runs on Spark (%s %s not declare "

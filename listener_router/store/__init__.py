@@ -1,12 +1,11 @@
 """The core's own tables in the blackboard's database: inbox, outbox, nodes, cluster,
-workflow versions, runs in the service's process and the quarantine.
+workflow versions and what operators set on the lanes.
 
 :class:`ServiceStore` is the one interface the rest of the service uses
 (``_store``); each table lives in a module of its own (``_outbox`` holds the
 inbox and the outbox, ``_nodes`` the members' heartbeats, ``_cluster`` the
 leader, its fencing epoch and the established view, ``_versions`` the
-workflow versions each process runs, ``_local_runs`` the runs in the
-service's process and the records that never run there again, ``_flow`` what
+workflow versions each process runs, ``_flow`` what
 operators set on the lanes: paused queues, cancellations, the message IDs chalk push
 published, ordered keys) and ``_schema`` creates and upgrades
 them (a feature's tables are its own: a :class:`Schema` next to the feature,
@@ -24,7 +23,6 @@ from listener_router.store._flow import (
     OrderedKeys,
     Pushed,
 )
-from listener_router.store._local_runs import LocalRun, LocalRuns, Quarantine, RunMessage
 from listener_router.store._nodes import Member, Nodes
 from listener_router.store._outbox import INBOX, InboxLog, InboxLogRow, Outbox
 from listener_router.store._schema import CORE, Schema, reading, row_as
@@ -32,6 +30,6 @@ from listener_router.store._store import ServiceStore, commit_failure, unavailab
 from listener_router.store._versions import RunningVersion, WorkflowVersions
 
 __all__ = ["CORE", "INBOX", "Cancellation", "Cancellations", "ClusterRow", "ClusterState",
-           "LaneState", "LaneStates", "OrderedKeys", "Pushed", "InboxLog", "InboxLogRow", "LocalRun", "LocalRuns", "Member", "Nodes",
-           "Outbox", "Quarantine", "RunMessage", "RunningVersion", "Schema", "ServiceStore", "WorkflowVersions",
+           "LaneState", "LaneStates", "OrderedKeys", "Pushed", "InboxLog", "InboxLogRow", "Member",
+           "Nodes", "Outbox", "RunningVersion", "Schema", "ServiceStore", "WorkflowVersions",
            "commit_failure", "reading", "row_as", "unavailable"]

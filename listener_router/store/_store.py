@@ -38,7 +38,6 @@ from listener_router._errors import (
 )
 from listener_router.store._cluster import ClusterState
 from listener_router.store._flow import Cancellations, LaneStates, OrderedKeys, Pushed
-from listener_router.store._local_runs import LocalRuns, Quarantine
 from listener_router.store._nodes import Nodes
 from listener_router.store._outbox import Outbox
 from listener_router.store._schema import CORE
@@ -70,8 +69,6 @@ class ServiceStore:
         self.nodes = Nodes(sql.engine)
         self.cluster = ClusterState(sql.engine)
         self.workflow_versions = WorkflowVersions(sql.engine)
-        self.local_runs = LocalRuns(sql.engine)
-        self.quarantine = Quarantine(sql.engine)
         self.lanes = LaneStates(sql.engine)
         self.cancellations = Cancellations(sql.engine)
         self.pushed = Pushed(sql.engine)

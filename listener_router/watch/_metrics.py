@@ -6,7 +6,7 @@ Two kinds, by where they come from:
   batch observer): messages in, out, retried and dead-lettered by queue,
   messages by queue and state, records committed and invalidated by
   workflow, the batch size, the seconds of each stage, each workflow run
-  (Spark job or in-process);
+  (Spark job or the service's own workers);
 - **when scraped**, read from what the service already keeps (:class:`Live`):
   the leader flag and the members (``Membership``), the running workflow
   versions (the registry), the batch size limit, records and messages in
@@ -67,7 +67,7 @@ METRICS: dict[str, str] = {
     "chalk_stage_seconds": "Seconds a batch spent in each stage (gather, receive, inbox, load, "
                            "screen, wait, run, route, commit, publish, batch)",
     "chalk_spark_job_seconds": "Seconds of each Spark job (one per workflow per batch), by workflow",
-    "chalk_local_run_seconds": "Seconds of each workflow run in the service's process "
+    "chalk_local_run_seconds": "Seconds of each workflow run on the service's own workers "
                                "(runner local, or under local_below), by workflow",
     "chalk_queue_depth": "Messages ready in the queue, as the broker last said (sampled every few "
                          "seconds; absent queue: not reported)",

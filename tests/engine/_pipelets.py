@@ -257,3 +257,46 @@ class WhereAmI(Pipelet):
             blackboard.set_literal(rid, "pid", os.getpid())
             blackboard.set_literal(rid, "in_task", TaskContext.get() is not None)
         return ids
+
+
+class PauseMidAnswer(Pipelet):
+    """Counts each record (``counter`` + 1) and, the first time only (no file ``marker``
+    yet), has its worker stop between the first two frames of its answer: it writes its
+    pid into ``marker`` and waits there to be killed (``engine._supervisor.send_answer``)."""
+
+    parameters = frozenset({"marker"})
+
+    def configure(self, config: dict[str, Any]) -> None:
+        super().configure(config)
+        self.marker = str(config["marker"])
+
+    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
+        for rid in ids:
+            n = blackboard.get_literal(rid, "counter").value if blackboard.has_attribute(rid, "counter") else 0
+            blackboard.set_literal(rid, "counter", n + 1)
+        if not os.path.exists(self.marker):
+            import engine._supervisor as supervisor
+            from engine._wire import ANSWER, ANSWER_HEAD, send
+
+            marker = self.marker
+
+            def half(conn: Any, seq: int, kind: bytes, parts: Any, seconds: float) -> None:
+                send(conn, ANSWER, ANSWER_HEAD.pack(seq, kind, len(parts), seconds))
+                send(conn, parts[0])
+                with open(marker, "w") as f:
+                    f.write(str(os.getpid()))
+                time.sleep(600)
+
+            supervisor.send_answer = half
+        return ids
+
+
+class Stamp(Pipelet):
+    """Sleeps ``sleep`` seconds (an attribute) per record, then stamps ``done`` with the time."""
+
+    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
+        for rid in ids:
+            if blackboard.has_attribute(rid, "sleep"):
+                time.sleep(float(blackboard.get_literal(rid, "sleep").value))
+            blackboard.set_literal(rid, "done", time.time())
+        return ids

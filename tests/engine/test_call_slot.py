@@ -1,6 +1,6 @@
 """The call slot: a warm worker's run process tells each pipelet call in memory its
 supervising task shares; the task reads the last one after the run process is gone.  The
-stop slot: the other way, records cancelled while a chunk runs."""
+stop slot: the other way, the records cancelled now, as the driver last said."""
 
 from __future__ import annotations
 
@@ -71,35 +71,51 @@ def test_a_call_too_long_for_the_slot_keeps_its_pipelet_and_drops_its_record_ids
         "mod.Big", "wf.bpel:3", "big", (), 5)
 
 
-def test_records_cancelled_while_a_chunk_runs_are_seen_by_the_run_process_until_the_next() -> None:
+def test_records_cancelled_are_seen_by_the_worker_and_withdrawn_ones_no_more() -> None:
     stops = StopSlot()
     read, write = os.pipe()
     ready, told = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the run process: asks at each "pipelet boundary"
+    if pid == 0:  # the worker: asks at each "pipelet boundary"
         os.close(read)
         os.read(ready, 1)
         seen = sorted(stops.among(["a", "b", "c"]))
-        os.read(ready, 1)                   # the next chunk: cleared, then "c" alone
+        os.read(ready, 1)                   # "a" and "b" withdrawn, "c" cancelled
         seen2 = sorted(stops.among(["a", "b", "c"]))
         os.write(write, ("|".join(seen) + ";" + "|".join(seen2)).encode())
         os._exit(0)
     os.close(write)
     assert stops.among(["a"]) == set()
-    stops.add(["a"])
-    stops.add(["b", "x"])
+    stops.replace(1, ["a", "b", "x"])
     os.write(told, b"1")
     time.sleep(0.2)
-    stops.clear()
-    stops.add(["c"])
+    stops.replace(2, ["c"])
     os.write(told, b"1")
     answer = os.read(read, 100).decode()
     os.waitpid(pid, 0)
     assert answer == "a|b;c"
+    assert stops.current() == (2, frozenset({"c"}))
 
 
-def test_a_full_stop_slot_keeps_what_it_has() -> None:
+def test_a_set_too_large_for_the_stop_slot_keeps_whole_ids() -> None:
     stops = StopSlot()
-    stops.add(["r" * 40000])
-    stops.add(["s" * 40000])  # does not fit: dropped (the commit stage still cancels it)
-    assert stops.among(["r" * 40000, "s" * 40000]) == {"r" * 40000}
+    stops.replace(1, ["r" * 20000, "s" * 20000])
+    stops.replace(2, ["r" * 20000, "s" * 20000])  # both halves are used in turn
+    assert stops.among(["r" * 20000, "s" * 20000]) == {"r" * 20000}
+
+
+def test_a_reader_never_takes_a_set_in_the_middle_of_its_write() -> None:
+    stops = StopSlot()
+    stops.replace(1, ["a"])
+    assert stops.among(["a"]) == {"a"}
+    # a writer between its two header writes: the sequence is odd, the set not yet whole
+    seq, version, n, half = StopSlot._HEAD.unpack_from(stops._map, 0)
+    StopSlot._HEAD.pack_into(stops._map, 0, seq + 1, 2, n, half)
+    assert stops.current() == (1, frozenset({"a"}))  # the last whole set
+
+
+def test_a_stop_slot_over_a_file_is_shared_by_processes_that_map_it(tmp_path) -> None:
+    path = str(tmp_path / "stops")
+    writer, reader = StopSlot(path), StopSlot(path)   # as a spawned worker maps it
+    writer.replace(5, ["q"])
+    assert reader.current() == (5, frozenset({"q"}))

@@ -11,7 +11,7 @@ import pytest
 from engine_helpers import pipelet, records
 
 from blackboard import Blackboard
-from engine import InstanceResult, LocalRunner, RunTimedOut, SparkRunner
+from engine import InstanceResult, ProcessRunner, SparkRunner
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -148,29 +148,41 @@ def test_isolation_stops_when_its_time_budget_is_spent(spark: Any, make_workflow
     assert runner.run(wf, bb, [["after"]])[0].ok  # the budget is per batch
 
 
-def test_the_local_runner_abandons_a_hung_run_and_isolates_it(make_workflow: Any) -> None:
+def test_the_service_workers_kill_a_hung_run_and_isolate_it(make_workflow: Any) -> None:
     wf = make_workflow(CRASH)
     bb = Blackboard.local()
     instances = poisoned(bb, 5, hang=(3,), prefix="l")
     early: list[InstanceResult] = []
     started = time.monotonic()
-    rest = LocalRunner(batch_timeout=2).run(wf, bb, instances, settle_early=early.extend)
-
+    runner = ProcessRunner(workers=2, batch_timeout=2)
+    try:
+        rest = runner.run(wf, bb, instances, settle_early=early.extend)
+    finally:
+        runner.close()
     assert sorted(r.index for r in early) == [0, 1, 2, 4] and all(r.ok for r in early)
     assert [(r.index, r.ok) for r in rest] == [(3, False)]
     assert rest[0].error == (f"timeout: {CALL}{wf.path}:1, invokePipelet 'crash') ran longer "
                              "than 2 s on record 'l3'")
     assert time.monotonic() - started < 4 + SLACK
     assert bb.get_attributes("l1")["trail"] == "survived"
-    assert bb.get_attributes("l3") == {"n": 3, "hang": True}  # nothing of the abandoned runs
+    assert bb.get_attributes("l3") == {"n": 3, "hang": True}  # nothing of the killed run
 
 
-def test_the_local_runner_says_when_a_run_timed_out_instead_of_isolating(make_workflow: Any) -> None:
+def test_a_crash_on_the_service_workers_costs_a_worker_not_the_process_that_runs_them(
+        make_workflow: Any) -> None:
     wf = make_workflow(CRASH)
     bb = Blackboard.local()
-    instances = poisoned(bb, 3, hang=(1,), prefix="t")
-    with pytest.raises(RunTimedOut) as caught:
-        LocalRunner(batch_timeout=1).run(wf, bb, instances, isolate=False)
-    assert caught.value.call is not None and caught.value.call.cls == "tests.engine._pipelets.Crash"
-    assert "records 't0', 't1', 't2'" in caught.value.reason
-    assert all("trail" not in bb.get_attributes(f"t{i}") for i in range(3))
+    instances = poisoned(bb, 6, crash=(2,), prefix="c")
+    runner = ProcessRunner(workers=2, batch_timeout=10)
+    runner.run(wf, bb, [["c0"]])   # up
+    try:
+        supervisor = set(runner.pool.processes())
+        results = runner.run(wf, bb, instances)
+        again = runner.run(wf, bb, [["c0"], ["c1"]])  # the workers go on
+        assert set(runner.pool.processes()) == supervisor  # forked again under the same one
+    finally:
+        runner.close()
+    assert [r.ok for r in results] == [True, True, False, True, True, True]
+    assert results[2].error == (f"the worker process died (exit 3) in {CALL}{wf.path}:1, "
+                                "invokePipelet 'crash') on record 'c2'")
+    assert all(r.ok for r in again)

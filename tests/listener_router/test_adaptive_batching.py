@@ -1,8 +1,8 @@
 """The default batch policy end to end: listener rules with no batch keys.
 
 Batches then take what is waiting (large under a backlog, small under a
-trickle), small ones run in the service's process where the workflow's
-pipelets declare ``runs_in_service``, and the rest are Spark jobs.  Whatever
+trickle), small ones run on the service's own workers where the workflow's
+pipelets declare ``runs_in_service``, and the rest on Spark.  Whatever
 the sizes and places turn out to be, every message is processed exactly
 once and a record's messages take effect in the order they were published.
 """
@@ -38,7 +38,7 @@ class AppendSeq(Pipelet):
 
 
 class AppendSeqOnSpark(AppendSeq):
-    """The same, not declared for the service's process: its batches are Spark jobs."""
+    """The same, not declared for the service's workers: its batches run on Spark."""
 
     runs_in_service = False
 '''
@@ -174,7 +174,9 @@ def test_every_message_once_and_in_order_whatever_the_batches(two_rules, run_ser
     assert max(sizes.sizes) >= 50 and min(sizes.sizes) <= 10, sizes.sizes
 
 
-def test_a_redelivered_message_runs_on_spark_under_the_defaults(two_rules, run_service, broker):
+def test_a_redelivered_message_runs_on_the_service_workers_too(two_rules, run_service, broker):
+    """Delivered again (its first delivery may have crashed a worker), a small batch still
+    runs on the service's workers: a crash there costs a worker, never the service."""
     import pika
 
     from listener_router.broker import connection_parameters
@@ -189,6 +191,6 @@ def test_a_redelivered_message_runs_on_spark_under_the_defaults(two_rules, run_s
     sizes = Sizes()
     stats = run_service(two_rules, until=lambda s: s["committed"] >= 1, observers=[sizes])
     assert stats["committed"] == 1
-    assert sizes.runs == Counter({("SeqHere", False): 1})
+    assert sizes.runs == Counter({("SeqHere", True): 1})
     assert stored_attributes(two_rules.blackboard_url, ["rd"], ["history"]) == \
         {"rd": {"history": 0}}

@@ -23,7 +23,6 @@ from listener_router_helpers import message_ids_by_record, write_test_workflows
 
 import engine
 from listener_router import push_records
-from listener_router.pipeline._trail import Trail
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
@@ -75,19 +74,6 @@ def test_a_batchs_early_part_is_committed_published_and_acked_before_the_rest(
     assert broker.depth(queue) == 0
 
 
-def test_the_call_a_run_was_in_when_its_process_died_is_found_by_the_next_one(tmp_path):
-    call = engine.PipeletCall("pipelet", "mod.Boom", "wf.xml:7", "invokePipelet", "boom",
-                              ("r1", "r2"), 2)
-    trail = Trail("host/0", str(tmp_path))
-    trail.watch("run-a")(call)           # the run that dies in its call
-    done = trail.watch("run-b")
-    done(call)
-    trail.end("run-b")                   # one that ended
-    assert Trail("host/0", str(tmp_path)).left() == {"run-a": call}
-    assert Trail("host/0", str(tmp_path)).left() == {}  # read once, by the next incarnation
-    assert Trail("host/1", str(tmp_path)).left() == {}  # another member's is its own
-
-
 class _Reports:
     def __init__(self, into: list[Any]):
         self.into = into
@@ -114,16 +100,11 @@ def test_a_burst_with_a_hang_a_crash_and_a_raise_stops_nothing_but_itself(
     hang = figures.reasons["hang"]
     assert hang.startswith("timeout: pipelet incident_pipelets.Trouble (") and \
         "incident.xml:6, invokePipelet 'trouble')" in hang and record["hang"] in hang, shown
-    crash = figures.reasons["crash"]
-    if mode == "local":  # it ended the service's process, which said where it was first
-        assert "took the service's process down" in crash and record["crash"] in crash, shown
-        assert "in pipelet incident_pipelets.Trouble (" in crash, shown
-        assert 1 <= figures.restarts <= 3, shown
-    else:
-        assert crash.startswith("the worker process died (exit 3) in pipelet "
-                                "incident_pipelets.Trouble (") and record["crash"] in crash, shown
-        assert figures.restarts == 0, shown
+    crash = figures.reasons["crash"]  # in every mode it ended a worker, never the service
+    assert crash.startswith("the worker process died (exit 3) in pipelet "
+                            "incident_pipelets.Trouble (") and record["crash"] in crash, shown
+    assert figures.restarts == 0, shown
     assert "incident.xml:6" in figures.reasons["raise"] and \
         "RuntimeError: record" in figures.reasons["raise"], shown
-    assert figures.during["n"] > 0 and figures.during["p99"] < 15.0, shown
-    assert figures.during["max"] < 30.0, shown
+    assert figures.during["n"] > 0 and figures.during["p99"] < 10.0, shown
+    assert figures.during["max"] < 20.0, shown

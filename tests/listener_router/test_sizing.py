@@ -10,24 +10,32 @@ from pathlib import Path
 import pytest
 
 import engine
+from blackboard import Blackboard
 from listener_router import ListenerRule
+from listener_router._messages import Incoming
 from listener_router.broker import Delivery
 from listener_router.pipeline import (
+    SLOW_AFTER,
     AdaptiveSizing,
+    Batch,
     BatchReport,
     BatchSizing,
+    Group,
     Placement,
     Work,
     WorkflowRun,
     default_sizing,
     prefetch_for,
 )
+from listener_router.pipeline._lanes import slow_after
 from listener_router.pipeline._sizing import (
     MAX_LOCAL,
     MAX_PREFETCH,
+    MAX_RUN,
     MAX_SIZE,
     MIN_FIXED,
     MIN_SIZE,
+    START_SIZE,
     RunCost,
 )
 
@@ -104,12 +112,34 @@ def _report(*runs: WorkflowRun) -> BatchReport:
 
 def test_finished_batches_set_the_size_the_heaviest_workflow_wins():
     sizing = AdaptiveSizing()
-    assert sizing.size == MAX_SIZE  # before any run: the prior says large
+    assert sizing.size == START_SIZE  # before any run: a slow start
     for n in (200, 2_000, 800, 1_500) * 5:
         sizing.batch_finished(_report(WorkflowRun("light", "spark", 0.2 + 5e-6 * n, n),
                                       WorkflowRun("heavy", "spark", 0.2 + 1e-3 * n, n)))
     assert 1_500 <= sizing.size <= 2_500
     assert sizing.local_limit("light") >= 0 and sizing.local_limit("unknown") > 0
+
+
+def test_batches_start_small_and_grow_at_most_fourfold_a_run():
+    sizing = AdaptiveSizing()
+    sizing.batch_finished(_report(WorkflowRun("w", "spark", 0.05, START_SIZE)))  # cheap
+    assert sizing.size == 4 * START_SIZE
+    sizing.batch_finished(_report(WorkflowRun("w", "spark", 0.1, 4 * START_SIZE)))
+    assert sizing.size == MAX_SIZE
+
+
+def test_slow_pipelets_keep_a_run_within_max_run_from_the_first_measured_batch():
+    sizing = AdaptiveSizing()
+    # 8 ms a record over two cores: the first batch of START_SIZE took 2 s
+    sizing.batch_finished(_report(WorkflowRun("slow", "spark", 0.05 + 4e-3 * START_SIZE,
+                                              START_SIZE)))
+    cost = sizing.costs["slow"]
+    assert cost.predict(sizing.size) <= MAX_RUN
+    batch = Batch()
+    batch.groups["slow"] = Group("slow", Blackboard.local(), [_work(f"m{i}") for i in range(250)])
+    assert sizing.expected(batch) == pytest.approx(cost.predict(250))
+    batch.expected = sizing.expected(batch)
+    assert slow_after(batch) == max(SLOW_AFTER, 2 * batch.expected)
 
 
 def test_a_batch_size_in_the_rules_fixes_the_size():
@@ -152,6 +182,13 @@ def _works(redelivered: bool = False) -> list[Work]:
     return [Work(Delivery(1, 1, "q", b"{}", "m", {}, redelivered))]
 
 
+def _work(message_id: str) -> Work:
+    work = Work(Delivery(1, 1, "q", b"{}", message_id, {}, False))
+    work.message = Incoming(message_id, "q", [{"id": message_id}], "ADD", {}, 0,
+                            record_ids=[message_id])
+    return work
+
+
 def test_placement_follows_what_the_pipelets_declare(tmp_path):
     safe = _workflow(tmp_path, "Safe", "pipelets.text.NormalizeWhitespace",
                      '<proc:param name="attribute">t</proc:param>')
@@ -166,9 +203,8 @@ def test_placement_follows_what_the_pipelets_declare(tmp_path):
     assert placement.runs_here(safe, _works(), 10)
     assert not placement.runs_here(safe, _works(), 400)          # too large
     assert not placement.runs_here(regex, _works(), 10)          # a pipelet says no
-    assert not placement.runs_here(safe, _works(redelivered=True), 10)  # came again
+    assert placement.runs_here(safe, _works(redelivered=True), 10)  # came again: isolated there too
 
     forced = Placement(BatchSizing(100, 1.0), local_below=50)   # [engine] local_below = 50
     assert forced.runs_here(regex, _works(), 10)
     assert not forced.runs_here(regex, _works(), 50)
-    assert not forced.runs_here(regex, _works(redelivered=True), 10)
