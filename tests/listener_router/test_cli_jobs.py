@@ -31,13 +31,18 @@ def _rows(capsys) -> tuple[str, list[str], list[list[str]]]:
     return title, names, cut
 
 
-def _fragile(tmp_path: Path, broker_url: str, queue: str) -> Path:
+def _project(tmp_path: Path, broker_url: str, *listeners: dict) -> Path:
+    """A chalk.toml in ``tmp_path``: the test workflows, runner local, these rules."""
     workflows = write_test_workflows(tmp_path / "workflows")
     return write_config(
         tmp_path / "chalk.toml", db=f"sqlite:///{tmp_path / 'chalk.db'}", broker=broker_url,
-        workflows=workflows, engine={"runner": "local"},
-        listeners=[{"name": "t", "queue": queue, "workflow": "Fragile", "max_retries": 1,
-                    "backoff_ms": [50], "max_wait_ms": 50}], routers=[])
+        workflows=workflows, engine={"runner": "local"}, listeners=listeners, routers=[])
+
+
+def _fragile(tmp_path: Path, broker_url: str, queue: str) -> Path:
+    return _project(tmp_path, broker_url, {"name": "t", "queue": queue, "workflow": "Fragile",
+                                           "max_retries": 1, "backoff_ms": [50],
+                                           "max_wait_ms": 50})
 
 
 def test_state_shows_only_those_steps_and_limit_counts_the_rows_printed(
@@ -98,13 +103,10 @@ def test_status_says_its_statistics_window_and_the_view_in_words(
 def test_delta_start_refuses_a_queue_without_a_delta_rule_abandon_ends_a_crawl_and_finish_counts_the_source(
         tmp_path, capsys, broker_url, qname, declare):
     crawl_in, plain = qname("crawl"), qname("plain")
-    workflows = write_test_workflows(tmp_path / "workflows")
-    config = write_config(
-        tmp_path / "chalk.toml", db=f"sqlite:///{tmp_path / 'chalk.db'}", broker=broker_url,
-        workflows=workflows, engine={"runner": "local"},
-        listeners=[{"name": "crawl", "queue": crawl_in, "workflow": "Counting",
-                    "delta": "hash"},
-                   {"name": "plain", "queue": plain, "workflow": "Counting"}], routers=[])
+    config = _project(tmp_path, broker_url,
+                      {"name": "crawl", "queue": crawl_in, "workflow": "Counting",
+                       "delta": "hash"},
+                      {"name": "plain", "queue": plain, "workflow": "Counting"})
     c = ["--config", str(config)]
     settings = load_settings(config, env={})
     declare(settings)
@@ -159,12 +161,9 @@ def _run_summary(config: Path, tmp_path: Path) -> dict[str, int]:
 def test_the_run_summary_counts_every_outcome_and_they_add_up_to_received(
         tmp_path, capsys, broker_url, qname):
     queue = qname("in")
-    workflows = write_test_workflows(tmp_path / "workflows")
-    config = write_config(
-        tmp_path / "chalk.toml", db=f"sqlite:///{tmp_path / 'chalk.db'}", broker=broker_url,
-        workflows=workflows, engine={"runner": "local"},
-        listeners=[{"name": "t", "queue": queue, "workflow": "Counting", "delta": "hash",
-                    "max_wait_ms": 50}], routers=[])
+    config = _project(tmp_path, broker_url, {"name": "t", "queue": queue,
+                                             "workflow": "Counting", "delta": "hash",
+                                             "max_wait_ms": 50})
     data = tmp_path / "records.jsonl"
     data.write_text("".join(json.dumps({"id": f"r{i}", "attributes": {"n": i}}) + "\n"
                             for i in range(6)))
@@ -188,11 +187,8 @@ def test_the_run_summary_counts_every_outcome_and_they_add_up_to_received(
 def test_reprocess_list_shows_a_finished_runs_records_as_all_it_looked_at(
         tmp_path, capsys, broker_url, qname):
     queue = qname("in")
-    workflows = write_test_workflows(tmp_path / "workflows")
-    config = write_config(
-        tmp_path / "chalk.toml", db=f"sqlite:///{tmp_path / 'chalk.db'}", broker=broker_url,
-        workflows=workflows, engine={"runner": "local"},
-        listeners=[{"name": "t", "queue": queue, "workflow": "Counting"}], routers=[])
+    config = _project(tmp_path, broker_url, {"name": "t", "queue": queue,
+                                             "workflow": "Counting"})
     settings = load_settings(config, env={})
     # 10 records of the prefix among 300 stored: the walk ends after the prefix's 10
     push_records(settings, queue, [{"id": f"doc-{i:02d}", "attributes": {}} for i in range(10)]
