@@ -85,14 +85,18 @@ class ProcessRunner:
         isolation_budget: seconds a batch may spend isolating; suspects not
             started by then fail as not run (to be retried).
         pool: the workers to use (made and started when None; closed with the runner).
+        shared: with no ``pool``, take this process's pool of that many workers, kept up
+            for the next runner (closing the runner leaves it up).
     """
 
     def __init__(self, *, workers: int | None = None, batch_timeout: float = 30.0,
-                 isolation_budget: float = 900.0, pool: ServiceWorkers | None = None) -> None:
+                 isolation_budget: float = 900.0, pool: ServiceWorkers | None = None,
+                 shared: bool = False) -> None:
         self.batch_timeout = float(batch_timeout)
         self.isolation_budget = float(isolation_budget)
-        self.pool = pool if pool is not None else service_workers(workers or os.cpu_count() or 2)
-        self._own = pool is None
+        self.pool = pool if pool is not None else service_workers(
+            workers or os.cpu_count() or 2, shared=shared)
+        self._own = pool is None and not shared
         self.costs = ChunkCosts()
 
     def cancel(self, ids: Sequence[str]) -> None:

@@ -841,14 +841,24 @@ class ServiceWorkers(Pool):
 
 
 _said_spawn = False
+_shared: dict[int, ServiceWorkers] = {}
+_shared_lock = threading.Lock()
 
 
-def service_workers(workers: int) -> ServiceWorkers:
-    """A started pool of ``workers`` service workers, made anew (one per runner)."""
+def service_workers(workers: int, *, shared: bool = False) -> ServiceWorkers:
+    """A started pool of ``workers`` service workers: made anew, or (``shared``) the one of
+    this process with that many workers, made on first use and kept until the process
+    ends (a service started again in the same process finds its workers up)."""
     global _said_spawn
     if start_method() == "spawn" and not _said_spawn:
         _said_spawn = True
         log.warning("workers are started as new interpreters (spawn), not forked: %s",
                     "this platform has no fork" if not hasattr(os, "fork")
                     else "CHALK_WORKER_START=spawn")
-    return ServiceWorkers(workers).start()
+    if not shared:
+        return ServiceWorkers(workers).start()
+    with _shared_lock:
+        pool = _shared.get(workers)
+        if pool is None or pool._closed:
+            pool = _shared[workers] = ServiceWorkers(workers)
+        return pool.start()

@@ -106,6 +106,12 @@ class WarmWorkers(Pool):
 
     def _launch(self, gen: Generation, address: Any, secret: bytes) -> Any:
         sc = self.spark.sparkContext
+        # A task per core the cluster has now (executors come and go)
+        cores = max(1, int(sc.defaultParallelism))
+        if cores != self.supervisors:
+            with self._cond:
+                self.supervisors = gen.expected = cores
+                self.slots = cores * self.per_supervisor
         group = f"chalk-warm-{uuid.uuid4().hex[:12]}"
         token, n = gen.token, self.supervisors
 

@@ -25,9 +25,11 @@ def make_runner(settings: Settings, spark: Any = None) -> Runner:
     """``ProcessRunner`` (``[engine] runner = "local"``), or ``SparkRunner`` on ``spark`` (a
     session made from the settings when None) with the service's own workers beside it
     (small batches, and a home for batches when Spark's warm workers cannot start)."""
+    # The process's pool: a service started again in the same process (tests, `chalk
+    # process` beside a service) finds its workers up.
     service = engine.ProcessRunner(workers=service_workers(settings),
                                    batch_timeout=settings.batch_timeout,
-                                   isolation_budget=settings.isolation_budget)
+                                   isolation_budget=settings.isolation_budget, shared=True)
     if settings.runner == "local":
         return service
     if spark is None:
