@@ -108,7 +108,9 @@ class ProcessRunner:
         self.pool.uncancel(ids)
 
     def healthy(self) -> bool:
-        return self.pool.available()
+        """False once its workers are closed (a start that failed is not: they are tried
+        again, and what they could not run meanwhile is deferred)."""
+        return not self.pool._closed
 
     def close(self) -> None:
         """Stop the workers (when this runner made them)."""

@@ -23,9 +23,12 @@ A request fails only for what its worker did while it ran it:
 - a worker that died before it began the request (the report names another
   one, or none), or one lost with its supervisor (a Spark task killed, an
   executor lost, the service's supervisor killed from outside), did nothing
-  of it: the request goes back to the head of the queue (``requeued``; at
-  most :data:`MAX_LOST` times) and the rest of the generation is ended and
-  started again.
+  of it: the request goes back to the head of the queue (``requeued``; lost
+  more than :data:`MAX_LOST` times, it fails with :class:`Unavailable`: it
+  never ran, the runner runs it elsewhere) and the rest of the generation is
+  ended and started again.  A generation that ends before it answered
+  anything, within ``connect_timeout`` of its start, counts as a start that
+  failed.
 
 If a request runs :data:`GRACE` seconds past its limit with no report (its
 supervisor is stopped or stuck) the driver ends the generation itself.
@@ -68,6 +71,7 @@ from engine._wire import (
     CHILD,
     HELLO,
     LENGTH,
+    NONCE_SIZE,
     REPORT,
     REQUEST,
     REQUEST_HEAD,
@@ -78,6 +82,7 @@ from engine._wire import (
     WorkerLost,
     decode_report,
     parts_chunk,
+    prove,
     read_answer,
     recv,
     send,
@@ -93,6 +98,7 @@ LOOK = 0.25          # seconds between the keeper's looks when nothing wakes it
 GRACE = 10.0         # seconds past a request's limit before the driver ends its generation
 REPORT_WAIT = 5.0    # seconds a broken worker connection waits for its supervisor's report
 MAX_LOST = 3         # times a request may be lost with a worker that never began it
+STARVE_AFTER = 5.0   # seconds a request waits at most behind requests of higher priority
 RETRY_AFTER = 60.0   # seconds a home that failed to start is not tried again
 HELLO_WAIT = 5.0     # seconds a connection has to say hello
 
@@ -135,6 +141,7 @@ class _Supervisor:
         self.gen = gen
         self.workers: dict[int, _Worker] = {}     # by place: the one connected last
         self.by_pid: dict[int, _Worker] = {}      # every one not yet gone (a report names its pid)
+        self.early: dict[int, Report] = {}        # reports of workers gone before they said hello
         self.dead = False
         self.sending = threading.Lock()
 
@@ -163,6 +170,8 @@ class Generation:
         self.closed = False              # its supervisors were told to go
         self.dead = False                # ended for a chunk's sake, or lost
         self.stopped_at = 0.0
+        self.launched = time.monotonic()
+        self.answered = False            # a worker of it answered a request
 
     def workers(self) -> list[_Worker]:
         return [w for s in self.supervisors.values() for w in s.by_pid.values()]
@@ -293,8 +302,9 @@ class Pool:
                 return
             self._closed = True
             gen, self._gen = self._gen, None
-            while self._queue:
-                _resolve(heapq.heappop(self._queue)[2], error=WorkerLost(f"the {self.name} stopped"))
+            while self._queue:  # never ran: the caller may run them elsewhere
+                _resolve(heapq.heappop(self._queue)[2],
+                         error=Unavailable(f"the {self.name} stopped"))
             self._cond.notify_all()
         if gen is not None:
             self._finish(gen)
@@ -343,7 +353,7 @@ class Pool:
         with self._cond:
             while worker.alive and not worker.sup.dead and not gen.closed and not self._closed:
                 while self._queue and not gen.stopping:
-                    request = heapq.heappop(self._queue)[2]
+                    request = self._next()
                     if request.abandoned or request.future.done():
                         _resolve(request, error=WorkerLost("abandoned before it ran"))
                         continue
@@ -354,6 +364,19 @@ class Pool:
                 self._cond.wait(1.0)
             return None
 
+    def _next(self) -> Request:
+        """(lock held) The first request by priority; or one that waited ``STARVE_AFTER``
+        behind higher ones (a lower lane is slowed, never starved)."""
+        queue = self._queue
+        oldest = min(range(len(queue)), key=lambda i: queue[i][2].queued)
+        if oldest and time.monotonic() - queue[oldest][2].queued > STARVE_AFTER:
+            entry = queue[oldest]
+            queue[oldest] = queue[-1]
+            queue.pop()
+            heapq.heapify(queue)
+            return entry[2]
+        return heapq.heappop(queue)[2]
+
     def _serve(self, worker: _Worker) -> None:
         """(a worker's thread) Send it requests and hand back their answers, until it goes."""
         try:
@@ -361,6 +384,14 @@ class Pool:
                 request = self._take(worker)
                 if request is None or not self._exchange(worker, request):
                     return
+        except BaseException as e:  # a fault of this thread's, not of the chunk's records
+            log.exception("%s: the thread of worker pid %d failed", self.name, worker.pid)
+            request = worker.request
+            if request is not None:
+                with self._cond:
+                    worker.request = None
+                    _resolve(request, error=Unavailable(f"the {self.name}' driver thread "
+                                                        f"failed: {type(e).__name__}: {e}"))
         finally:
             with contextlib.suppress(OSError):
                 worker.conn.close()
@@ -406,6 +437,9 @@ class Pool:
         elif kind == b"N":
             self._done(worker, request, None)
         else:
+            # it raised outside the interpreter: maybe unpickling the workflow, which it then
+            # does not have: sent again next time
+            worker.sent.discard(key)
             text = b"".join(parts).decode("utf-8", "replace")
             self._done(worker, request, error=RuntimeError(text))
         return True
@@ -414,6 +448,7 @@ class Pool:
               error: BaseException | None = None) -> None:
         with self._cond:
             worker.request = None
+            worker.sup.gen.answered = True
             self._last = time.monotonic()
             _resolve(request, answer, error)
             self._cond.notify_all()
@@ -436,19 +471,21 @@ class Pool:
             elif report is not None or worker.sup.dead:
                 self._requeue(request, "its worker ended before it began the chunk"
                               if report is not None else "its worker's supervisor ended")
-            else:
+            else:  # nobody can say it began: not its records' fault
                 log.warning("%s: worker %d of supervisor %d (pid %d) broke off with no "
                             "report from its supervisor", self.name, worker.place,
                             worker.sup.pid, worker.pid)
-                _resolve(request, error=ChunkFailed("died"))
+                self._requeue(request, "its worker broke off, unreported")
             self._cond.notify_all()
 
     def _requeue(self, request: Request, why: str) -> None:
         """(lock held) ``request`` never began: to the head of the queue again, at most
         ``MAX_LOST`` times."""
         request.lost += 1
-        if request.lost > MAX_LOST:
-            _resolve(request, error=ChunkFailed("died", f"lost {request.lost} times: {why}"))
+        if request.lost > MAX_LOST or self._closed or not self.available():
+            _resolve(request, error=Unavailable(
+                f"the {self.name} stopped" if self._closed else
+                f"the {self.name} lost it {request.lost} times before it began: {why}"))
             return
         request.started = None
         self.requeued += 1
@@ -468,19 +505,30 @@ class Pool:
         while True:
             try:
                 conn, _ = server.accept()
-            except OSError:
-                return  # closed
-            try:
-                self._greet(conn)
-            except Exception:
-                log.exception("%s: a connection's hello failed", self.name)
-                conn.close()
+            except OSError as e:
+                if self._server is not server:
+                    return  # closed
+                log.warning("%s: accepting a connection failed: %s", self.name, e)
+                time.sleep(0.1)  # out of descriptors, say: they come back
+                continue
+            # each hello on a thread of its own: one that says nothing holds back no other
+            threading.Thread(target=self._hello, args=(conn,), name=f"chalk-{self.name}-hello",
+                             daemon=True).start()
+
+    def _hello(self, conn: socket.socket) -> None:
+        try:
+            self._greet(conn)
+        except Exception:
+            log.exception("%s: a connection's hello failed", self.name)
+            conn.close()
 
     def _greet(self, conn: socket.socket) -> None:
         size = LENGTH.size + SECRET_SIZE + HELLO.size
         conn.settimeout(HELLO_WAIT)
+        nonce = secrets.token_bytes(NONCE_SIZE)
         hello = b""
         try:
+            send(conn, nonce)
             while len(hello) < size:
                 part = conn.recv(size - len(hello))
                 if not part:
@@ -490,18 +538,19 @@ class Pool:
             hello = b""
         if len(hello) != size or LENGTH.unpack(hello[:LENGTH.size])[0] != size - LENGTH.size \
                 or not hmac.compare_digest(hello[LENGTH.size:LENGTH.size + SECRET_SIZE],
-                                           self._secret):
+                                           prove(self._secret, nonce)):
             conn.close()
             return
         role, token, ident, pid, home, place = HELLO.unpack(hello[LENGTH.size + SECRET_SIZE:])
         conn.settimeout(None)
         if conn.family == socket.AF_INET:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         with self._cond:
             gen = next((g for g in (self._gen, self._starting)
-                        if g is not None and g.token == token and not g.dead), None)
-            if gen is None or self._closed:
-                conn.close()  # a late one of a generation that is gone
+                        if g is not None and g.token == token), None)
+            if gen is None or self._closed or gen.dead or gen.closed or gen.stopping:
+                conn.close()  # a late one of a generation that is gone, or going
                 return
             if role == SUPERVISOR:
                 sup = _Supervisor(conn, ident, pid, home, gen)
@@ -511,7 +560,7 @@ class Pool:
                 thread = threading.Thread(target=self._hear, args=(sup,),
                                           name=f"chalk-{self.name}-sup-{pid}", daemon=True)
             elif role == CHILD and (owner := gen.supervisors.get(ident)) is not None \
-                    and not owner.dead:
+                    and not owner.dead and owner.early.pop(pid, None) is None:
                 worker = _Worker(conn, owner, place, pid)
                 owner.workers[place] = owner.by_pid[pid] = worker
                 thread = threading.Thread(target=self._serve, args=(worker,),
@@ -541,6 +590,8 @@ class Pool:
                             worker.alive = False
                             with contextlib.suppress(OSError):
                                 worker.conn.shutdown(socket.SHUT_RDWR)
+                        else:  # gone before its hello was heard: it must not be taken on
+                            sup.early[report.pid] = report
                         self._cond.notify_all()
         except OSError:
             pass
@@ -556,6 +607,11 @@ class Pool:
                     log.warning("%s: supervisor pid %d ended (its workers with it); the "
                                 "chunks they had begun run again", self.name, sup.pid)
                     self._end(gen)
+                    if not gen.answered and \
+                            time.monotonic() - gen.launched < self.connect_timeout:
+                        self._failed(Unavailable(
+                            f"the {self.name} ended as they started (supervisor pid "
+                            f"{sup.pid} of {len(gen.supervisors)})"))
                 self._cond.notify_all()
 
     def _tell_cancelled(self, only: Sequence[_Supervisor] | None = None) -> None:
@@ -719,8 +775,10 @@ class Pool:
             gen.handle = self._launch(gen, self._address, self._secret)
             deadline = time.monotonic() + self.connect_timeout
             with self._cond:
+                if self._closed:
+                    raise Unavailable(f"the {self.name} stopped")
                 self._gen, self._starting = gen, None
-                self._last = time.monotonic()
+                gen.launched = self._last = time.monotonic()
                 while (len(gen.supervisors) < gen.expected and not self._closed
                        and not gen.stopping and self._launched(gen)
                        and (left := deadline - time.monotonic()) > 0):
@@ -737,9 +795,6 @@ class Pool:
             self._starting = None
             if self._gen is gen:
                 self._gen = None
-            if self._closed:
-                return
-            self._failed_at = time.monotonic()
             gen.dead = True
         try:
             self._halt(gen)
@@ -748,17 +803,21 @@ class Pool:
         with self._cond:
             self._close_gen(gen)
             if not self._closed:
-                log.warning("the %s did not start (%s); not tried again for %g s", self.name,
-                            error, RETRY_AFTER)
-            failure = error if isinstance(error, Unavailable) else Unavailable(
-                f"the {self.name} did not start: {type(error).__name__}: {error}")
-            while self._queue:
-                _resolve(heapq.heappop(self._queue)[2], error=failure)
+                self._failed(error if isinstance(error, Unavailable) else Unavailable(
+                    f"the {self.name} did not start: {type(error).__name__}: {error}"))
             self._cond.notify_all()
 
+    def _failed(self, failure: Unavailable) -> None:
+        """(lock held) The home did not come up: not tried again for ``RETRY_AFTER``; the
+        queued requests never ran (the runner runs them elsewhere)."""
+        self._failed_at = time.monotonic()
+        log.warning("%s; not tried again for %g s", failure, RETRY_AFTER)
+        while self._queue:
+            _resolve(heapq.heappop(self._queue)[2], error=failure)
+
     def _why_not(self, gen: Generation) -> str:
-        return (f"{len(gen.supervisors)} of {gen.expected} supervisor(s) connected in "
-                f"{self.connect_timeout:g} s")
+        return (f"the {self.name} did not start: {len(gen.supervisors)} of {gen.expected} "
+                f"supervisor(s) connected in {self.connect_timeout:g} s")
 
     @contextlib.contextmanager
     def held(self) -> Iterator[None]:
@@ -836,8 +895,8 @@ class ServiceWorkers(Pool):
         if process is not None and process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 process.send_signal(signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(5.0)
+            # reaped off the pool's lock (a killed process goes at once)
+            threading.Thread(target=process.wait, daemon=True).start()
 
 
 _said_spawn = False

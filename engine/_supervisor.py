@@ -53,10 +53,12 @@ from engine._wire import (
     CANCEL_HEAD,
     CHILD,
     HELLO,
+    NONCE_SIZE,
     REQUEST_HEAD,
     SUPERVISOR,
     chunk_parts,
     encode_report,
+    prove,
     recv,
     send,
 )
@@ -70,6 +72,8 @@ CONNECT_TIMEOUT = 30.0   # seconds a process waits to connect to the driver
 GONE = 70                # a worker's exit code when it could not go on (EX_SOFTWARE)
 NOTE = struct.Struct("!cQd")   # a worker's note to its supervisor: B(egin)/E(nd), request, limit
 OOM_SCORE = 800          # workers are the kernel's first choice when memory runs out
+QUICK = 1.0              # seconds: a worker that ends sooner after its start is started again
+BACKOFF = 30.0           #   only after a pause that doubles each time, up to this many seconds
 START = "CHALK_WORKER_START"   # environment: ``fork`` (the default where there is one) or ``spawn``
 
 
@@ -82,15 +86,21 @@ def start_method() -> str:
     return "fork"
 
 
-def connect(address: Any) -> socket.socket:
-    """A connection to the driver (a Unix socket's path, or a host and port)."""
+def connect(address: Any, secret: bytes, hello: bytes) -> socket.socket:
+    """A connection to the driver (a Unix socket's path, or a host and port), its challenge
+    answered (``engine._wire``) and ``hello`` said."""
     family = socket.AF_UNIX if isinstance(address, str) else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.settimeout(CONNECT_TIMEOUT)
     sock.connect(address if isinstance(address, str) else tuple(address))
+    nonce = recv(sock)
+    if nonce is None or len(nonce) != NONCE_SIZE:
+        raise ConnectionError("the driver sent no challenge")
+    send(sock, prove(secret, nonce), hello)
     sock.settimeout(None)
     if family == socket.AF_INET:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)  # a path that dropped it
     return sock
 
 
@@ -103,12 +113,14 @@ class _Worker:
                  process: subprocess.Popen[bytes] | None = None):
         self.place = place
         self.pid = pid
-        self.notes = notes           # read end of its note pipe
+        self.notes = notes           # read end of its note pipe (non-blocking)
         self.slot = slot
         self.process = process       # spawned, not forked
         self.seq = 0                 # the request it began and has not ended (0: none)
         self.deadline: float | None = None
         self.buffer = b""
+        self.started = time.monotonic()
+        os.set_blocking(notes, False)
 
 
 class _Supervisor:
@@ -121,25 +133,27 @@ class _Supervisor:
         self.count = workers
         self.method = method
         self.id = random.getrandbits(62) + 1
-        self.control = connect(address)
+        self.control = connect(address, secret, HELLO.pack(SUPERVISOR, token, self.id,
+                                                           os.getpid(), home, workers))
         self.scratch: str | None = None
         if method == "spawn":  # slots as files: a spawned worker maps them by name
             self.scratch = tempfile.mkdtemp(prefix="chalk-workers-")
         self.stops = StopSlot(self._file("stops"))
+        self.cancel_version = -1
         self.workers: dict[int, _Worker] = {}
+        self.later: dict[int, float] = {}    # places to start a worker in again, and when
+        self.pauses: dict[int, float] = {}   # the pause before a place's next quick restart
 
     def _file(self, name: str) -> str | None:
         return None if self.scratch is None else os.path.join(self.scratch, name)
 
     def run(self) -> None:
-        send(self.control, self.secret, HELLO.pack(SUPERVISOR, self.token, self.id, os.getpid(),
-                                                   self.home, self.count))
         from engine._worker import freeze_worker_heap
 
         freeze_worker_heap()  # once here, not in each worker it forks
         try:
             for place in range(self.count):
-                self.workers[place] = self._start(place)
+                self._start(place)
             self._watch()
         finally:
             for worker in self.workers.values():
@@ -153,8 +167,9 @@ class _Supervisor:
     def _watch(self) -> None:
         while True:
             now = time.monotonic()
-            deadlines = [w.deadline for w in self.workers.values() if w.deadline is not None]
-            wait = max(0.0, min(deadlines) - now) if deadlines else None
+            wakes = [w.deadline for w in self.workers.values() if w.deadline is not None]
+            wakes += self.later.values()
+            wait = max(0.0, min(wakes) - now) if wakes else None
             watched: list[Any] = [self.control, *(w.notes for w in self.workers.values())]
             ready, _, _ = select.select(watched, [], [], wait)
             if self.control in ready:
@@ -163,20 +178,38 @@ class _Supervisor:
                     return  # the driver is gone, or done with us
                 if frame[:1] == CANCEL:
                     (version,) = CANCEL_HEAD.unpack_from(frame, 1)
-                    text = frame[1 + CANCEL_HEAD.size:].decode("utf-8", "replace")
-                    self.stops.replace(version, [i for i in text.split("\n") if i])
+                    if version > self.cancel_version:  # an older set sent late is no news
+                        self.cancel_version = version
+                        text = frame[1 + CANCEL_HEAD.size:].decode("utf-8", "replace")
+                        self.stops.replace(version, [i for i in text.split("\n") if i])
             for worker in list(self.workers.values()):
                 if worker.notes in ready and not self._read_notes(worker):
                     self._replace(worker, timeout=False)
             now = time.monotonic()
             for worker in list(self.workers.values()):
-                if worker.deadline is not None and now >= worker.deadline:
+                if self._overdue(worker, now):
                     self._replace(worker, timeout=True)
+            for place, at in list(self.later.items()):
+                if now >= at:
+                    del self.later[place]
+                    self._start(place)
+
+    def _overdue(self, worker: _Worker, now: float) -> bool:
+        """Whether the worker's request ran past its limit (notes written meanwhile count:
+        it may have ended that request and begun the next)."""
+        if worker.deadline is None or now < worker.deadline:
+            return False
+        if not self._read_notes(worker):
+            return False  # gone: reaped as such on the next look
+        return worker.deadline is not None and now >= worker.deadline
 
     def _read_notes(self, worker: _Worker) -> bool:
-        """Take the worker's notes; False when it is gone (its pipe closed)."""
+        """Take the worker's notes (those written so far); False when it is gone (its pipe
+        closed)."""
         try:
             data = os.read(worker.notes, 4096)
+        except BlockingIOError:
+            return True
         except OSError:
             data = b""
         if not data:
@@ -193,39 +226,66 @@ class _Supervisor:
         return True
 
     def _replace(self, worker: _Worker, *, timeout: bool) -> None:
-        """Kill (``timeout``) or reap a worker, report it, start another in its place."""
+        """Kill (``timeout``) or reap a worker, report it, start another in its place (at
+        once; after a pause that grows when workers there keep ending right after they
+        start)."""
         how = self._end(worker, kill=timeout)
         call = worker.slot.read()
         parts = encode_report(worker.place, worker.pid, worker.seq, timeout, how, call)
         with contextlib.suppress(OSError):  # the driver gone: the loop ends on its next look
             send(self.control, *parts)
         worker.slot.close()
-        self.workers[worker.place] = self._start(worker.place)
+        del self.workers[worker.place]
+        if not timeout and time.monotonic() - worker.started < QUICK:
+            pause = self.pauses[worker.place] = min(BACKOFF,
+                                                    2 * self.pauses.get(worker.place, 0.05))
+            self.later[worker.place] = time.monotonic() + pause
+        else:
+            self.pauses.pop(worker.place, None)
+            self._start(worker.place)
 
     def _end(self, worker: _Worker, *, kill: bool) -> str:
-        if kill:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(worker.pid, signal.SIGKILL)
+        """Reap the worker (killed first when ``kill``, or when it still runs although its
+        notes ended: it closed the pipe itself); how it ended."""
         with contextlib.suppress(OSError):
             os.close(worker.notes)
         if worker.process is not None:
+            if kill or worker.process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    worker.process.kill()
             code = worker.process.wait()
         else:
             try:
-                _, status = os.waitpid(worker.pid, 0)
+                done, status = (0, 0) if kill else os.waitpid(worker.pid, os.WNOHANG)
+                if not done:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(worker.pid, signal.SIGKILL)
+                    _, status = os.waitpid(worker.pid, 0)
             except ChildProcessError:
                 return ""
             code = os.waitstatus_to_exitcode(status)
         return f"exit {code}" if code >= 0 else f"signal {-code}"
 
-    def _start(self, place: int) -> _Worker:
+    def _start(self, place: int) -> None:
+        """A worker in ``place`` (when the system cannot make one now, again later)."""
+        try:
+            self.workers[place] = self._make(place)
+        except OSError as e:  # out of processes or memory: the others go on meanwhile
+            pause = self.pauses[place] = min(BACKOFF, 2 * self.pauses.get(place, 0.5))
+            self.later[place] = time.monotonic() + pause
+            log.warning("could not start a worker (%s); trying again in %g s", e, pause)
+
+    def _make(self, place: int) -> _Worker:
         slot = CallSlot(self._file(f"call-{place}"))
         notes, write = os.pipe()
         if self.method == "spawn":
-            process = self._spawn(place, write)
-            os.close(write)
+            try:
+                process = self._spawn(place, write)
+            finally:
+                os.close(write)
             return _Worker(place, process.pid, notes, slot, process)
         keep = {write, *(w.notes for w in self.workers.values())}
+        me = os.getpid()
         pid = os.fork()
         if pid == 0:
             os.close(notes)
@@ -235,7 +295,7 @@ class _Supervisor:
             self.control.close()
             _work(self.address, self.secret, HELLO.pack(CHILD, self.token, self.id, os.getpid(),
                                                           self.home, place),
-                  write, slot, self.stops, os.getppid())
+                  write, slot, self.stops, me)
         os.close(write)
         return _Worker(place, pid, notes, slot)
 
@@ -244,8 +304,9 @@ class _Supervisor:
                   "supervisor": self.id, "home": self.home, "place": place, "notes": write,
                   "call": self._file(f"call-{place}"), "stops": self._file("stops"),
                   "path": sys.path, "cwd": os.getcwd(), "parent": os.getpid()}
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         process = subprocess.Popen([*COMMAND, "--worker"], stdin=subprocess.PIPE,
-                                   pass_fds=(write,))
+                                   pass_fds=(write,), env=env)
         assert process.stdin is not None
         process.stdin.write(json.dumps(config).encode())
         process.stdin.close()
@@ -279,8 +340,7 @@ def _work(address: Any, secret: bytes, hello: bytes, notes: int, slot: CallSlot,
         with contextlib.suppress(OSError):
             with open("/proc/self/oom_score_adj", "w") as f:
                 f.write(str(OOM_SCORE))
-        conn = connect(address)
-        send(conn, secret, hello)
+        conn = connect(address, secret, hello)
         _serve(conn, notes, slot, stops)
     except SystemExit as e:  # a pipelet's sys.exit(n): reported as that exit
         code = e.code if isinstance(e.code, int) else 1

@@ -144,14 +144,15 @@ class WarmWorkers(Pool):
     def _why_not(self, gen: Generation) -> str:
         error = (gen.handle or {}).get("error")
         if error is not None:
-            return f"the warm job failed: {_first_line(error)}"
+            return f"the {self.name} did not start: the warm job failed: {_first_line(error)}"
         return super()._why_not(gen)
 
     def _halt(self, gen: Generation) -> None:
         if self.local:  # ours, on this host: no need to wait for Spark to end them
             for sup in gen.supervisors.values():
-                with contextlib.suppress(OSError):
-                    os.kill(sup.pid, signal.SIGKILL)
+                if not sup.dead:  # a task that returned: its pid may be another's by now
+                    with contextlib.suppress(OSError):
+                        os.kill(sup.pid, signal.SIGKILL)
         if gen.handle is not None:
             cancel_group(self.spark.sparkContext, gen.handle["group"])
 

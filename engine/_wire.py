@@ -18,6 +18,10 @@ of its own and says who it is in a hello.  Then:
   them where its workers look before each pipelet call
   (``engine._progress.StopSlot``).
 
+A connection opens with a challenge: the driver sends a random nonce, the
+process answers with an HMAC of it under the secret its starter gave it, then
+its hello, so the secret never crosses the wire (the frames after it are not
+encrypted: on a cluster, keep the driver's port on a network you trust).
 A frame is a length (8 bytes, big-endian) and that many bytes.  An answer is
 several frames: a head (``A``, the request's number, the kind, how many parts
 follow) and its parts.  A worker that dies or is killed in the middle of an
@@ -30,6 +34,8 @@ can make the driver unpickle.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import socket
 import struct
 from collections.abc import Sequence
@@ -38,6 +44,7 @@ from engine._progress import PipeletCall
 
 __all__ = [
     "ANSWER",
+    "NONCE_SIZE",
     "CANCEL",
     "CHILD",
     "ChunkFailed",
@@ -55,10 +62,12 @@ __all__ = [
     "parts_chunk",
     "read_answer",
     "recv",
+    "prove",
     "send",
 ]
 
 SECRET_SIZE = 32                   # bytes of the secret a process proves itself with
+NONCE_SIZE = 32                    # bytes of the challenge the driver sends first
 LENGTH = struct.Struct("!Q")       # of a frame
 # A hello, after the secret: role, generation token, supervisor id, pid, the
 # supervisor's home (a Spark partition, or 0) and the worker's place under it.
@@ -101,6 +110,12 @@ class ChunkFailed(WorkerLost):
         self.how = how
         self.call = call
         self.seconds = seconds
+
+
+def prove(secret: bytes, nonce: bytes) -> bytes:
+    """What a process answers the driver's challenge with: it knows the secret, and the
+    secret never crosses the wire (``SECRET_SIZE`` bytes)."""
+    return hmac.new(secret, nonce, hashlib.sha256).digest()
 
 
 def send(sock: socket.socket, *parts: bytes | memoryview) -> None:

@@ -181,7 +181,7 @@ class ExecuteStage:
         seconds = time.perf_counter() - started
         self.meter.time("run", seconds, report)
         if report is not None:
-            report.add_run(name, where, seconds, records)
+            report.add_run(name, where, seconds, records, placed=local)
             if local:
                 with report.lock:
                     report.local_runs += 1

@@ -11,9 +11,10 @@ messages' attributes written there.  Messages settled here go to the finish
 stage at once.
 
 A message that names a message or record in flight in any batch (this
-lane's earlier one, another lane's, or the one being gathered) is parked on
-it (``_inflight``) and comes back to the front of the lane the moment that
-batch commits; the messages behind it are gathered meanwhile.
+lane's earlier one, another lane's, or the one being gathered), or one that
+an earlier parked message waits for, is parked (``_inflight``) and comes back
+to the front of the lane the moment it may go; the messages behind it are
+gathered meanwhile.
 """
 
 from __future__ import annotations
@@ -164,9 +165,12 @@ class GatherStage:
         if self.held:
             if not link.ready.is_set():
                 # The connection is gone: its deliveries come back on the new one.
-                self.held.take()
+                self.inflight.drop(self.held.take())
                 return []
-            chunk = [d for d in self.held.take_due(room) if d.generation == link.generation]
+            due = self.held.take_due(room)
+            chunk = [d for d in due if d.generation == link.generation]
+            if len(chunk) < len(due):
+                self.inflight.drop([d for d in due if d.generation != link.generation])
         if len(chunk) < room:
             linger = min(CHUNK_LINGER, self.gathering.sizing.max_wait)
             due = self.held.next_due() if self.held else None
@@ -232,14 +236,15 @@ class GatherStage:
         ordered = self.ordered
         if ordered is not None:
             ordered.restore([w for w in works if w.state is State.RECEIVED])
+        # Settled before it could take its keys (cancelled, no rule): out of any line it was in
+        inflight.drop([w.delivery for w in works if w.state is not State.RECEIVED])
         for w in works:
             if w.state is not State.RECEIVED:
                 continue
-            # Its message and records (and its order key), taken for this batch; or parked
-            # on the first one a batch holds (this one too), until that batch lets it go.
+            # Its message and records (and its order key), taken for this batch; or parked in
+            # their lines until the batches holding them, and the messages before it, are done.
             taken = keys((w,)) if ordered is None else ordered.keys(w)
             if inflight.take_or_park(taken, batch, w.delivery, self.wake,
-                                     fifo=ordered is not None,
                                      mine=None if ordered is None else ordered.hold_of(w)):
                 fresh.append(w)
             else:

@@ -73,6 +73,7 @@ class WorkflowRun:
     runner: str                    # "spark" (on Spark) or "local" (the service's own workers)
     seconds: float
     records: int = 0
+    placed: bool = False           # a small batch the placement sent to the service's workers
 
     @property
     def local(self) -> bool:
@@ -120,10 +121,12 @@ class BatchReport:
         with self.lock:
             self.sent.update(targets)
 
-    def add_run(self, workflow: str, runner: str, seconds: float, records: int = 0) -> None:
-        """One workflow run of the batch: ``runner`` is ``spark`` or ``local``."""
+    def add_run(self, workflow: str, runner: str, seconds: float, records: int = 0,
+                placed: bool = False) -> None:
+        """One workflow run of the batch: ``runner`` is ``spark`` or ``local``; ``placed``:
+        a small batch sent to the service's workers beside the main runner."""
         with self.lock:
-            self.runs.append(WorkflowRun(workflow, runner, seconds, records))
+            self.runs.append(WorkflowRun(workflow, runner, seconds, records, placed))
 
     def states(self) -> Counter[str]:
         """Messages by the state they were settled in (committed, duplicate, retrying, …)."""

@@ -186,7 +186,7 @@ class AdaptiveSizing(BatchSizing):
                 cost = self.costs.get(run.workflow)
                 if cost is None:
                     cost = self.costs[run.workflow] = RunCost()
-                if run.local:
+                if run.placed:  # beside the main runner: the size of its batches is not this
                     cost.add_local(run.records, run.seconds)
                 else:
                     cost.add_spark(run.records, run.seconds)

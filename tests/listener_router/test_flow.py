@@ -80,15 +80,14 @@ def test_an_ordered_key_is_taken_in_order_and_a_retry_takes_its_own_hold_over():
     retry = ("hold", "m1")
     inflight.reserve([("order", "q", "k")], retry)                 # m1 waits for its retry
     assert not inflight.take_or_park([("order", "q", "k")], "b1", "m2", woken.extend,
-                                     fifo=True, mine=("hold", "m2"))
+                                     mine=("hold", "m2"))
     assert inflight.take_or_park([("order", "q", "k")], "b2", "m1", woken.extend,
-                                 fifo=True, mine=retry)             # its retry copy goes first
+                                 mine=retry)                        # its retry copy goes first
     inflight.release([("order", "q", "k")])
     assert woken == ["m2"]
-    # With fifo, a free key that has messages parked on it is not free for a newcomer.
-    inflight.reserve([("order", "q", "j")], "b3")
-    assert not inflight.take_or_park([("order", "q", "j")], "b4", "m5", woken.extend, fifo=True)
-    assert inflight.take_or_park([("other", "j")], "b4", "m6", woken.extend, fifo=True)
+    # A free key with a message waiting for it is not free for a newcomer.
+    assert not inflight.take_or_park([("order", "q", "k")], "b4", "m5", woken.extend)
+    assert inflight.take_or_park([("other", "j")], "b4", "m6", woken.extend)
 
 
 # -- with a service -----------------------------------------------------------------------

@@ -48,33 +48,83 @@ def test_a_message_naming_a_key_in_flight_is_parked_and_woken_in_order_at_its_re
     assert inflight.take_or_park(["a", ("message", "q", "m1")], earlier, "m1", woken.extend)
     assert not inflight.take_or_park(["b", "a"], mine, "m2", woken.extend)  # a is held: parked
     assert not inflight.take_or_park(["a"], mine, "m3", woken.extend)
-    assert inflight.take_or_park(["b"], mine, "m4", woken.extend)   # b was not taken by m2
-    assert woken == [] and inflight.parked() == 2
+    assert not inflight.take_or_park(["b"], mine, "m4", woken.extend)  # m2 waits for b first
+    assert woken == [] and inflight.parked() == 3
     inflight.release(["a", ("message", "q", "m1")])                  # an event, not a timer
-    assert woken == ["m2"] and inflight.parked() == 1   # a is m2's; m3 waits behind it
-    assert not inflight.take_or_park(["a"], earlier, "m6", woken.extend)  # not m6's
-    assert not inflight.take_or_park(["b"], earlier, "m5", woken.extend)  # m4 holds b
-    assert inflight.unpark_all() == ["m3", "m6", "m5"] and len(inflight) == 2
+    assert woken == ["m2"]             # first in both its lines; m3 and m4 wait behind it
+    assert not inflight.take_or_park(["a"], earlier, "m5", woken.extend)   # a later one
+    assert inflight.take_or_park(["b", "a"], mine, "m2", woken.extend)     # m2 comes back
+    inflight.release(["b", "a"])
+    assert woken[0] == "m2" and sorted(woken[1:]) == ["m3", "m4"]   # each first in its line
+    assert inflight.unpark_all() == ["m3", "m4", "m5"] and len(inflight) == 0
 
 
-def test_a_released_ordered_key_goes_to_the_first_message_in_line_not_to_a_later_one():
-    """An ordered queue: the key is handed to the first parked message; one gathered before
-    it came back (a later version of the record) parks behind the rest, never overtakes."""
+def test_a_released_key_goes_to_the_first_message_in_line_not_to_a_later_one():
+    """The key is the first parked message's; one gathered before that one came back (a
+    later version of the record) waits behind the rest, never overtakes them."""
     inflight = InFlight(renew=lambda ids: None, interval=60.0)
     woken: list[str] = []
     first, second = object(), object()
-    assert inflight.take_or_park(["k"], first, "v1", woken.extend, fifo=True)
-    assert not inflight.take_or_park(["k"], second, "v2", woken.extend, fifo=True)
-    assert not inflight.take_or_park(["k"], second, "v3", woken.extend, fifo=True)
+    assert inflight.take_or_park(["k"], first, "v1", woken.extend)
+    assert not inflight.take_or_park(["k"], second, "v2", woken.extend)
+    assert not inflight.take_or_park(["k"], second, "v3", woken.extend)
     inflight.release(["k"])
     assert woken == ["v2"]                     # v2 alone: v3 stays in line behind it
-    assert not inflight.take_or_park(["k"], second, "v4", woken.extend, fifo=True)  # later
-    assert inflight.take_or_park(["k"], second, "v2", woken.extend, fifo=True)      # its own
+    assert not inflight.take_or_park(["k"], second, "v4", woken.extend)  # later: behind v3
+    assert inflight.take_or_park(["k"], second, "v2", woken.extend)      # its turn
     inflight.release(["k"])
     assert woken == ["v2", "v3"]
     inflight.drop(["v3"])                      # v3's connection went: v4 is next
     assert woken == ["v2", "v3", "v4"]
-    assert inflight.take_or_park(["k"], second, "v4", woken.extend, fifo=True)
+    assert inflight.take_or_park(["k"], second, "v4", woken.extend)
+
+
+def test_two_messages_that_share_two_keys_never_wait_for_each_other():
+    """E waits for r1, A (later) for r0: each is handed back only when it is first in every
+    line it is in, so E goes, then A (no key is handed to one while the other holds it)."""
+    inflight = InFlight(renew=lambda ids: None, interval=60.0)
+    woken: list[str] = []
+    y, x, batch = object(), object(), object()
+    assert inflight.take_or_park(["r1"], y, "Y", woken.extend)
+    assert not inflight.take_or_park(["r0", "r1"], batch, "E", woken.extend)
+    assert not inflight.take_or_park(["r0"], x, "X", woken.extend)  # r0 free, but E is first
+    assert not inflight.take_or_park(["r0", "r1"], batch, "A", woken.extend)
+    inflight.release(["r1"])
+    assert woken == ["E"]
+    assert inflight.take_or_park(["r0", "r1"], batch, "E", woken.extend)
+    inflight.release(["r0", "r1"])
+    assert woken == ["E", "X"]              # X was before A in r0's line; A waits for X
+    assert inflight.take_or_park(["r0"], x, "X", woken.extend)
+    inflight.release(["r0"])
+    assert woken == ["E", "X", "A"]
+
+
+def test_a_retry_goes_before_the_messages_that_wait_for_it():
+    inflight = InFlight(renew=lambda ids: None, interval=60.0)
+    woken: list[str] = []
+    hold, batch = ("retry", "m1"), object()
+    inflight.reserve([("order", "k")], hold)           # m1 failed: its key waits for its retry
+    assert not inflight.take_or_park([("order", "k"), "r"], batch, "m2", woken.extend)
+    assert inflight.take_or_park([("order", "k"), "r"], batch, "m1 again", woken.extend,
+                                 mine=hold)             # r is free: the retry goes first
+    inflight.release([("order", "k"), "r"])
+    assert woken == ["m2"]
+
+
+def test_a_message_settled_before_it_came_back_leaves_its_lines():
+    """Cancelled while parked (or its rule gone): it never takes its keys, and the next in
+    line goes."""
+    inflight = InFlight(renew=lambda ids: None, interval=60.0)
+    woken: list[str] = []
+    batch = object()
+    assert inflight.take_or_park(["k"], batch, "m1", woken.extend)
+    assert not inflight.take_or_park(["k"], batch, "m2", woken.extend)
+    assert not inflight.take_or_park(["k"], batch, "m3", woken.extend)
+    inflight.release(["k"])
+    assert woken == ["m2"]
+    inflight.drop(["m2"])                      # gathered again, cancelled meanwhile
+    assert woken == ["m2", "m3"] and inflight.parked() == 1
+    assert inflight.take_or_park(["k"], batch, "m3", woken.extend) and inflight.parked() == 0
 
 
 def test_in_flight_renews_the_leases_of_reserved_records_only():

@@ -128,6 +128,19 @@ def test_batches_start_small_and_grow_at_most_fourfold_a_run():
     assert sizing.size == MAX_SIZE
 
 
+def test_runs_of_the_main_runner_size_its_batches_wherever_it_runs():
+    """runner = "local": every run is on the service's workers, and they size the batches
+    (only a small batch placed there beside Spark is the local cost's alone)."""
+    sizing = AdaptiveSizing()
+    for _ in range(3):
+        sizing.batch_finished(_report(WorkflowRun("w", "local", 0.05 + 30e-6 * sizing.size,
+                                                  sizing.size)))
+    assert sizing.size == MAX_SIZE
+    placed = AdaptiveSizing()
+    placed.batch_finished(_report(WorkflowRun("w", "local", 0.01, 50, placed=True)))
+    assert placed.size == START_SIZE and placed.costs["w"].largest == 0
+
+
 def test_slow_pipelets_keep_a_run_within_max_run_from_the_first_measured_batch():
     sizing = AdaptiveSizing()
     # 8 ms a record over two cores: the first batch of START_SIZE took 2 s
