@@ -260,9 +260,10 @@ class WhereAmI(Pipelet):
 
 
 class PauseMidAnswer(Pipelet):
-    """Counts each record (``counter`` + 1) and, the first time only (no file ``marker``
-    yet), has its worker stop between the first two frames of its answer: it writes its
-    pid into ``marker`` and waits there to be killed (``engine._supervisor.send_answer``)."""
+    """Counts each record (``counter`` + 1) and, the first time only (of every worker: the
+    first to claim ``marker``), has its worker stop between the first two frames of its
+    answer: it writes its pid into ``marker`` and waits there to be killed
+    (``engine._supervisor.send_answer``)."""
 
     parameters = frozenset({"marker"})
 
@@ -274,7 +275,7 @@ class PauseMidAnswer(Pipelet):
         for rid in ids:
             n = blackboard.get_literal(rid, "counter").value if blackboard.has_attribute(rid, "counter") else 0
             blackboard.set_literal(rid, "counter", n + 1)
-        if not os.path.exists(self.marker):
+        if self._first():
             import engine._supervisor as supervisor
             from engine._wire import ANSWER, ANSWER_HEAD, send
 
@@ -289,6 +290,14 @@ class PauseMidAnswer(Pipelet):
 
             supervisor.send_answer = half
         return ids
+
+    def _first(self) -> bool:
+        """Whether this is the first call anywhere (one worker of all pauses)."""
+        try:
+            os.close(os.open(self.marker + ".claimed", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return False
+        return True
 
 
 class Stamp(Pipelet):

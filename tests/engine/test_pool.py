@@ -64,14 +64,14 @@ def _run_with_a_kill_mid_answer(runner: Any, make_workflow: Any, tmp_path: Path)
 @pytest.mark.spark
 def test_a_warm_worker_killed_between_two_frames_of_its_answer_costs_a_rerun(
         spark: Any, make_workflow: Any, tmp_path: Path) -> None:
-    runner = SparkRunner(spark, batch_timeout=60)
+    runner = SparkRunner(spark, batch_timeout=20)
     assert runner.warm is not None
     _run_with_a_kill_mid_answer(runner, make_workflow, tmp_path)
 
 
 def test_a_service_worker_killed_between_two_frames_of_its_answer_costs_a_rerun(
         make_workflow: Any, tmp_path: Path) -> None:
-    runner = ProcessRunner(workers=2, batch_timeout=60)
+    runner = ProcessRunner(workers=2, batch_timeout=20)
     try:
         _run_with_a_kill_mid_answer(runner, make_workflow, tmp_path)
     finally:
