@@ -17,7 +17,12 @@ Nothing here imports SQLAlchemy, Spark or the pipeline: the broker I/O
 process imports this package alone (and the settings its declarations read).
 """
 
-from listener_router.broker._connection import broker_reason, connect, connection_parameters
+from listener_router.broker._connection import (
+    broker_reason,
+    connect,
+    connection_parameters,
+    where,
+)
 from listener_router.broker._link import AmqpLink
 from listener_router.broker._local import broker_reachable, ensure_local_broker
 from listener_router.broker._process import ProcessLink
@@ -64,4 +69,5 @@ __all__ = [
     "properties_of",
     "publish_confirmed",
     "retry_name",
+    "where",
 ]
