@@ -68,3 +68,22 @@ def test_dlq_show_of_an_unknown_id_says_so_and_exits_1(tmp_path, capsys, declare
     err = capsys.readouterr().err
     assert "no dead letter with message ID 'no-such-id'" in err
     assert dlq_name(settings.listeners[0].queue) in err
+
+
+def test_a_body_nested_200000_deep_leaves_dlq_list_and_show_working(
+        tmp_path, capsys, monkeypatch, broker, declare, make_settings):
+    settings = make_settings()
+    queue = settings.listeners[0].queue
+    declare(settings)
+    broker.publish(dlq_name(queue), b"[" * 200_000, message_id="nested-1",
+                   headers={"x-chalk-error": "body is not JSON"})
+    broker.publish(dlq_name(queue), b'{"id": "fine"}', message_id="fine-1",
+                   headers={"x-chalk-error": "it broke"})
+    config = _config(tmp_path, settings)
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["dlq", "list", "--config", str(config)]) == 0
+    listed = capsys.readouterr().out
+    assert "nested-1" in listed and "fine-1" in listed
+    assert main(["dlq", "show", "--config", str(config)]) == 0
+    shown = capsys.readouterr().out
+    assert "unreadable body (nested too deeply" in shown and '"fine"' in shown
