@@ -373,3 +373,11 @@ def bind_subscriber(broker_url: str, queue: str, exchange: str = "chalk.events")
         channel.queue_bind(queue, exchange, routing_key="#")
     finally:
         conn.close()
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (on loopback)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

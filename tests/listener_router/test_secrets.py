@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from _services import (
     stop_postgres,
 )
 from listener_router_helpers import (
+    free_port,
     kill_group,
     start_service,
     wait_for_log,
@@ -44,12 +44,6 @@ from listener_router.watch._pages import PANELS
 pytestmark = [pytest.mark.slow, pytest.mark.chaos, pytest.mark.broker, pytest.mark.postgres]
 
 TOKEN = secrets.token_urlsafe(24)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Seen:
@@ -101,7 +95,7 @@ def test_no_password_or_token_in_any_output_through_a_broker_and_a_database_outa
 
     folder = write_test_workflows(tmp_path / "workflows")
     queue, out = qname("in"), qname("out")
-    port = _free_port()
+    port = free_port()
     config = write_config(
         tmp_path / "chalk.toml", db=secret_db, broker=secret_broker, workflows=folder,
         engine={"runner": "local"}, http={"listen": f"127.0.0.1:{port}", "token": TOKEN},
