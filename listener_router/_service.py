@@ -268,7 +268,9 @@ class Service:
             prepare=functools.partial(declare_all, settings=s, exchanges=plugin_exchanges(s)),
             deliveries=deliveries, paused=paused,
             depth_of=[o for q in queues for o in outputs[q]
-                      if self.listeners.for_queue(q)[0].max_output_depth]).start()
+                      if self.listeners.for_queue(q)[0].max_output_depth],
+            max_inflight_bytes={q: self.listeners.for_queue(q)[0].max_inflight_bytes
+                                for q in queues}).start()
         self.lanes = [pipeline.make_lane(queue, self.listeners.for_queue(queue),
                                 deliveries.by_queue[queue], self.held.of(queue), link,
                                 sizing=self._sizing, local_below=s.local_below,

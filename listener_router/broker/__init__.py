@@ -11,7 +11,9 @@
 - ``_connection``: the parameters of every connection, why one failed in
   words (refused, timed out, login refused), and :func:`connect`, a blocking
   connection that says so;
-- ``_local``: start Debian's RabbitMQ when none answers (``chalk run``, the demo).
+- ``_local``: start Debian's RabbitMQ when none answers (``chalk run``, the demo);
+- ``_bytes``: the bodies a link holds against ``max_inflight_bytes``, and the prefetch
+  that fits; ``_memory``: large bodies mapped, so freeing them shrinks the process.
 
 Nothing here imports SQLAlchemy, Spark or the pipeline: the broker I/O
 process imports this package alone (and the settings its declarations read).
@@ -25,6 +27,7 @@ from listener_router.broker._connection import (
 )
 from listener_router.broker._link import AmqpLink
 from listener_router.broker._local import broker_reachable, ensure_local_broker
+from listener_router.broker._memory import map_large_bodies
 from listener_router.broker._process import ProcessLink
 from listener_router.broker._queues import (
     declare_all,
@@ -65,6 +68,7 @@ __all__ = [
     "declare_outputs",
     "dlq_name",
     "ensure_local_broker",
+    "map_large_bodies",
     "plugin_exchanges",
     "properties_of",
     "publish_confirmed",
