@@ -44,6 +44,7 @@ from listener_router._messages import (
     derive_message_id,
 )
 from listener_router._settings import Settings
+from listener_router._signing import HeaderSigner
 from listener_router.broker import (
     Link,
     OutMessage,
@@ -99,8 +100,18 @@ def _reason(headers: dict[str, Any]) -> str:
     return f"dead-lettered by the broker ({why})"
 
 
-def _letter(queue: str, props: Any, body: bytes) -> DeadLetter:
+_FORGED = "(not written by this cluster: its x-chalk- headers are unsigned) "
+
+
+def _letter(queue: str, props: Any, body: bytes, signer: HeaderSigner) -> DeadLetter:
     headers = {str(k): _plain(v) for k, v in (props.headers or {}).items()}
+    if not signer.holds(headers, props.message_id, body):
+        # a publisher's: it may not pick the replay queue or the attempts; its words are
+        # kept, marked, for the operator to judge
+        said = _text(headers.get(ERROR_HEADER, ""))
+        headers = signer.trusted(headers, props.message_id, body)
+        if said:
+            headers[ERROR_HEADER] = _FORGED + said
     try:
         attempts = int(_text(headers.get(ATTEMPTS_HEADER, 0)))
     except ValueError:
@@ -117,6 +128,7 @@ def collect(settings: Settings, store: ServiceStore, queues: Sequence[str],
     """Move every dead letter of ``queues`` (input queues) from ``Q.dlq`` into ``store``
     (on ``connection``, left open, when given)."""
     moved = 0
+    signer = HeaderSigner.of(store)
     conn = connection or connect(settings.broker_url)
     try:
         for queue in queues:
@@ -134,7 +146,7 @@ def collect(settings: Settings, store: ServiceStore, queues: Sequence[str],
                     method, props, body = ch.basic_get(dlq_name(queue), auto_ack=False)
                     if method is None:
                         break
-                    taken.append((method.delivery_tag, _letter(queue, props, body)))
+                    taken.append((method.delivery_tag, _letter(queue, props, body, signer)))
                     size += len(body)
                 if not taken:
                     break
@@ -301,16 +313,18 @@ def _replays(letter: DeadLetter) -> int:
 _DROPPED = ("x-chalk-", "x-death", "x-first-death", "x-last-death", "x-delivery-count")
 
 
-def _publish(settings: Settings, letters: Sequence[DeadLetter], link: Link | None) -> None:
-    """Each letter back to its queue with confirms: on the service's ``link``, or on a
-    connection of its own."""
+def _publish(settings: Settings, store: ServiceStore, letters: Sequence[DeadLetter],
+             link: Link | None) -> None:
+    """Each letter back to its queue with confirms, its replay count signed: on the
+    service's ``link``, or on a connection of its own."""
+    signer = HeaderSigner.of(store)
     messages = []
     for letter in letters:
         headers = {k: v for k, v in letter.headers.items() if not k.startswith(_DROPPED)}
         headers[REPLAYS_HEADER] = _replays(letter) + 1
-        messages.append(OutMessage(routing_key=letter.queue, body=letter.body,
-                                   message_id=letter.message_id, headers=headers,
-                                   content_type=letter.content_type or "application/json"))
+        messages.append(signer.sign(OutMessage(
+            routing_key=letter.queue, body=letter.body, message_id=letter.message_id,
+            headers=headers, content_type=letter.content_type or "application/json")))
     if link is not None:
         publish_confirmed(link, messages, timeout=60)
         return
@@ -345,7 +359,7 @@ def replay(settings: Settings, queues: Sequence[str], message_id: str | None = N
         letters = table.list(queues, message_id=message_id)
         if not letters:
             return 0
-        _publish(settings, letters, link)
+        _publish(settings, store, letters, link)
         table.remove(letters)
         with store.writes, store.engine.begin() as conn:
             for letter in letters:

@@ -55,6 +55,7 @@ def test_browsing_dead_letters_never_raises_their_delivery_count(tmp_path, capsy
     # the input queue (quorum) counts afresh: 0 on this first delivery; no reason, no attempts;
     # the replay is counted (the job log tells the attempts after it from those before)
     assert headers.pop("x-delivery-count", 0) == 0
+    assert len(headers.pop("x-chalk-signature")) == 64     # the cluster's: it is Chalk's count
     assert headers == {"operation": "UPDATE", "x-chalk-replays": 1}
     assert main(["dlq", "list", "--config", str(config)]) == 0
     assert "dead-1" not in capsys.readouterr().out
