@@ -103,6 +103,10 @@ def test_bad_dead_letters_leave_the_tools_working(tmp_path, chromium, broker, br
             broker.publish(queue, json.dumps({"id": f"doc-amb-{n}",
                                               "attributes": {"fail": True}}),
                            message_id=f"amb-{n}")
+        # what held before: text from a message is escaped wherever the page shows it
+        broker.publish(queue, json.dumps({"id": "<img src=x onerror=alert(1)>",
+                                          "attributes": {"fail": True}}),
+                       message_id="<b>bold</b>")
 
         # every letter is listed; the two that cannot be read say why, in their own row
         ids = ("nested-1", "huge-1", "amb-1", "amb-2")
@@ -110,6 +114,11 @@ def test_bad_dead_letters_leave_the_tools_working(tmp_path, chromium, broker, br
             _get(base + "panel/dead_letters")[1]), 120, "the four dead letters on the panel",
             explain=lambda: _get(base + "panel/dead_letters")[1][-2000:])
         assert "dead letters unavailable" not in panel
+        wait_until(lambda: "&lt;b&gt;bold&lt;/b&gt;" in _get(base + "panel/dead_letters")[1],
+                   60, "the HTML-named letter, escaped")
+        panel = _get(base + "panel/dead_letters")[1]
+        assert "&lt;img src=x onerror=alert(1)&gt;" in panel and "<img" not in panel
+        assert "<b>bold" not in panel
         page = chromium.new_page(viewport={"width": 1280, "height": 900})
         page.goto(base + "#dead-letters")
         rows = "#dead-letter-table tr[data-message='{}']"

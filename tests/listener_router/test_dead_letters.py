@@ -88,3 +88,18 @@ def test_a_body_nested_200000_deep_leaves_dlq_list_and_show_working(
     assert main(["dlq", "show", "--config", str(config)]) == 0
     shown = capsys.readouterr().out
     assert "unreadable body (nested too deeply" in shown and '"fine"' in shown
+
+
+def test_a_short_message_id_is_matched_literally_not_as_a_pattern(sqlite_url):
+    from listener_router.dead_letters import DeadLetter, DeadLetters, message_id_of
+    from listener_router.store import ServiceStore
+
+    store = ServiceStore.connect(sqlite_url)
+    try:
+        table = store.tables(DeadLetters)
+        table.keep([DeadLetter("q", mid, "e", 1, "", {}, b"{}") for mid in ("a_1", "ab1", "a%2")])
+        assert message_id_of(table, ["q"], "a_") == "a_1"       # _ is no wildcard
+        assert message_id_of(table, ["q"], "a%") == "a%2"       # nor is %
+        assert message_id_of(table, ["q"], "x' OR '1'='1") == "x' OR '1'='1"   # no such
+    finally:
+        store.close()
