@@ -381,3 +381,14 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def stop_service(proc: Any, timeout: float = 60.0) -> None:
+    """Stop ``chalk run`` as its supervisor would (SIGTERM to its group), SIGKILL when it
+    has not stopped within ``timeout`` seconds."""
+    import subprocess
+    kill_group(proc, 15)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(proc, 9)

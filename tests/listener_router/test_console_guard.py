@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from listener_router_helpers import (
     free_port,
-    kill_group,
     start_service,
+    stop_service,
     wait_for_log,
     wait_until,
     write_config,
@@ -75,14 +75,6 @@ def _run(tmp_path: Path, broker_url: str, qname, name: str, **http: object):
     return config, log, start_service(config, log)
 
 
-def _stop(service: subprocess.Popen) -> None:
-    kill_group(service, 15)
-    try:
-        service.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        kill_group(service, 9)
-
-
 @pytest.mark.parametrize(("http", "words"), [
     ({"listen": "0.0.0.0:{port}"}, "no [http] token is set"),
     ({"listen": "0.0.0.0:{port}", "token": "change-me"}, "an example from the docs"),
@@ -95,7 +87,7 @@ def test_a_console_strangers_could_use_does_not_start(tmp_path, broker_url, qnam
     try:
         assert service.wait(timeout=120) != 0
     finally:
-        _stop(service)
+        stop_service(service)
     said = log.read_text()
     assert words in said and MAKE_ONE in said, said[-2000:]
     assert "metrics and dashboard on" not in said
@@ -114,7 +106,7 @@ def test_a_public_console_starts_without_a_token_and_says_so(tmp_path, broker_ur
                                           body="queue=x&token=anything")
         assert status == 403 and "set [http] token" in text
     finally:
-        _stop(service)
+        stop_service(service)
     # on loopback nothing is needed and nothing is said
     port = free_port()
     _config, log, service = _run(tmp_path, broker_url, qname, "loopback",
@@ -124,7 +116,7 @@ def test_a_public_console_starts_without_a_token_and_says_so(tmp_path, broker_ur
         assert _request(port, "/")[0] == 200 and _request(port, "/metrics")[0] == 200
         assert "WARNING" not in log.read_text()
     finally:
-        _stop(service)
+        stop_service(service)
 
 
 def test_every_token_the_docs_show_is_refused():
@@ -231,5 +223,5 @@ def test_a_console_beyond_loopback_refuses_strangers(tmp_path, broker_url, qname
                                     source="127.0.0.3")[0] == 200, 30,
                    "the address to be let in again after its wait", every=0.5)
     finally:
-        _stop(service)
+        stop_service(service)
     assert READ not in log.read_text() and TOKEN not in log.read_text()

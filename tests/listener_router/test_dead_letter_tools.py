@@ -20,8 +20,8 @@ import pytest
 from _services import RABBITMQCTL, _ctl_env
 from listener_router_helpers import (
     free_port,
-    kill_group,
     start_service,
+    stop_service,
     wait_for_log,
     wait_until,
     write_config,
@@ -191,8 +191,4 @@ def test_bad_dead_letters_leave_the_tools_working(tmp_path, chromium, broker, br
         assert shown["nested-1"]["body_error"].startswith("unreadable body")
         assert shown["amb-2"]["body"] == {"id": "doc-amb-2", "attributes": {"fail": True}}
     finally:
-        kill_group(service, 15)
-        try:
-            service.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            kill_group(service, 9)
+        stop_service(service)

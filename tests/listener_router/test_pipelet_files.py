@@ -11,8 +11,8 @@ import sys
 
 import pytest
 from listener_router_helpers import (
-    kill_group,
     start_service,
+    stop_service,
     wait_for_log,
     wait_until,
     write_config,
@@ -89,11 +89,7 @@ def test_a_message_cannot_make_xml_split_read_a_file_outside_its_folder(tmp_path
                    "three dead letters and the fine record routed",
                    explain=lambda: log.read_text()[-3000:])
     finally:
-        kill_group(service, 15)
-        try:
-            service.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            kill_group(service, 9)
+        stop_service(service)
     routed = [json.loads(body) for _props, body in broker.drain(out)]
     assert sorted(r["id"] for m in routed for r in m["records"]) == ["fine", "fine#Alpha"]
     assert "SECRET" not in json.dumps(routed) and "private key" not in json.dumps(routed)

@@ -27,8 +27,8 @@ from _services import (
 )
 from listener_router_helpers import (
     free_port,
-    kill_group,
     start_service,
+    stop_service,
     wait_for_log,
     wait_until,
     write_config,
@@ -153,11 +153,7 @@ def test_no_password_or_token_in_any_output_through_a_broker_and_a_database_outa
         seen.chalk(config, "jobs", "--json")
         seen.chalk(config, "dlq", "show", "--json")
     finally:
-        kill_group(service, 15)
-        try:
-            service.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            kill_group(service, 9)
+        stop_service(service)
         delete_broker_user(user)
     seen.outputs.append(("the service's output", log.read_text(errors="replace")))
 
