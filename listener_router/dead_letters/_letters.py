@@ -162,16 +162,18 @@ def collect(settings: Settings, store: ServiceStore, queues: Sequence[str],
 
 
 class Collector(LeaderTask):
-    """The leader's move of dead letters off ``Q.dlq`` into the store, every
-    ``COLLECT_EVERY`` seconds, on one broker connection it keeps (opened again after a
-    failure).  Moving is idempotent (rows keyed by queue and message ID), so it takes no
+    """The leader's move of dead letters off ``Q.dlq`` into the store, every ``every``
+    seconds (``[dead_letters] move_every``), on one broker connection it keeps (opened
+    again after a failure).  Moving is idempotent (rows keyed by queue and message ID), so it takes no
     fenced transaction: a member that just lost the lead and moves once more writes the
     same rows."""
 
     name = "dead_letters"
     every = COLLECT_EVERY
 
-    def __init__(self, settings: Settings, store: ServiceStore, queues: Sequence[str]):
+    def __init__(self, settings: Settings, store: ServiceStore, queues: Sequence[str], *,
+                 every: float = COLLECT_EVERY):
+        self.every = every
         self.settings = settings
         self.store = store
         self.queues = list(dict.fromkeys(queues))

@@ -5,8 +5,8 @@ feature owns what happens to them afterwards: moving them off the queue into
 the store, listing, showing, replaying and purging (``_letters``, used by
 ``chalk dlq`` and the dashboard).  In a running service the plug-in gives
 the leader its task of moving them into the store every few seconds
-(:class:`~listener_router.dead_letters.Collector`: the page only reads the
-store), and reports, on the metrics snapshot, how many letters each input
+(:class:`~listener_router.dead_letters.Collector`, every ``[dead_letters]
+move_every`` seconds: the page only reads the store), and reports, on the metrics snapshot, how many letters each input
 queue has kept there.
 """
 
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from listener_router._plugin import Host, Plugin
 from listener_router.dead_letters._letters import Collector
+from listener_router.dead_letters._settings import DeadLettersSettings
 from listener_router.dead_letters._tables import SCHEMA, DeadLetters
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ class DeadLettersPlugin(Plugin):
     """Always built: dead letters exist wherever messages can fail."""
 
     name = "dead_letters"
+    sections = (DeadLettersSettings,)
 
     def __init__(self) -> None:
         self.table: DeadLetters | None = None
@@ -42,7 +44,9 @@ class DeadLettersPlugin(Plugin):
     def install(self, host: Host) -> None:
         self.table = host.store.tables(DeadLetters)
         self.queues = [rule.queue for rule in host.settings.listeners]
-        self.collector = Collector(host.settings, host.store, self.queues)
+        every = host.settings.section("dead_letters").move_every
+        if every > 0:
+            self.collector = Collector(host.settings, host.store, self.queues, every=every)
 
     def leader_tasks(self) -> list[LeaderTask]:
         return [] if self.collector is None else [self.collector]
