@@ -88,7 +88,7 @@ def test_bad_dead_letters_leave_the_tools_working(tmp_path, chromium, broker, br
     config = write_config(
         tmp_path / "chalk.toml", db=pg_url, broker=broker_url, workflows=folder,
         engine={"runner": "local"}, http={"listen": f"127.0.0.1:{port}", "token": TOKEN},
-        node={"name": "dlq-1"},
+        node={"name": "dlq-1"}, dead_letters={"move_every": 1},
         listeners=[{"name": "t", "queue": queue, "workflow": "Fragile", "max_retries": 0,
                     "batch_size": 20, "max_wait_ms": 50}],
         routers=[{"queue": out, "attributes": ["count"]}])
