@@ -17,6 +17,7 @@ from blackboard._errors import (
 from blackboard._model import FORMAT, Annotation, Literal
 from blackboard._path import Path, PathStep
 from blackboard._storage import SCHEMA_VERSION, SqlStore
+from blackboard._urls import safe_url
 
 __all__ = [
     "Annotation",
@@ -36,4 +37,5 @@ __all__ = [
     "StorageError",
     "ValueTypeError",
     "default_owner",
+    "safe_url",
 ]

@@ -65,6 +65,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from blackboard import _json
 from blackboard._errors import StaleRecordError, StorageError
+from blackboard._urls import hide_url, safe_url
 
 __all__ = ["SqlStore", "WriteSet", "SCHEMA_VERSION", "CHUNK_SIZE", "metadata"]
 
@@ -287,13 +288,15 @@ class SqlStore:
 
     def __init__(self, url: str, *, engine: Engine | None = None, **engine_options: Any):
         self.url = url
+        self.shown = safe_url(url)   # the URL in messages: no password
         try:
             self.engine = engine or create_engine(url, pool_pre_ping=True, **engine_options)
         except (exc.SQLAlchemyError, ImportError, ValueError) as e:
-            raise StorageError(f"cannot open storage {url!r}: {e}") from e
+            raise StorageError(f"cannot open storage {safe_url(url)}: "
+                               f"{hide_url(str(e), url)}") from e
         self.dialect = self.engine.dialect.name
         if self.dialect not in ("sqlite", "postgresql"):
-            raise StorageError(f"storage {url!r}: dialect {self.dialect!r} is not supported; "
+            raise StorageError(f"storage {safe_url(url)}: dialect {self.dialect!r} is not supported; "
                                "use SQLite or PostgreSQL")
         self._pg = self.dialect == "postgresql"
         # COPY needs psycopg 3 (``postgresql+psycopg://``); other drivers use executemany.
@@ -319,7 +322,7 @@ class SqlStore:
                                                        value=str(SCHEMA_VERSION))
                              .on_conflict_do_nothing())
             elif int(found) > SCHEMA_VERSION:
-                raise StorageError(f"storage {self.url!r} has schema version {found}; this "
+                raise StorageError(f"storage {self.shown} has schema version {found}; this "
                                    f"version of Chalk knows up to {SCHEMA_VERSION}: upgrade Chalk")
 
     def schema_version(self) -> int:
@@ -601,7 +604,7 @@ class SqlStore:
                     for rid, doc in ws.overwrites:
                         write((2, rid, doc, None))
         except psycopg.Error as e:  # not wrapped by SQLAlchemy: the cursor is the driver's
-            raise StorageError(f"storage {self.url!r} failed: {e}") from e
+            raise StorageError(f"storage {self.shown} failed: {e}") from e
         if ws.updates:
             count = conn.exec_driver_sql(_PG_STAGED_UPDATE, (now,)).rowcount
             if count != len(ws.updates):
@@ -757,7 +760,7 @@ class _Transaction:
         except _OUTAGES as e:
             if getattr(self, "conn", None) is not None:
                 self.conn.close()
-            raise StorageError(f"storage {self._store.url!r} unavailable: "
+            raise StorageError(f"storage {self._store.shown} unavailable: "
                                f"{getattr(e, 'orig', None) or e}") from e
         return self
 
@@ -775,11 +778,11 @@ class _Transaction:
                 self._tx.rollback()
         except _OUTAGES as e:
             if exc_type is None:
-                raise StorageError(f"storage {self._store.url!r}: commit failed: "
+                raise StorageError(f"storage {self._store.shown}: commit failed: "
                                    f"{getattr(e, 'orig', None) or e}") from e
             log.debug("rollback failed after %r", exc_value, exc_info=True)
         finally:
             self.conn.close()
         if exc_type is not None and issubclass(exc_type, _OUTAGES):
-            raise StorageError(f"storage {self._store.url!r} failed: "
+            raise StorageError(f"storage {self._store.shown} failed: "
                                f"{getattr(exc_value, 'orig', None) or exc_value}") from exc_value

@@ -38,6 +38,7 @@ from listener_router._plugin import Host, Plugin, hooked, ordered
 from listener_router._rules import ListenerRules, Router
 from listener_router._runners import close_runner, make_runner
 from listener_router._settings import Settings, configured
+from listener_router._signing import HeaderSigner
 from listener_router._workflows import PublishedVersions, check_workflows
 from listener_router.broker import (
     AmqpLink,
@@ -121,6 +122,7 @@ class Service:
         self._started: list[_Part] = []
         self.link: Link | None = None
         self.store: ServiceStore | None = None
+        self.signer: HeaderSigner | None = None
         self.inflight: pipeline.InFlight | None = None
         self.membership: Membership | None = None
         self.abandoned = 0                 # batches left running when run() returned
@@ -202,6 +204,7 @@ class Service:
         s = self.settings
         self.node = s.node or claim_node_name(s.blackboard_url)
         self.store = ServiceStore(SqlStore(s.blackboard_url))
+        self.signer = HeaderSigner.of(self.store)   # the cluster's: x-chalk-* headers
 
     def _close_store(self) -> None:
         if self.store is not None:
@@ -268,7 +271,9 @@ class Service:
             prepare=functools.partial(declare_all, settings=s, exchanges=plugin_exchanges(s)),
             deliveries=deliveries, paused=paused,
             depth_of=[o for q in queues for o in outputs[q]
-                      if self.listeners.for_queue(q)[0].max_output_depth]).start()
+                      if self.listeners.for_queue(q)[0].max_output_depth],
+            max_inflight_bytes={q: self.listeners.for_queue(q)[0].max_inflight_bytes
+                                for q in queues}).start()
         self.lanes = [pipeline.make_lane(queue, self.listeners.for_queue(queue),
                                 deliveries.by_queue[queue], self.held.of(queue), link,
                                 sizing=self._sizing, local_below=s.local_below,
@@ -290,7 +295,7 @@ class Service:
             link=self.link, settings=self.settings, store=self.store, held=self.held,
             meter=self.meter, stats=self.stats, observers=self.observers,
             settle_messages=hooked(self.plugins, "settle_messages"), writer=self.node,
-            settled=hooked(self.plugins, "settled"))
+            settled=hooked(self.plugins, "settled"), signer=self.signer)
 
     def _open_commit(self) -> None:
         s = self.settings
@@ -320,7 +325,8 @@ class Service:
                 gathering=lane.gathering, finish=self._finish, settlement=settlement,
                 meter=self.meter, owner=self.node, lease_seconds=s.lease_seconds,
                 stopping=self._stopping, name=f"chalk-gather-{lane.queue}",
-                cancelled=self.cancelled, ordered=orders.get(lane.queue), screening=screening)
+                cancelled=self.cancelled, ordered=orders.get(lane.queue), screening=screening,
+                signer=self.signer)
             lane.gather.set_paused(lane.paused)
         self.dispatcher = pipeline.Dispatcher(self.lanes, self._run_batch, slots=s.concurrent_batches)
         assert self.store is not None

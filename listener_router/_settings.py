@@ -91,6 +91,10 @@ class ListenerRule:
                                           minimum=0)
     max_records: int = setting(1000, "record IDs per message", minimum=1)
     max_body_bytes: int = setting(1 << 20, "largest message body accepted", minimum=1)
+    max_inflight_bytes: int = setting(
+        256 << 20, "bytes of the queue's message bodies the service holds at most, taken and "
+        "not yet settled: past it the queue is not consumed until half of it is settled "
+        "(memory stays bounded whatever the prefetch)", minimum=1)
     create_missing: bool = setting(
         False, "a message naming a record with no attributes when no such record is stored "
         "creates it (false: the message is dead-lettered, 'record … does not exist')")
@@ -237,6 +241,15 @@ class Settings:
     delivery_limit: int = setting(
         20, "quorum queues: deliveries after which the broker dead-letters a message "
         "(a service process that dies on it every time)", section="broker", minimum=1)
+    max_queue_bytes: int = setting(
+        4 << 30, "bytes an input, output or retry queue holds at most; past it the broker "
+        "refuses new messages (publishers get a nack, nothing is dropped); 0: no bound",
+        section="broker", minimum=0)
+    max_dead_letter_bytes: int = setting(
+        1 << 30, "bytes a dead-letter queue (`Q.dlq`) holds at most; past it the broker "
+        "refuses new dead letters (the service holds the message and tries again; quorum "
+        "queues keep a message the broker dead-letters until there is room); 0: no bound",
+        section="broker", minimum=0)
     broker_process: bool = setting(
         True, "the broker connection runs in a child process of its own (false: a thread)",
         section="broker", key="process")
@@ -359,7 +372,7 @@ class Settings:
 
 
 # A listener rule's keys that are its queue's (its lane's): every rule on a queue gives the same.
-LANE_KEYS = ("priority", "rate_limit", "ordered_by", "max_output_depth")
+LANE_KEYS = ("priority", "rate_limit", "ordered_by", "max_output_depth", "max_inflight_bytes")
 
 _FIELDS = frozenset(f.name for f in dataclasses.fields(Settings))
 _dataclass_init = Settings.__init__

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import html
+import os
 import re
+import stat
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -182,15 +184,54 @@ def _key(snippet: bytes, tag: str) -> str | None:
     return text or None
 
 
-def _open_input(value: str) -> Any:
+def _inside(path: str, base: str) -> bool:
+    return os.path.commonpath([path, base]) == base
+
+
+def open_inside(value: str, base: str, what: str) -> Any:
+    """The regular file ``value`` names (a path, relative to ``base`` or absolute, or a
+    ``file:`` URL), opened for reading, when it lies inside the folder ``base``.
+
+    Symbolic links are followed before the check (one that leads out is refused), the
+    file is opened without blocking and checked again once open (a FIFO, a device, a
+    directory, ``/proc`` is refused, and so is a path swapped for a link meanwhile).
+
+    Raises:
+        ValueError: naming ``what`` (the record and attribute), the path and why.
+    """
     text = value.strip()
     if text.startswith(("http:", "https:")):
-        raise ValueError(f"{text!r}: reading URLs is not supported (pipelets make no network calls); "
-                         "give a file path or put the document in an attachment")
+        raise ValueError(f"{what}: {text!r}: reading URLs is not supported (pipelets make no "
+                         "network calls); give a file path or put the document in an attachment")
     if text.startswith("file:"):
         parsed = urlparse(text)
         text = unquote(parsed.netloc + parsed.path)
-    return open(text, "rb")  # noqa: SIM115  (closed by the caller's with)
+    if not text or "\x00" in text:
+        raise ValueError(f"{what}: {value!r} is not a file path")
+    path = os.path.realpath(os.path.join(base, text))
+    if not _inside(path, base):
+        raise ValueError(f"{what}: {value!r} is outside baseDirectory {base!r}; only files "
+                         "inside it are read")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise ValueError(f"{what}: cannot open {value!r} in baseDirectory {base!r}: "
+                         f"{e.strerror}") from e
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise ValueError(f"{what}: {value!r} is not a regular file; only regular files "
+                             "are read")
+        opened = f"/proc/self/fd/{fd}"
+        if os.path.exists(opened) and not _inside(os.path.realpath(opened), base):
+            raise ValueError(f"{what}: {value!r} changed while it was opened; only files "
+                             f"inside baseDirectory {base!r} are read")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 class XmlSplit(Pipelet):
@@ -209,7 +250,10 @@ class XmlSplit(Pipelet):
     Differences from SMILA: the Java pipelet sent the snippet records to the
     queue itself and returned only the input; here they are returned with it
     (``keepParent``) and go wherever the router sends result records.  URLs
-    are not fetched.  Fragment IDs always use ``#``.
+    are not fetched.  Fragment IDs always use ``#``.  A path comes from a
+    message, so it is read only when it names a regular file inside
+    ``baseDirectory`` (required with ``inputType = attribute``): no path out
+    of it, by ``..`` or a symbolic link, no device, FIFO or ``/proc`` file.
 
     Parameters:
         beginTagName, endTagName: the marker tags (required).
@@ -218,6 +262,9 @@ class XmlSplit(Pipelet):
         keyTagName: the tag whose text names a fragment (required).
         inputType / inputName: ``attachment`` (default) holding the XML, or
             ``attribute`` holding its path (default name ``Content``).
+        baseDirectory: with ``inputType = attribute``, the folder the paths must be
+            in (required; relative paths in the attribute start there, a relative
+            folder starts at the working directory).
         outputType / outputName: where a fragment gets its snippet
             (``attribute`` as text, the default, or ``attachment`` as bytes;
             default name ``Content``).
@@ -229,7 +276,8 @@ class XmlSplit(Pipelet):
     runs_in_service = True
     parameters = frozenset({"beginTagName", "isBeginClosingTag", "endTagName", "isEndClosingTag",
                             "keyTagName", "inputType", "inputName", "input", "outputType", "outputName",
-                            "output", "keepParent", "idSeparator", "maxBufferSize"})
+                            "output", "keepParent", "idSeparator", "maxBufferSize",
+                            "baseDirectory"})
 
     def configure(self, config: dict[str, Any]) -> None:
         super().configure(config)
@@ -241,6 +289,16 @@ class XmlSplit(Pipelet):
         self.key: str = s.name("keyTagName")
         self.source, self.target = read_endpoints(s, default_input="Content", default_input_type="attachment")
         self.keep_parent: bool = s.boolean("keepParent", default=True)
+        self.base: str | None = None
+        if self.source.kind == "attribute":
+            if not s.has("baseDirectory"):
+                raise s.error("baseDirectory", "inputType attribute reads the file a message "
+                                               "names: give the folder such files must be in")
+            base = os.path.realpath(s.text("baseDirectory"))
+            if not os.path.isdir(base):
+                raise s.error("baseDirectory", f"no folder {base!r} (relative paths start at "
+                                               f"{os.getcwd()!r})")
+            self.base = base
         if s.text("idSeparator", default="#") != "#":
             raise s.error("idSeparator", "only '#' is possible: Chalk fragment IDs are <id>#<name>")
         s.integer("maxBufferSize", default=None, minimum=1)
@@ -258,7 +316,9 @@ class XmlSplit(Pipelet):
         if self.source.kind == "attachment":
             opened = bb.get_attachment_stream(rid, self.source.name)
         else:
-            opened = _open_input(str(bb.get_literals(rid, self.source.name)[0].value))
+            assert self.base is not None
+            opened = open_inside(str(bb.get_literals(rid, self.source.name)[0].value),
+                                 self.base, f"record {rid!r} {self.source}")
         made: list[str] = []
         seen: dict[str, int] = {}
         with opened as stream:

@@ -20,6 +20,7 @@ from pipelets._io import read_endpoints
 __all__ = ["XPathExtract", "XsltTransform", "from_document", "parse_xml", "safe_parser"]
 
 _XML_DECL = re.compile(r"^\s*<\?xml[^>]*\?>")
+_XSL = "http://www.w3.org/1999/XSL/Transform"
 
 
 def safe_parser() -> etree.XMLParser:
@@ -101,8 +102,8 @@ class XsltTransform(Pipelet):
         parameters: a map of XSLT parameter name → string value.
 
     The stylesheet is compiled once; it may not read or write files or use
-    the network (``document()``, ``xsl:include``, ``exsl:document`` are
-    refused).  XML that does not parse, or a transformation that fails,
+    the network (``document()`` and ``exsl:document`` fail the record,
+    ``xsl:include`` and ``xsl:import`` are refused when it is configured).  XML that does not parse, or a transformation that fails,
     fails the record.
     """
 
@@ -133,6 +134,13 @@ class XsltTransform(Pipelet):
                 doc = etree.parse(path, safe_parser()).getroot()
             except (OSError, etree.XMLSyntaxError) as e:
                 raise s.error(used, f"cannot read stylesheet {path!r}: {e}") from e
+        # libxslt reads xsl:include and xsl:import while it compiles, whatever the access
+        # control says (it governs the run): refuse them before
+        for found in doc.iter(f"{{{_XSL}}}include", f"{{{_XSL}}}import"):
+            tag = etree.QName(found).localname
+            raise s.error(used, f"line {found.sourceline}: <xsl:{tag} href="
+                                f"{found.get('href')!r}> is refused: a stylesheet may not read "
+                                "files; put what it needs into this one")
         try:
             self.stylesheet = etree.XSLT(doc, access_control=etree.XSLTAccessControl.DENY_ALL)
         except etree.XSLTParseError as e:

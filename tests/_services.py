@@ -246,3 +246,32 @@ def start_postgres() -> str:
 def restart_postgres() -> str:
     """Stop and start the private PostgreSQL cluster; returns the chalk_test URL."""
     return run_services("restart-postgres").splitlines()[-1]
+
+
+def _rabbitmqctl(*args: str, timeout: float = 60) -> str:
+    done = subprocess.run([RABBITMQCTL, *args], stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, timeout=timeout, env=_ctl_env())
+    if done.returncode != 0:
+        raise ServiceError(f"rabbitmqctl {' '.join(args[:1])} failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+def add_broker_user(name: str, password: str) -> None:
+    """A user of the local node with ``password``, allowed everything on the vhost ``/``."""
+    _rabbitmqctl("add_user", name, password)
+    _rabbitmqctl("set_permissions", "-p", "/", name, ".*", ".*", ".*")
+
+
+def delete_broker_user(name: str) -> None:
+    _rabbitmqctl("delete_user", name)
+
+
+def stop_broker_app() -> None:
+    """``rabbitmqctl stop_app``: the node stays up, the broker refuses every connection."""
+    _rabbitmqctl("stop_app", timeout=180)
+
+
+def start_broker_app(url: str | None = None) -> None:
+    """``rabbitmqctl start_app``, then wait until AMQP connections open again."""
+    _rabbitmqctl("start_app", timeout=180)
+    wait_broker(url)

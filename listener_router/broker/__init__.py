@@ -11,15 +11,23 @@
 - ``_connection``: the parameters of every connection, why one failed in
   words (refused, timed out, login refused), and :func:`connect`, a blocking
   connection that says so;
-- ``_local``: start Debian's RabbitMQ when none answers (``chalk run``, the demo).
+- ``_local``: start Debian's RabbitMQ when none answers (``chalk run``, the demo);
+- ``_bytes``: the bodies a link holds against ``max_inflight_bytes``, and the prefetch
+  that fits; ``_memory``: large bodies mapped, so freeing them shrinks the process.
 
 Nothing here imports SQLAlchemy, Spark or the pipeline: the broker I/O
 process imports this package alone (and the settings its declarations read).
 """
 
-from listener_router.broker._connection import broker_reason, connect, connection_parameters
+from listener_router.broker._connection import (
+    broker_reason,
+    connect,
+    connection_parameters,
+    where,
+)
 from listener_router.broker._link import AmqpLink
 from listener_router.broker._local import broker_reachable, ensure_local_broker
+from listener_router.broker._memory import map_large_bodies
 from listener_router.broker._process import ProcessLink
 from listener_router.broker._queues import (
     declare_all,
@@ -60,8 +68,10 @@ __all__ = [
     "declare_outputs",
     "dlq_name",
     "ensure_local_broker",
+    "map_large_bodies",
     "plugin_exchanges",
     "properties_of",
     "publish_confirmed",
     "retry_name",
+    "where",
 ]

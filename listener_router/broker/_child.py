@@ -22,9 +22,13 @@ from typing import Any
 from listener_router.broker._link import AmqpLink
 from listener_router.broker._values import OutMessage
 
+SEND_BYTES = 4 << 20   # bodies in one message to the parent, about (one larger goes alone)
+
 
 class _Events:
-    """What the child has to tell its parent, sent in batches by one thread."""
+    """What the child has to tell its parent, sent in batches by one thread; a batch
+    carries some ``SEND_BYTES`` of bodies at most, so neither side holds a burst of large
+    deliveries twice over (pickled and unpickled) at once."""
 
     def __init__(self, conn: Connection):
         self._conn = conn
@@ -42,7 +46,13 @@ class _Events:
             with self._cond:
                 while not self._items:
                     self._cond.wait()
-                items, self._items = self._items, []
+                size, n = 0, 0
+                for item in self._items:
+                    n += 1
+                    size += len(item[4]) if item[0] == "d" else 0   # ("d", *Delivery): body
+                    if size >= SEND_BYTES:
+                        break
+                items, self._items = self._items[:n], self._items[n:]
             try:
                 self._conn.send(items)
             except OSError:  # the parent is gone

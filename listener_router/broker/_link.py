@@ -13,6 +13,16 @@ Delivery tags belong to one channel; after a reconnect, tags from the old
 channel are void (the broker redelivers those messages), so acks carry the
 channel generation and stale ones are dropped.
 
+``max_inflight_bytes`` (each queue's, or one for all) bounds the bodies
+delivered and not yet acked or rejected (``_bytes``): a queue's consumers
+are made with the prefetch that fits its bound at the size of its bodies,
+and a queue past its bound, or sent a body larger than its consumers were
+made for, stops being consumed until what it holds falls to half the bound.
+Deliveries that were on the wire when a consumer was cancelled are taken
+like any other (pika would reject them back to the queue, raising a quorum
+queue's delivery count), so a flood of large messages costs memory up to
+the bound, not up to the prefetch.
+
 :attr:`AmqpLink.waiting` is how many messages are ready in the broker for
 the consumed queues (not yet delivered; :attr:`AmqpLink.waiting_by_queue`
 by queue), asked every ``WAITING_EVERY`` seconds with a passive declare on
@@ -34,7 +44,9 @@ import pika.exceptions
 from pika.spec import Basic
 
 from listener_router._errors import BrokerUnavailable
+from listener_router.broker._bytes import ByteBudget
 from listener_router.broker._connection import broker_reason, connection_parameters
+from listener_router.broker._memory import map_large_bodies
 from listener_router.broker._values import (
     EVENT_TOPIC_HEADER,
     Deliveries,
@@ -82,8 +94,10 @@ class AmqpLink:
                  reconnect_max_delay: float = 10.0, first_generation: int = 0,
                  consume_arguments: Callable[[str], dict[str, Any]] | None = None,
                  deliveries: Deliveries | None = None, paused: Iterable[str] = (),
-                 depth_of: Sequence[str] = ()):
+                 depth_of: Sequence[str] = (),
+                 max_inflight_bytes: int | Mapping[str, int] | None = None):
         self.url = url
+        self.budget = ByteBudget(max_inflight_bytes) if max_inflight_bytes else None
         self.prefetch = prefetch        # for every consumer, or by queue
         self.queues = list(consume)
         self.paused: set[str] = set(paused)   # queues not consumed until resumed
@@ -114,6 +128,7 @@ class AmqpLink:
 
     # -- lifecycle (any thread) ---------------------------------------------------
     def start(self, wait: float | None = 30.0) -> AmqpLink:
+        map_large_bodies()   # the deliveries' bodies are held in this process until settled
         self._thread = threading.Thread(target=self._run, name="chalk-amqp", daemon=True)
         self._thread.start()
         if wait is not None and not self.ready.wait(wait):
@@ -255,6 +270,8 @@ class AmqpLink:
     def _start_consuming(self) -> None:
         self.generation += 1
         self._unacked.clear()
+        if self.budget is not None:
+            self.budget.reset()
         self._consumer_tags = {}
         for name in dict.fromkeys(self.queues):
             if name not in self.paused:
@@ -273,16 +290,22 @@ class AmqpLink:
         """Start this queue's consumers (as many as it is listed in ``queues``)."""
         generation = self.generation
         deliver = self._deliver
+        budget = self.budget
 
         def on_message(ch: Any, method: Any, props: Any, body: bytes) -> None:
             self._unacked.add(method.delivery_tag)
+            if budget is not None and budget.delivered(method.delivery_tag, name, len(body)):
+                self._cancel_queue(name)
             deliver(generation, method.delivery_tag, name, body, props.message_id,
                     dict(props.headers or {}), bool(method.redelivered),
                     {"content_type": props.content_type, "timestamp": props.timestamp,
                      "routing_key": method.routing_key, "exchange": method.exchange})
 
         tags = self._consumer_tags.setdefault(name, [])
-        if not isinstance(self.prefetch, int):  # this queue's, for the consumers made next
+        if budget is not None:   # what fits the queue's bound, for the consumers made next
+            self._consume_ch.basic_qos(prefetch_count=budget.prefetch(
+                name, self._configured(name), self.queues.count(name)))
+        elif not isinstance(self.prefetch, int):  # this queue's, for the consumers made next
             self._consume_ch.basic_qos(prefetch_count=self.prefetch.get(name, 1000))
         for _ in range(self.queues.count(name)):
             arguments = self.consume_arguments(name) if self.consume_arguments else None
@@ -299,8 +322,31 @@ class AmqpLink:
         self.paused.discard(queue)
         ch = self._consume_ch
         if queue in self.queues and queue not in self._consumer_tags and ch is not None \
-                and ch.is_open and self.ready.is_set():
+                and ch.is_open and self.ready.is_set() \
+                and (self.budget is None or queue not in self.budget.stopped):
             self._consume(queue)
+
+    # -- bytes in flight (I/O thread; see _bytes) -------------------------------------------
+    def _configured(self, queue: str) -> int:
+        return self.prefetch if isinstance(self.prefetch, int) else self.prefetch.get(queue, 1000)
+
+    def _cancel_queue(self, queue: str) -> None:
+        """Stop consuming ``queue``; what was on the wire for it still comes to its handler
+        (pika would reject it back to the queue)."""
+        ch = self._consume_ch
+        for consumer in self._consumer_tags.pop(queue, []):
+            if ch is not None and ch.is_open:
+                ch.basic_cancel(consumer, callback=lambda _frame: None)
+                getattr(ch, "_cancelled", set()).discard(consumer)
+
+    def _settled(self, tags: Iterable[int]) -> None:
+        assert self.budget is not None
+        counts = {q: self.queues.count(q) for q in self.queues}
+        configured = {q: self._configured(q) for q in counts}
+        for queue in self.budget.settled(tags, configured, counts):
+            if queue not in self.paused:
+                self._cancel_queue(queue)   # consumed again with the prefetch that fits now
+                self._resume(queue)
 
     # -- how many messages wait in the broker (I/O thread) -------------------------
     def _probe(self, generation: int) -> None:
@@ -421,6 +467,8 @@ class AmqpLink:
             for tag in live:
                 self._consume_ch.basic_ack(tag)
         self._unacked.difference_update(live)
+        if self.budget is not None:
+            self._settled(live)
 
     def _reject(self, tags: list[tuple[int, int]], requeue: bool) -> None:
         if self._consume_ch is None or not self._consume_ch.is_open:
@@ -429,6 +477,8 @@ class AmqpLink:
             if generation == self.generation and tag in self._unacked:
                 self._consume_ch.basic_nack(tag, requeue=requeue)
                 self._unacked.discard(tag)
+                if self.budget is not None:
+                    self._settled([tag])
 
     def _cancel(self) -> None:
         for tags in self._consumer_tags.values():

@@ -58,5 +58,5 @@ def ensure_local_broker(url: str, *, wait: float = 120.0) -> None:
         if broker_reachable(url):
             return
         time.sleep(0.5)
-    raise RuntimeError(f"started rabbitmq-server but nothing answers at {url} after {wait:.0f} s; "
+    raise RuntimeError(f"started rabbitmq-server but nothing answers at {host}:{port} after {wait:.0f} s; "
                        "see /var/log/rabbitmq/")

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from listener_router._errors import BrokerUnavailable
+from listener_router.broker._memory import map_large_bodies
 from listener_router.broker._values import Deliveries, Delivery, OutMessage
 
 __all__ = ["ProcessLink"]
@@ -64,12 +65,14 @@ class ProcessLink:
                  consume: Sequence[str] = (),
                  prepare: Callable[[Any], None] | None = None,
                  reconnect_max_delay: float = 10.0, deliveries: Deliveries | None = None,
-                 paused: Iterable[str] = (), depth_of: Sequence[str] = ()):
+                 paused: Iterable[str] = (), depth_of: Sequence[str] = (),
+                 max_inflight_bytes: int | Mapping[str, int] | None = None):
         self.url = url
         self.paused: set[str] = set(paused)
         self._config = {"url": url, "prefetch": prefetch, "consume": list(consume),
                         "prepare": prepare, "reconnect_max_delay": reconnect_max_delay,
-                        "paused": self.paused, "depth_of": list(depth_of)}
+                        "paused": self.paused, "depth_of": list(depth_of),
+                        "max_inflight_bytes": max_inflight_bytes}
         self.reconnect_max_delay = reconnect_max_delay
         self.deliveries = Deliveries() if deliveries is None else deliveries
         self.ready = threading.Event()
@@ -90,6 +93,7 @@ class ProcessLink:
 
     # -- lifecycle -----------------------------------------------------------------
     def start(self, wait: float | None = 30.0) -> ProcessLink:
+        map_large_bodies()   # the deliveries' bodies are held here until settled
         self._thread = threading.Thread(target=self._supervise, name="chalk-amqp-process",
                                         daemon=True)
         self._thread.start()

@@ -8,6 +8,12 @@ For an input queue ``Q``:
 - ``Q.retry.N`` — classic delay queues, one per backoff step: messages wait
   their TTL there and dead-letter back into ``Q``.
 
+Each is bounded by bytes (``x-max-length-bytes``: ``[broker]
+max_dead_letter_bytes`` for ``Q.dlq``, ``max_queue_bytes`` for the others)
+with ``x-overflow = reject-publish``: a full queue refuses what is
+published to it (a nack: the publisher keeps the message) instead of
+dropping its oldest.
+
 Exchanges the plug-ins publish to (the events' topic exchange when any kind
 of event is on: ``Plugin.exchanges``) are declared with them.  Output queues
 are declared like inputs (a downstream Chalk service consumes them), so two
@@ -77,6 +83,13 @@ class _Declarer:
             self.channel.close()
 
 
+def _bounded(max_bytes: int) -> dict[str, Any]:
+    """The arguments that bound a queue by bytes, refusing (not dropping) past the bound."""
+    if not max_bytes:
+        return {}
+    return {"x-max-length-bytes": int(max_bytes), "x-overflow": "reject-publish"}
+
+
 def declare_input(declarer: _Declarer | Any, queue: str, settings: Settings,
                   backoff_ms: Iterable[int] = (), *, single_active: bool = False) -> None:
     """Declare ``queue`` with its dead-letter and retry queues; ``single_active``: one
@@ -85,7 +98,8 @@ def declare_input(declarer: _Declarer | Any, queue: str, settings: Settings,
         declarer = _Declarer(declarer)
     kind = {"x-queue-type": settings.queue_type}
     args: dict[str, Any] = dict(kind, **{"x-dead-letter-exchange": "",
-                                         "x-dead-letter-routing-key": dlq_name(queue)})
+                                         "x-dead-letter-routing-key": dlq_name(queue)},
+                                **_bounded(settings.max_queue_bytes))
     if single_active:
         args["x-single-active-consumer"] = True
     if settings.queue_type == "quorum":
@@ -94,11 +108,12 @@ def declare_input(declarer: _Declarer | Any, queue: str, settings: Settings,
         args["x-dead-letter-strategy"] = "at-least-once"
         args["x-overflow"] = "reject-publish"
     declarer.queue(queue, args)
-    declarer.queue(dlq_name(queue), kind)
+    declarer.queue(dlq_name(queue), dict(kind, **_bounded(settings.max_dead_letter_bytes)))
     for step, delay in enumerate(backoff_ms, start=1):
         declarer.queue(retry_name(queue, step), {
             "x-queue-type": settings.queue_type, "x-message-ttl": int(delay),
             "x-dead-letter-exchange": "", "x-dead-letter-routing-key": queue,
+            **_bounded(settings.max_queue_bytes),
             **({"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}
                if settings.queue_type == "quorum" else {})})
 

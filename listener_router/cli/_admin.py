@@ -17,7 +17,14 @@ from typing import Any
 from listener_router._errors import ConfigError
 from listener_router._settings import Settings
 from listener_router.cli._show import Out, iso
-from listener_router.dead_letters import DeadLetter, dead_letters, logged, purge, replay
+from listener_router.dead_letters import (
+    DeadLetter,
+    dead_letters,
+    logged,
+    purge,
+    read_body,
+    replay,
+)
 from listener_router.store import ServiceStore
 
 __all__ = ["cmd_dlq", "dlq_list", "dlq_purge", "dlq_replay", "dlq_show", "letter_details",
@@ -61,24 +68,28 @@ def dlq_list(settings: Settings, queues: Sequence[str], limit: int = 50,
     return len(rows)
 
 
-def _body(letter: DeadLetter) -> Any:
-    try:
-        return json.loads(letter.body)
-    except ValueError:
-        return letter.body.decode("utf-8", "replace")
+def _body(letter: DeadLetter) -> tuple[Any, str | None]:
+    """The body as JSON, or its text and why it is not read as JSON (each letter on its
+    own: one that cannot be read never stops the others being shown)."""
+    data, problem = read_body(letter.body)
+    if problem is None:
+        return data, None
+    return letter.body.decode("utf-8", "replace"), f"unreadable body ({problem})"
 
 
 def letter_details(store: ServiceStore, letter: DeadLetter) -> dict[str, Any]:
     """One dead letter in full, as ``dlq show`` prints it: with its records, its message's
     history in the job log (attempts numbered from 1), its headers and its body."""
     records, history = logged(store, letter)
+    body, problem = _body(letter)
     return {"queue": letter.queue, "message_id": letter.message_id, "error": letter.error,
             "attempts": letter.attempts, "workflow": letter.workflow or None,
             "records": records,
             "history": [{"at": iso(h.at), "state": h.state, "attempt": h.attempt,
                          "replays": h.round, "member": h.member, "reason": h.reason}
                         for h in history],
-            "headers": letter.headers, "body": _body(letter)}
+            "headers": letter.headers, "body": body,
+            **({"body_error": problem} if problem else {})}
 
 
 def _show_text(details: dict[str, Any], out: Out) -> None:
@@ -98,6 +109,8 @@ def _show_text(details: dict[str, Any], out: Out) -> None:
     for key, value in sorted(details["headers"].items()):
         out.text(f"  {key}: {value}")
     body = details["body"]
+    if details.get("body_error"):
+        out.text(details["body_error"])
     out.text("body: " + (body if isinstance(body, str)
                          else json.dumps(body, ensure_ascii=False)))
 

@@ -23,6 +23,7 @@ import pika
 from listener_router._control import lane_rows
 from listener_router._errors import BrokerUnavailable
 from listener_router._settings import Settings
+from listener_router._urls import shown_url
 from listener_router.broker import connect, dlq_name
 from listener_router.cli._show import Out, iso
 from listener_router.dead_letters import DeadLetters
@@ -149,7 +150,7 @@ def status_report(settings: Settings, since: float | None = None,
         return {
             "queues": queues, "broker_error": broker,
             "lanes": lanes_report(settings, store, depths),
-            "store": {"url": settings.blackboard_url, "records": store.sql.record_count(),
+            "store": {"url": shown_url(settings.blackboard_url), "records": store.sql.record_count(),
                       "processed_messages": store.outbox.processed_count(),
                       "unsent_outbox_messages": store.outbox.unsent_count(),
                       "leases": dict(store.sql.lease_counts())},

@@ -15,12 +15,18 @@ from listener_router._lazy import lazy_names
 
 if TYPE_CHECKING:
     from listener_router.dead_letters._letters import (
+        MAX_DEPTH,
+        PREVIEW_BYTES,
+        READ_BYTES,
         AmbiguousMessageId,
+        Collector,
+        body_records,
         collect,
         dead_letters,
         logged,
         message_id_of,
         purge,
+        read_body,
         record_ids,
         replay,
     )
@@ -29,21 +35,29 @@ if TYPE_CHECKING:
 
 _HOMES = {
     "AmbiguousMessageId": "_letters", "message_id_of": "_letters", "record_ids": "_letters",
+    "MAX_DEPTH": "_letters", "PREVIEW_BYTES": "_letters", "READ_BYTES": "_letters", "Collector": "_letters",
+    "body_records": "_letters", "read_body": "_letters",
     "collect": "_letters", "dead_letters": "_letters", "logged": "_letters",
     "purge": "_letters", "replay": "_letters", "DeadLettersPlugin": "_plugin",
     "DeadLetter": "_tables", "DeadLetters": "_tables",
 }
 
 __all__ = [
+    "MAX_DEPTH",
+    "PREVIEW_BYTES",
+    "READ_BYTES",
     "AmbiguousMessageId",
+    "Collector",
     "DeadLetter",
     "DeadLetters",
     "DeadLettersPlugin",
+    "body_records",
     "collect",
     "dead_letters",
     "logged",
     "message_id_of",
     "purge",
+    "read_body",
     "record_ids",
     "replay",
 ]

@@ -30,6 +30,7 @@ from sqlalchemy import (
     func,
     or_,
     select,
+    type_coerce,
 )
 from sqlalchemy.engine import Engine
 
@@ -66,18 +67,45 @@ class DeadLetter:
     body: bytes
     content_type: str | None = None
     kept_at: float = 0.0
+    size: int | None = None    # the whole body's bytes, when ``body`` holds only its start
+
+    @property
+    def body_size(self) -> int:
+        return len(self.body) if self.size is None else self.size
+
+    @property
+    def whole(self) -> bool:
+        """Whether ``body`` is the whole body (not only its start)."""
+        return self.size is None or self.size <= len(self.body)
+
+
+def _headers_text(headers: dict[str, Any]) -> str:
+    try:
+        return orjson.dumps(headers, default=str).decode()
+    except orjson.JSONEncodeError as e:  # nested past orjson's limit: keep the letter anyway
+        return orjson.dumps({"(unreadable headers)": str(e)}).decode()
 
 
 def _row(letter: DeadLetter, now: float) -> dict[str, Any]:
     return {"queue": letter.queue, "message_id": letter.message_id, "kept_at": now,
             "attempts": letter.attempts, "workflow": letter.workflow, "error": letter.error,
-            "headers": orjson.dumps(letter.headers, default=str).decode(),
+            "headers": _headers_text(letter.headers),
             "content_type": letter.content_type, "body": letter.body}
 
 
+def _headers(text: str) -> dict[str, Any]:
+    try:
+        found = orjson.loads(text)
+    except orjson.JSONDecodeError as e:  # one row's, never the others': say so in its place
+        return {"(unreadable headers)": str(e)}
+    return found if isinstance(found, dict) else {"(headers)": found}
+
+
 def _letter(row: Any) -> DeadLetter:
+    size = getattr(row, "size", None)
     return DeadLetter(row.queue, row.message_id, row.error, row.attempts, row.workflow,
-                      orjson.loads(row.headers), bytes(row.body), row.content_type, row.kept_at)
+                      _headers(row.headers), bytes(row.body), row.content_type, row.kept_at,
+                      None if size is None else int(size))
 
 
 class DeadLetters:
@@ -102,9 +130,18 @@ class DeadLetters:
             conn.execute(dead_letters.insert(), [_row(letter, now) for letter in letters])
 
     def list(self, queues: Sequence[str], *, limit: int | None = None,
-             message_id: str | None = None) -> list[DeadLetter]:
-        """Dead letters of ``queues``, the oldest first (only ``message_id``'s, when given)."""
-        query = select(dead_letters).where(dead_letters.c.queue.in_(list(queues)))
+             message_id: str | None = None, body_bytes: int | None = None) -> list[DeadLetter]:
+        """Dead letters of ``queues``, the oldest first (only ``message_id``'s, when given;
+        ``body_bytes``: only the start of each body is read, its whole size in ``size``)."""
+        c = dead_letters.c
+        columns: list[Any] = [c.queue, c.message_id, c.kept_at, c.attempts, c.workflow, c.error,
+                              c.headers, c.content_type]
+        if body_bytes is None:
+            columns.append(c.body)
+        else:
+            columns += [type_coerce(func.substr(c.body, 1, body_bytes), LargeBinary).label("body"),
+                        func.length(c.body).label("size")]
+        query = select(*columns).where(dead_letters.c.queue.in_(list(queues)))
         if message_id is not None:
             query = query.where(dead_letters.c.message_id == message_id)
         query = query.order_by(dead_letters.c.kept_at, dead_letters.c.queue,

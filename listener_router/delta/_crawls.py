@@ -47,6 +47,7 @@ from listener_router._errors import ConfigError
 from listener_router._messages import parse_message
 from listener_router._rules import ListenerRules
 from listener_router._settings import Settings
+from listener_router._signing import HeaderSigner
 from listener_router.broker import AmqpLink, OutMessage, declare_input, publish_confirmed
 from listener_router.delta._plugin import CRAWL_HEADER, SOURCE_HEADER
 from listener_router.delta._tables import SCHEMA, Crawl, CrawlMoved, Crawls, DeltaTables
@@ -190,6 +191,7 @@ def finish(settings: Settings, store: ServiceStore, source: str, *,
 
     selection = Selection(RecordFilter(source=source), store.sql, page,
                           where=f"crawl {crawl.id}")
+    signer = HeaderSigner.of(store)   # the service takes x-chalk-delta-* from signed ones only
     link = AmqpLink(settings.broker_url, consume=(), prepare=prepare).start()
     try:
         while True:
@@ -198,7 +200,8 @@ def finish(settings: Settings, store: ServiceStore, source: str, *,
                 unseen = Crawls.unseen(conn, crawl, found.ids)
             doomed = crawls.plan(crawl, found.ids, unseen)   # written down before publishing
             if doomed:
-                publish_confirmed(link, [delete_message(crawl, rid) for rid in doomed],
+                publish_confirmed(link, [signer.sign(delete_message(crawl, rid))
+                                         for rid in doomed],
                                   CONFIRM_WAIT)
             # looked: the source's records (the walk reads the others too, and skips them)
             values: dict[str, Any] = dict(cursor=found.cursor,

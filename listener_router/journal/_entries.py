@@ -36,7 +36,7 @@ from typing import IO, Any
 import orjson
 from sqlalchemy import Connection
 
-from blackboard import Blackboard, SqlStore
+from blackboard import Blackboard, SqlStore, safe_url
 from listener_router._errors import InfrastructureError
 from listener_router.journal._settings import JournalRule
 from listener_router.store import reading
@@ -273,7 +273,7 @@ class AttachmentSource:
             superseded=now > ref.version)
 
     def _safe_url(self) -> str:
-        return self.url.split("@")[-1]
+        return safe_url(self.url)
 
     def chunks(self, ref: AttachmentRef) -> Iterator[bytes]:
         return self.store.attachment_chunks(ref.record, ref.name)

@@ -37,6 +37,7 @@ from typing import Protocol
 
 from listener_router._errors import BrokerUnavailable, InfrastructureError
 from listener_router._settings import Settings
+from listener_router._signing import HeaderSigner
 from listener_router.broker import Link, OutMessage, declare_new_outputs, publish_confirmed
 from listener_router.pipeline._batch import Batch
 from listener_router.pipeline._held import Holds
@@ -102,8 +103,9 @@ class FinishStage:
     def __init__(self, *, link: Link, settings: Settings, store: ServiceStore, held: Holds,
                  meter: Meter, stats: Stats, observers: Observers,
                  settle_messages: Iterable[SettleMessages] = (), writer: str | None = None,
-                 settled: Iterable[Settled] = ()):
+                 settled: Iterable[Settled] = (), signer: HeaderSigner | None = None):
         self.settle_messages = list(settle_messages)
+        self.signer = signer    # retry copies and dead letters carry x-chalk-* headers: signed
         self.writer = writer
         self.link = link
         self.settings = settings
@@ -130,6 +132,8 @@ class FinishStage:
                 log.info("retrying %s: %s", w.message.message_id if w.message else "?", w.error)
         routed = [m for w in done for m in w.outgoing]
         side = [m for w in done for m in side_messages(w)]
+        if self.signer is not None:
+            side = [self.signer.sign(m) for m in side]
         deferred = [w for w in works if w.state is State.DEFERRED]
         if deferred:
             self.stats.add("deferred", len(deferred))

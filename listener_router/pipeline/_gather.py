@@ -28,6 +28,7 @@ from listener_router._errors import BadMessage, StoreUnavailable
 from listener_router._messages import parse_message
 from listener_router._rules import ListenerRules
 from listener_router._settings import ListenerRule
+from listener_router._signing import HeaderSigner
 from listener_router.broker import Deliveries, Delivery, Link
 from listener_router.pipeline._batch import Batch, Gathering, Group
 from listener_router.pipeline._cancelled import Cancelled
@@ -61,7 +62,7 @@ class GatherStage:
                  settlement: Settlement, meter: Meter, owner: str, lease_seconds: float,
                  stopping: threading.Event, name: str = "chalk-gather",
                  cancelled: Cancelled | None = None, ordered: Ordered | None = None,
-                 screening: Screening | None = None):
+                 screening: Screening | None = None, signer: HeaderSigner | None = None):
         self.link = link
         self.deliveries = deliveries
         self.name = name
@@ -82,6 +83,7 @@ class GatherStage:
         self.cancelled = cancelled
         self.ordered = ordered
         self.screening = screening
+        self.signer = signer    # x-chalk-* headers not signed by the cluster are dropped
         self._stop = threading.Event()
         self._paused = threading.Event()
         self._thread: threading.Thread | None = None
@@ -206,6 +208,8 @@ class GatherStage:
         w = Work(d)
         rules = self.listeners.for_queue(d.queue)
         limits = rules[0] if rules else _NO_RULE
+        if self.signer is not None and d.headers:
+            d.headers = self.signer.trusted(d.headers, d.message_id, d.body)
         try:
             w.message = parse_message(d.body, queue=d.queue, message_id=d.message_id,
                                       headers=d.headers, max_records=limits.max_records,

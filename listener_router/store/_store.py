@@ -4,8 +4,8 @@
 engine, taken from the blackboard's public :class:`~blackboard.SqlStore`):
 ``outbox`` (inbox and outbox, written in the commit transaction),
 ``nodes`` (cluster heartbeats and advertised properties), ``cluster``
-(leader, fencing epoch, established view) and ``workflow_versions`` (what
-each process runs) are the core's; a feature's tables are reached with
+(leader, fencing epoch, established view), ``workflow_versions`` (what
+each process runs) and ``secrets`` (the cluster's keys) are the core's; a feature's tables are reached with
 :meth:`ServiceStore.tables` (``store.tables(JobLogTables)``), made the first
 time they are asked for.  It also hands out the blackboards the pipeline
 loads records on, and renews and purges record leases through the
@@ -41,6 +41,7 @@ from listener_router.store._flow import Cancellations, LaneStates, OrderedKeys, 
 from listener_router.store._nodes import Nodes
 from listener_router.store._outbox import Outbox
 from listener_router.store._schema import CORE
+from listener_router.store._secrets import Secrets
 from listener_router.store._versions import WorkflowVersions
 
 __all__ = ["ServiceStore", "commit_failure", "unavailable"]
@@ -73,6 +74,7 @@ class ServiceStore:
         self.cancellations = Cancellations(sql.engine)
         self.pushed = Pushed(sql.engine)
         self.ordered_keys = OrderedKeys(sql.engine)
+        self.secrets = Secrets(sql.engine)
         self._tables: dict[Any, Any] = {}
         self._tables_lock = threading.Lock()
         self.writes: contextlib.AbstractContextManager[object] = (

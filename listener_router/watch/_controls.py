@@ -5,14 +5,18 @@
 IDs, a record for a while, a schedule's tick, as ``chalk jobs
 cancel|uncancel``), ``POST /dlq/replay`` (``chalk dlq replay``).  Each reads
 a small form, refuses it when no token is configured or the token differs
-(compared in constant time, the refusal logged), does what the command does
-(the same functions, in ``listener_router._control`` and the dead-letters
-feature) off the event loop, and sends the browser back to the page with a
-notice of what was done.
+(compared in constant time, the refusal logged, wrong tries from one address
+slowed down by the ``_guard`` throttle), does what the command does (the
+same functions, in ``listener_router._control`` and the dead-letters
+feature, on the service's store and link) off the event loop, and sends the
+browser back to the page with a notice of what was done.  The notice's words
+travel in the redirect's query string, signed with a key of this process:
+the page shows no notice a link from elsewhere made up.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 import logging
@@ -30,10 +34,12 @@ from listener_router._control import cancel, parse_duration, set_paused
 from listener_router._errors import ConfigError, StoreUnavailable
 from listener_router.store import unavailable
 from listener_router.watch import _panels
+from listener_router.watch._guard import Throttle
 from listener_router.watch._pages import render
 
 if TYPE_CHECKING:
     from listener_router._live import LiveView
+    from listener_router.broker import Link
     from listener_router.store import ServiceStore
 
 __all__ = ["MAX_FORM_BYTES", "control_routes", "notice"]
@@ -53,21 +59,33 @@ _DONE = {
 }
 
 
-def notice(params: Any) -> str:
-    """The notice a redirect after a control asks the page to show ("" for none)."""
+def _signature(key: bytes, did: str, n: str, on: str) -> str:
+    return hmac.new(key, f"{did}\x00{n}\x00{on}".encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def notice(params: Any, key: bytes) -> str:
+    """The notice a redirect after a control asks the page to show ("" for none, and for
+    one not signed with ``key``: a link from elsewhere cannot put words on the page)."""
     did = params.get("did", "")
     if did not in _DONE:
         return ""
-    return _DONE[did].format(n=params.get("n") or "0", on=params.get("on") or "?")
+    n, on = params.get("n") or "0", params.get("on") or "?"
+    if not hmac.compare_digest(params.get("sig", ""), _signature(key, did, n, on)):
+        return ""
+    return _DONE[did].format(n=n, on=on)
 
 
-def refused(message: str, status: int, back: str = "") -> Response:
-    return HTMLResponse(render("refused.html", message=message, back=back), status_code=status)
+def refused(message: str, status: int, back: str = "",
+            headers: dict[str, str] | None = None) -> Response:
+    return HTMLResponse(render("refused.html", message=message, back=back), status_code=status,
+                        headers=headers)
 
 
-def _done(section: str, **values: Any) -> Response:
-    return RedirectResponse("/?" + urlencode({k: v for k, v in values.items() if v is not None})
-                            + f"#{section}", status_code=303)
+def _done(section: str, key: bytes, **values: Any) -> Response:
+    values = {k: str(v) for k, v in values.items() if v is not None}
+    values["sig"] = _signature(key, values.get("did", ""), values.get("n") or "0",
+                               values.get("on") or "?")
+    return RedirectResponse("/?" + urlencode(values) + f"#{section}", status_code=303)
 
 
 class Watch(Protocol):
@@ -75,7 +93,10 @@ class Watch(Protocol):
 
     live: LiveView
     store: ServiceStore
+    link: Link
     token: str | None
+    throttle: Throttle
+    notice_key: bytes
 
 
 Handler = Callable[[dict[str, str], str], Awaitable[Response]]
@@ -95,9 +116,16 @@ def _guarded(watch: Watch, what: str, section: str, handler: Handler) -> Callabl
             return refused(f"{what} is off: set [http] token in the service's configuration",
                            403, f"#{section}")
         client = request.client.host if request.client else "?"
+        wait = watch.throttle.wait(client)
+        if wait > 0:
+            return refused(f"refused: too many wrong tokens from {client}; try again in "
+                           f"{wait:.0f} s", 429, f"#{section}",
+                           headers={"Retry-After": str(max(1, round(wait)))})
         if not hmac.compare_digest(form.get("token", "").encode(), watch.token.encode()):
+            watch.throttle.failed(client)
             log.warning("dashboard: %s was refused (wrong token) from %s", what, client)
             return refused("refused: wrong token", 403, f"#{section}")
+        watch.throttle.passed(client)
         try:
             return await handler(form, f"the dashboard ({client})")
         except (ConfigError, ValueError) as e:
@@ -123,10 +151,11 @@ def control_routes(watch: Watch) -> list[Route]:
             queue, message_id = str(target[0]), str(target[1])
         except (ValueError, IndexError, TypeError, KeyError):
             raise ValueError("say which dead letter to replay") from None
-        n = await run_in_threadpool(_panels.replay, settings, queue, message_id)
+        n = await run_in_threadpool(_panels.replay, settings, queue, message_id, watch.store,
+                                    watch.link)
         log.info("dashboard: replayed %d dead letter(s) of %s%s (%s)", n, queue,
                  f" (message {message_id})" if message_id else "", by)
-        return _done("dead-letters", did="replayed", n=n, on=queue)
+        return _done("dead-letters", watch.notice_key, did="replayed", n=n, on=queue)
 
     def pausing(paused: bool) -> Handler:
         async def handle(form: dict[str, str], by: str) -> Response:
@@ -135,7 +164,7 @@ def control_routes(watch: Watch) -> list[Route]:
                 settings, queue, paused, reason=form.get("reason", "")[:500] or None, by=by,
                 store=watch.store))
             log.warning("dashboard: %s %s (%s)", "paused" if paused else "resumed", queue, by)
-            return _done("lanes", did="paused" if paused else "resumed", on=queue)
+            return _done("lanes", watch.notice_key, did="paused" if paused else "resumed", on=queue)
         return handle
 
     def cancelling(undo: bool) -> Handler:
@@ -151,7 +180,7 @@ def control_routes(watch: Watch) -> list[Route]:
                         settings, undo=True, store=watch.store,
                         messages=[value] if kind == "message" else [],
                         records=[value] if kind == "record" else []))
-                return _done("cancel", did="withdrew", n=n, on=value)
+                return _done("cancel", watch.notice_key, did="withdrew", n=n, on=value)
             messages = form.get("messages", "").replace(",", " ").split()
             record = form.get("record", "").strip()
             schedule, tick = form.get("schedule", "").strip(), form.get("tick", "").strip()
@@ -164,7 +193,7 @@ def control_routes(watch: Watch) -> list[Route]:
             what = ", ".join([*messages, *([f"record {record}"] if record else []),
                               *([f"{schedule} tick {tick}"] if schedule else [])])
             log.warning("dashboard: cancelled %s (%s)", what, by)
-            return _done("cancel", did="cancelled", n=n, on=what[:200])
+            return _done("cancel", watch.notice_key, did="cancelled", n=n, on=what[:200])
         return handle
 
     return [

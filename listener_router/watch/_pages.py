@@ -19,10 +19,11 @@ from typing import Any
 from jinja2 import DictLoader, Environment, select_autoescape
 
 from listener_router.schedules import tick_label
+from listener_router.watch._login import LOGIN_SCRIPT, LOGIN_TEMPLATES
 from listener_router.watch._reprocess import REPROCESS_HTML
 from listener_router.watch._templates import TEMPLATES
 
-__all__ = ["LATER", "PANELS", "render"]
+__all__ = ["LATER", "PANELS", "SCRIPTS", "render"]
 
 # panel → seconds between refreshes on the page
 PANELS = {"topology": 5, "lanes": 2, "queues": 5, "stats": 10, "batches": 5, "jobs": 5,
@@ -76,9 +77,14 @@ td.num, td.act, td.when { white-space: nowrap; }
 
 _SCRIPT = """
 (function () {
+  // the token kept for this tab: the controls post it, reads send it when they need one
+  function stored() { try { return sessionStorage.getItem('chalk-token') || ''; } catch (e) { return ''; } }
+  function keep(value) { try { sessionStorage.setItem('chalk-token', value); } catch (e) {} }
+  function auth(value) { return value ? {Authorization: 'Bearer ' + value} : {}; }
+  function start() {
   var unfolded = new Set();   // inputs whose dead-letter and retry queues are shown
-  var token = document.getElementById('token');
-  try { token.value = sessionStorage.getItem('chalk-token') || ''; } catch (e) {}
+  var token = document.getElementById('token') || {value: ''};
+  token.value = stored();
   function folds(root) {
     root.querySelectorAll('tr[data-under]').forEach(function (tr) {
       tr.hidden = !unfolded.has(tr.dataset.under);
@@ -100,9 +106,29 @@ _SCRIPT = """
   document.addEventListener('submit', function (e) {
     var form = e.target;
     if (!form.classList || !form.classList.contains('guarded')) { return; }
-    try { sessionStorage.setItem('chalk-token', token.value); } catch (err) {}
+    keep(token.value);
     form.querySelectorAll('input[name=token]').forEach(function (i) { i.value = token.value; });
   }, true);
+  // a download behind the token: fetched with it, saved from memory
+  document.addEventListener('click', function (e) {
+    var a = e.target.closest && e.target.closest('a[data-download]');
+    if (!a) { return; }
+    e.preventDefault();
+    var note = document.getElementById('download-note') || {};
+    var value = token.value || stored();
+    if (value) { keep(value); }
+    fetch(a.href, {cache: 'no-store', headers: auth(value)}).then(function (r) {
+      return r.ok ? r.blob() : r.text().then(function (t) { throw new Error(t); });
+    }).then(function (blob) {
+      var save = document.createElement('a');
+      save.href = URL.createObjectURL(blob);
+      save.download = a.dataset.download;
+      document.body.appendChild(save);
+      save.click();
+      save.remove();
+      note.textContent = '';
+    }).catch(function (err) { note.textContent = String(err.message || err); });
+  });
   document.querySelectorAll('[data-panel]').forEach(function (el) {
     var every = 1000 * Number(el.dataset.every || 5);
     function refresh() {
@@ -110,7 +136,8 @@ _SCRIPT = """
         setTimeout(refresh, every);   // someone is typing in it: later
         return;
       }
-      fetch('/panel/' + el.dataset.panel + location.search, {cache: 'no-store'}).then(function (r) {
+      fetch('/panel/' + el.dataset.panel + location.search,
+            {cache: 'no-store', headers: auth(stored())}).then(function (r) {
         return r.ok ? r.text() : null;
       }).then(function (text) {
         if (text !== null) { el.innerHTML = text; folds(el); el.dataset.updated = String(Date.now()); }
@@ -118,6 +145,9 @@ _SCRIPT = """
     }
     setTimeout(refresh, el.dataset.later ? 0 : every);
   });
+  }
+  window.chalkStart = start;        // the login form's script starts it on the page it fetched
+  if (!document.getElementById('chalk-login')) { start(); }
 })();
 """
 
@@ -218,7 +248,8 @@ depths sampled from the broker every {{ every }} s{% if not broker_up %};
 <td><a href="/dead-letter?{{ {'queue': d.queue, 'message': d.message_id} | urlencode }}" title="its body, headers and history"><code>{{ d.message_id }}</code></a></td>
 <td class="num">{{ d.attempts }}</td><td>{{ d.workflow }}</td>
 <td class="error">{{ d.error | truncate(300) }}</td>
-<td>{% for r in d.records %}<a href="/record/{{ r | urlencode }}">{{ r }}</a>{% if not loop.last %}, {% endif %}{% endfor %}</td>
+<td>{% for r in d.records %}<a href="/record/{{ r | urlencode }}">{{ r }}</a>{% if not loop.last %}, {% endif %}{% endfor %}
+{%- if d.body_note %}<span class="muted body-note">{{ d.body_note }}</span>{% endif %}</td>
 <td class="act"><form method="post" action="/dlq/replay" class="guarded"><input type="hidden" name="token" value="">
 <button type="submit" name="target" value="{{ [d.queue, d.message_id] | tojson | forceescape }}">Replay</button></form></td></tr>
 {% endfor %}</table>
@@ -286,7 +317,7 @@ def _field(value: Any, name: str) -> str:
     return "" if value is None else str(value)
 
 
-_ENV = Environment(loader=DictLoader({**_TEMPLATES, **TEMPLATES}), autoescape=select_autoescape(default=True),
+_ENV = Environment(loader=DictLoader({**_TEMPLATES, **TEMPLATES, **LOGIN_TEMPLATES}), autoescape=select_autoescape(default=True),
                    trim_blocks=True, lstrip_blocks=True)
 _ENV.filters.update(
     clock=_clock, when=_when, duration=_duration, field=_field, bytes=_bytes, tick=tick_label,
@@ -297,4 +328,8 @@ _ENV.filters.update(
 
 def render(template: str, **values: Any) -> str:
     """``template`` (a name in this module's table) with ``values``."""
-    return _ENV.get_template(template).render(style=_STYLE, script=_SCRIPT, **values)
+    return _ENV.get_template(template).render(style=_STYLE, script=_SCRIPT,
+                                              login_script=LOGIN_SCRIPT, **values)
+
+
+SCRIPTS = (_SCRIPT, LOGIN_SCRIPT)   # the only scripts the page may run (its CSP's hashes)

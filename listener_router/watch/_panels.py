@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from listener_router._settings import Settings
-from listener_router.broker import dlq_name, retry_name
+from listener_router.broker import Link, dlq_name, retry_name
+from listener_router.dead_letters import READ_BYTES, body_records
 from listener_router.dead_letters import dead_letters as stored_dead_letters
-from listener_router.dead_letters import record_ids
 from listener_router.dead_letters import replay as replay_letters
+from listener_router.store import ServiceStore
 from listener_router.watch._history import HOUR, BatchSummary, History, Sample, Sampler
 from listener_router.watch._svg import line_chart, workflow_svg
 
@@ -154,22 +155,31 @@ class DeadLetter:
     workflow: str
     error: str
     records: tuple[str, ...]
+    body_note: str | None = None   # why its records are not listed ("unreadable body (…)")
 
 
-def dead_letters(settings: Settings, limit: int = 50) -> list[DeadLetter]:
-    """Dead letters of every input queue, as ``chalk dlq list`` reads them (moved off
-    ``Q.dlq`` into the store: looking redelivers nothing)."""
+def dead_letters(settings: Settings, store: ServiceStore, limit: int = 50) -> list[DeadLetter]:
+    """Dead letters of every input queue, as the service's store keeps them (its leader
+    moves them off ``Q.dlq``); each body (up to ``READ_BYTES`` of it) is read on its own,
+    so one that cannot be read says why in its row and the others are listed as usual."""
     queues = list(dict.fromkeys(rule.queue for rule in settings.listeners))
-    return [DeadLetter(d.queue, d.message_id, str(d.attempts), d.workflow, d.error,
-                       tuple(record_ids(d.body)))
-            for d in stored_dead_letters(settings, queues, limit=limit)]
+    rows = []
+    for d in stored_dead_letters(settings, queues, limit=limit, store=store,
+                                 body_bytes=READ_BYTES):
+        records, note = body_records(d)
+        rows.append(DeadLetter(d.queue, d.message_id, str(d.attempts), d.workflow, d.error,
+                               tuple(records), note))
+    return rows
 
 
-def replay(settings: Settings, queue: str, message_id: str | None) -> int:
-    """Put one dead letter (or all of ``queue``'s) back on its queue: ``chalk dlq replay``."""
+def replay(settings: Settings, queue: str, message_id: str | None, store: ServiceStore,
+           link: Link) -> int:
+    """Put one dead letter (or all of ``queue``'s) back on its queue: ``chalk dlq replay``,
+    with the service's store and link."""
     if queue not in {rule.queue for rule in settings.listeners}:
         raise ValueError(f"{queue!r} is not an input queue of this service")
-    return replay_letters(settings, [queue], message_id=message_id or None, by="the dashboard")
+    return replay_letters(settings, [queue], message_id=message_id or None, by="the dashboard",
+                          store=store, link=link)
 
 
 # -- workflows -----------------------------------------------------------------------

@@ -7,8 +7,9 @@ message that named it, across queues and workflows, with the workflow
 version that ran it where the store still knows (a member writes the
 versions it runs, with when it loaded each: a step taken after that load ran
 that version; an earlier one an earlier version).  A dead letter's page
-shows its headers and body, its records and its message's history, as
-``chalk dlq show`` does.
+shows its headers, the first ``PREVIEW_BYTES`` of its body with its whole
+size (the whole body is a download, behind the token), its records and its
+message's history, as ``chalk dlq show`` does.
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from listener_router._settings import Settings
-from listener_router.dead_letters import dead_letters, logged
+from listener_router.dead_letters import (
+    PREVIEW_BYTES,
+    READ_BYTES,
+    dead_letters,
+    logged,
+    read_body,
+)
 from listener_router.delta import deletion_step
 from listener_router.jobs import JobLogTables, LogEntry
 from listener_router.store import ServiceStore
@@ -132,25 +139,42 @@ class LetterView:
     attempts: int
     workflow: str
     headers: str               # JSON
-    body: str                  # the body's JSON, indented, or its text
+    body: str                  # the body's JSON, indented, or its text (its start only)
     records: list[str]
     history: list[LogEntry]
+    size: int = 0              # the whole body's bytes
+    shown: int = 0             # of which the page shows the first
+    body_note: str | None = None   # "unreadable body (…)" when it is not JSON
+
+
+def _body_text(body: bytes, whole: bool) -> tuple[str, str | None]:
+    """The body as the page shows it (its first ``PREVIEW_BYTES``): indented JSON when it
+    was read whole and is readable, else its text, with why it could not be read as JSON."""
+    if not whole:
+        return body[:PREVIEW_BYTES].decode("utf-8", "replace"), None
+    data, problem = read_body(body)
+    if problem is not None:
+        return body[:PREVIEW_BYTES].decode("utf-8", "replace"), f"unreadable body ({problem})"
+    return json.dumps(data, ensure_ascii=False, indent=2)[:PREVIEW_BYTES], None
 
 
 def letter_view(settings: Settings, store: ServiceStore, queue: str,
                 message_id: str) -> LetterView | None:
-    """One dead letter of ``queue`` (a whole message ID, or a unique start of one)."""
+    """One dead letter of ``queue`` (a whole message ID, or a unique start of one), read
+    from the service's store (``READ_BYTES`` of its body at most; ``PREVIEW_BYTES`` shown).
+
+    Raises:
+        AmbiguousMessageId: ``message_id`` starts several dead letters' IDs.
+    """
     if queue not in {rule.queue for rule in settings.listeners}:
         return None
-    letters = dead_letters(settings, [queue], message_id=message_id)
+    letters = dead_letters(settings, [queue], message_id=message_id, store=store,
+                           body_bytes=READ_BYTES)
     if not letters:
         return None
     letter = letters[0]
     records, history = logged(store, letter)
-    text = letter.body.decode("utf-8", "replace")
-    try:
-        text = json.dumps(json.loads(text), ensure_ascii=False, indent=2)
-    except ValueError:
-        pass
+    text, note = _body_text(letter.body, letter.whole)
     return LetterView(letter.queue, letter.message_id, letter.error, letter.attempts,
-                      letter.workflow, _json(letter.headers) or "{}", text, records, history)
+                      letter.workflow, _json(letter.headers) or "{}", text, records, history,
+                      letter.body_size, min(len(letter.body), PREVIEW_BYTES), note)

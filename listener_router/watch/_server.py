@@ -1,10 +1,14 @@
 """The watch plug-in: metrics, history, the sampler and the web server of one service.
 
 Built when ``[http] listen`` (or ``chalk run --http``) is set.  Installed, it
-reads the service through its typed live view (``LiveView``) and the
-dead-letters plug-in; its ``batch_finished`` hook feeds the metrics and the
-history; started, it runs the sampler thread and serves the application
-with uvicorn on a thread of its own (``chalk-http``).  With any kind of
+reads the service through its typed live view (``LiveView``), its store and
+link, and the dead-letters plug-in; its ``batch_finished`` hook feeds the
+metrics and the history; started, it runs the sampler thread and serves the
+application with uvicorn on a thread of its own (``chalk-http``).  Built, it
+refuses tokens strangers could guess and a port beyond loopback that
+nothing guards (``_guard.check_tokens``: ``chalk run`` stops before it
+connects to anything); started, it warns whenever the port is reachable
+from other machines.  With any kind of
 event on, the page's events panel follows ``[events] exchange`` while it is
 looked at (``_events``).  The socket is bound
 at start, before the thread starts, so a bad or busy address fails ``chalk
@@ -14,6 +18,7 @@ run`` at once with a clear error.
 from __future__ import annotations
 
 import logging
+import secrets
 import socket
 import threading
 import time
@@ -21,6 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 from listener_router._errors import ConfigError
 from listener_router._plugin import Host, Plugin, plugin_classes
+from listener_router.watch._guard import (
+    Access,
+    Throttle,
+    check_tokens,
+    host_names,
+    is_loopback,
+)
 from listener_router.watch._settings import HttpSettings, parse_listen
 
 if TYPE_CHECKING:  # the web stack is imported when the plug-in is installed, not before
@@ -44,12 +56,24 @@ class Watch(Plugin):
     @classmethod
     def build(cls, settings: Settings) -> Watch | None:
         http: HttpSettings = settings.section("http")
-        return cls(http.listen, http.token) if http.listen else None
+        return cls(http.listen, http.token, read_token=http.read_token, public=http.public,
+                   allowed_hosts=http.allowed_hosts) if http.listen else None
 
     def __init__(self, listen: str | None = None, token: str | None = None, *,
-                 sample_every: float = 5.0):
+                 read_token: str | None = None, public: bool = False,
+                 allowed_hosts: tuple[str, ...] = (), sample_every: float = 5.0):
         self.listen = listen or "127.0.0.1:9187"
         self.token = token or None
+        self.read_token = read_token or None
+        self.public = public
+        host, _port = parse_listen(self.listen, "[http] listen")
+        check_tokens(listen_host=host, token=self.token, read_token=self.read_token,
+                     public=public)
+        self.access = Access.of(listen_host=host, token=self.token, read_token=self.read_token,
+                                public=public)
+        self.allowed_hosts = host_names(host, allowed_hosts)
+        self.throttle = Throttle()
+        self.notice_key = secrets.token_bytes(16)
         self.sample_every = sample_every
         self.started = time.time()
         self._server: Any = None   # uvicorn.Server
@@ -69,6 +93,7 @@ class Watch(Plugin):
         self.history = History(side_exchanges=side)
         self.membership = live.membership
         self.store = live.store
+        self.link = host.link
         self.registry = live.registry
         self.node = live.node
         self.started = live.started
@@ -137,6 +162,16 @@ class Watch(Plugin):
             self.stop()
             raise ConfigError(f"[http] listen: the web server did not start on {self.listen}")
         log.info("metrics and dashboard on %s (metrics at %smetrics)", self.url, self.url)
+        if not is_loopback(host):
+            if self.access.reads_locked:
+                log.warning("the dashboard on %s is reachable from other machines: its pages "
+                            "and metrics need the token, its controls [http] token; the token "
+                            "travels in clear text unless TLS is put in front (docs/security.md)",
+                            self.url)
+            else:
+                log.warning("the dashboard on %s is reachable from other machines and serves "
+                            "its pages and metrics to anyone who reaches it (public = true)%s",
+                            self.url, "" if self.token else "; its controls are off")
 
     def stop(self) -> None:
         if self._server is not None:

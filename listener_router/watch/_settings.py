@@ -1,4 +1,4 @@
-"""``[http]``: where the metrics and the dashboard are served, and the token of its controls."""
+"""``[http]``: where the metrics and the dashboard are served, and who may use them."""
 
 from __future__ import annotations
 
@@ -35,4 +35,16 @@ class HttpSettings:
         "dashboard are served; unset: off", check=parse_listen)
     token: str | None = setting(
         None, "the token the dashboard's controls need (pause and resume a lane, cancel, replay "
-        "dead letters); unset: the controls are refused")
+        "dead letters; it opens reads too); at least 16 characters; unset: the controls are "
+        "refused, and a `listen` beyond loopback does not start (unless `public`)")
+    read_token: str | None = setting(
+        None, "a token that opens the pages, panels, `/metrics` and dead letters' bodies but "
+        "no control; set, every read needs it or `token` (a browser gets a login form); "
+        "unset: reads need `token` when `listen` is beyond loopback, nothing on loopback")
+    public: bool = setting(
+        False, "`listen` beyond loopback with no token, or reads open to all there: the "
+        "network in front guards the port (it is logged at WARNING)")
+    allowed_hosts: tuple[str, ...] = setting(
+        (), "names the console answers to besides `localhost`, `127.0.0.1`, `[::1]` and the "
+        "listen host (this machine's names too when bound to every interface): the `Host` "
+        "a browser or Prometheus uses, e.g. `chalk.example.org`; others get 400")

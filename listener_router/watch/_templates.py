@@ -150,12 +150,19 @@ workflows {{ r.workflows | join(", ") }}{% endif %}</p>
 <p class="error" id="letter-error">{{ d.error }}</p>
 <p>{{ d.attempts }} attempt(s){% if d.workflow %} · workflow {{ d.workflow }}{% endif %}{% if d.records %} · records
 {% for r in d.records %}<a href="/record/{{ r | urlencode }}">{{ r }}</a>{% if not loop.last %}, {% endif %}{% endfor %}{% endif %}</p>
-<section><h2>Body</h2><pre id="letter-body">{{ d.body }}</pre></section>
+<section><h2>Body</h2><p class="muted" id="letter-size">{{ d.size | bytes }}
+{%- if d.shown < d.size %}: the first {{ d.shown | bytes }} shown{% endif %} ·
+<a href="/dead-letter/body?{{ {'queue': d.queue, 'message': d.message_id} | urlencode }}" data-download="{{ d.message_id | replace('/', '_') | replace(':', '_') }}.body" id="letter-download">download the whole body</a>
+(needs the token: <input type="password" id="token" autocomplete="off" size="16" aria-label="token">)
+<span class="error" id="download-note"></span></p>
+{% if d.body_note %}<p class="error" id="letter-body-note">{{ d.body_note }}</p>{% endif %}
+<pre id="letter-body">{{ d.body }}</pre></section>
 <section><h2>Headers</h2><pre id="letter-headers">{{ d.headers }}</pre></section>
 <section><h2>History</h2>{% if d.history %}<table id="history"><tr><th>when</th><th>step</th><th>attempt</th><th>member</th><th>reason</th></tr>
 {% for e in d.history %}<tr><td>{{ e.at | when }}</td><td>{{ e.state }}</td><td class="num">{{ e.attempt }}</td><td>{{ e.member or "" }}</td>
 <td class="reason">{{ e.reason or "" }}</td></tr>{% endfor %}</table>{% else %}<p class="muted">not in the job log</p>{% endif %}</section>
 <p><a href="/#dead-letters">back to the dead letters</a></p>
+<script>{{ script | safe }}</script>
 </body></html>
 """,
 }

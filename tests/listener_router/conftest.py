@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -84,3 +85,35 @@ def run_service(spark: Any) -> Callable[..., Any]:
         with Service(settings, spark=spark, **kwargs) as service:
             return service.run(until=until, idle_exit=idle_exit)
     return run
+
+
+CHROMIUM = "/usr/bin/chromium"
+# What works on this machine as root: without the background-networking flags the
+# browser's own connections are refused many at a time.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync"]
+
+
+def _browser_unavailable(message: str) -> None:
+    if os.environ.get("CHALK_TEST_REQUIRE_SERVICES") == "1":
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    """Headless chromium through playwright (a new empty profile; never a downloaded browser)."""
+    if not os.access(CHROMIUM, os.X_OK):
+        _browser_unavailable(f"{CHROMIUM} is missing (scripts/install.sh installs Debian's "
+                             "chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as e:
+        _browser_unavailable(f"playwright is not installed (pip install -e '.[dev]'): {e}")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()

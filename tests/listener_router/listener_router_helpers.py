@@ -373,3 +373,22 @@ def bind_subscriber(broker_url: str, queue: str, exchange: str = "chalk.events")
         channel.queue_bind(queue, exchange, routing_key="#")
     finally:
         conn.close()
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (on loopback)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def stop_service(proc: Any, timeout: float = 60.0) -> None:
+    """Stop ``chalk run`` as its supervisor would (SIGTERM to its group), SIGKILL when it
+    has not stopped within ``timeout`` seconds."""
+    import subprocess
+    kill_group(proc, 15)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_group(proc, 9)

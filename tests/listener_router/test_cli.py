@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from listener_router._signing import HeaderSigner
 from listener_router.cli import main
+from listener_router.store import ServiceStore
 
 REPO = Path(__file__).resolve().parents[2]
 INVALID = REPO / "tests" / "workflows" / "invalid"
@@ -85,8 +87,13 @@ def test_dlq_list_show_and_purge(tmp_path, capsys, monkeypatch, broker, declare,
     settings = make_settings()
     queue = settings.listeners[0].queue
     declare(settings)
-    broker.publish(f"{queue}.dlq", b'{"id": "x"}', message_id="dead-1",
-                   headers={"x-chalk-error": "it broke", "x-chalk-attempts": 4})
+    store = ServiceStore.connect(settings.blackboard_url)
+    try:   # as the service dead-letters: its x-chalk- headers signed with the cluster's key
+        headers = HeaderSigner.of(store).signed({"x-chalk-error": "it broke",
+                                                 "x-chalk-attempts": 4}, "dead-1", b'{"id": "x"}')
+    finally:
+        store.close()
+    broker.publish(f"{queue}.dlq", b'{"id": "x"}', message_id="dead-1", headers=headers)
     config = tmp_path / "chalk.toml"
     config.write_text(f'[blackboard]\nurl = "{settings.blackboard_url}"\n'
                       f'[broker]\nurl = "{settings.broker_url}"\n[[listener]]\nname = "t"\n'

@@ -24,6 +24,7 @@ from listener_router.pipeline import LaneView
 from listener_router.store import INBOX, ServiceStore
 from listener_router.watch._console import JournalView, LaneRow, statistics
 from listener_router.watch._controls import control_routes
+from listener_router.watch._guard import Throttle
 from listener_router.watch._joblog import PAGE, JobQuery, job_page
 from listener_router.watch._pages import render
 from listener_router.watch._record import record_view
@@ -178,7 +179,8 @@ def test_lanes_are_paused_and_cancelled_through_the_store(store, sqlite_url):
 
 
 def _watch(store, settings, token):
-    return SimpleNamespace(live=SimpleNamespace(settings=settings), store=store, token=token)
+    return SimpleNamespace(live=SimpleNamespace(settings=settings), store=store, token=token,
+                           link=None, throttle=Throttle(free=100), notice_key=b"k" * 16)
 
 
 def _post(watch, path: str, form: str) -> tuple[int, dict[str, str], str]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from typing import Any
 
 import pytest
 from listener_router_helpers import (
+    free_port,
     kill_group,
     start_service,
     wait_for_log,
@@ -37,45 +37,10 @@ from blackboard import Annotation, Blackboard, SqlStore
 from listener_router import load_settings, push_records
 from listener_router.dead_letters import dead_letters
 
-CHROMIUM = "/usr/bin/chromium"
-# What works on this machine as root: without the background-networking flags the
-# browser's own connections are refused many at a time.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync"]
 TOKEN = "operator-token-for-the-test"
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-
-
-def _unavailable(message: str) -> None:
-    if os.environ.get("CHALK_TEST_REQUIRE_SERVICES") == "1":
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
-
-
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
-    """Headless chromium through playwright (a new empty profile; never a downloaded browser)."""
-    if not os.access(CHROMIUM, os.X_OK):
-        _unavailable(f"{CHROMIUM} is missing (scripts/install.sh installs Debian's chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError as e:
-        _unavailable(f"playwright is not installed (pip install -e '.[dev]'): {e}")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Shots:
@@ -118,7 +83,7 @@ class Shots:
 def _served(config: Path, log: Path) -> Iterator[str]:
     """``chalk run --http`` on a free port with ``config``: its base URL while it runs, then
     stopped (SIGTERM, SIGKILL after a minute)."""
-    port = _free_port()
+    port = free_port()
     service = start_service(config, log, "--http", f"127.0.0.1:{port}")
     try:
         wait_for_log(log, "metrics and dashboard on")

@@ -23,6 +23,7 @@ from listener_router.watch._pages import render
 from listener_router.watch._panels import QueueRow
 
 REPO = Path(__file__).resolve().parents[2]
+TOKEN = "a-token-for-the-watch-test"
 
 
 def _value(text: str, name: str, **labels: str) -> float | None:
@@ -167,7 +168,7 @@ def test_a_running_service_serves_metrics_the_page_and_refuses_a_replay_without_
         tmp_path, spark, make_settings, declare):
     folder = write_test_workflows(tmp_path / "workflows")
     settings = replace(make_settings("Fragile", workflows_dir=folder, max_retries=0),
-                       http_listen="127.0.0.1:0", http_token="right")
+                       http_listen="127.0.0.1:0", http_token=TOKEN)
     declare(settings)
     queue = settings.listeners[0].queue
     push_records(settings, queue, [{"id": f"w{i}", "attributes": {}} for i in range(5)])
@@ -196,7 +197,7 @@ def test_a_running_service_serves_metrics_the_page_and_refuses_a_replay_without_
         assert status == 200 and "w3" in page and "w-bad" in page and "Fragile" in page
         status, panel = _get(base + "panel/jobs?record=w3")
         assert "w3" in panel and "w4" not in panel
-        for token in ("", "wrong", "right-but-longer"):
+        for token in ("", "wrong", TOKEN + "-but-longer"):
             request = urllib.request.Request(base + "dlq/replay", method="POST",
                                              data=f"token={token}&target=%5B%22{queue}%22%2C%22%22%5D"
                                              .encode())
@@ -205,7 +206,7 @@ def test_a_running_service_serves_metrics_the_page_and_refuses_a_replay_without_
                 raise AssertionError("a replay without the right token was accepted")
             except urllib.error.HTTPError as e:
                 assert e.code == 403
-        # still there: the page moved it off Q.dlq into the store (looking redelivers nothing)
+        # still there: chalk dlq moves it off Q.dlq into the store (looking redelivers nothing)
         assert [b"w-bad" in d.body for d in dead_letters(settings, [queue])] == [True]
         assert service.plugin("watch").sampler.sample().depth[f"{queue}.dlq"] == 0
         # the queue is empty, the dead letter still waits: the gauge says so
@@ -218,7 +219,7 @@ def test_a_running_service_serves_metrics_the_page_and_refuses_a_replay_without_
         status, panel = _get(base + "panel/jobs?record=w-bad")   # routed nowhere, still found
         assert status == 200 and "dead" in panel and "asked to fail" in panel
         replay = urllib.request.Request(base + "dlq/replay", method="POST",
-                                        data=f"token=right&target=%5B%22{queue}%22%2C%22%22%5D"
+                                        data=f"token={TOKEN}&target=%5B%22{queue}%22%2C%22%22%5D"
                                         .encode())
         assert urllib.request.urlopen(replay, timeout=30).status == 200
         service.plugin("watch").sampler.sample()

@@ -210,3 +210,20 @@ def test_markup_pipelets_on_a_stored_blackboard(sqlite_url):
     with Blackboard.connect(sqlite_url) as board:
         board.load("p")
         assert board.get_attributes("p") == {"Content": "Hello", "Title": "T", "T2": "T"}
+
+
+@pytest.mark.parametrize("tag", ["include", "import"])
+def test_xslt_transform_refuses_a_stylesheet_that_includes_a_file(bb, tmp_path, tag):
+    secret = tmp_path / "secret.xsl"
+    secret.write_text("""<xsl:stylesheet version="1.0" xmlns:xsl="http://www.w3.org/1999/XSL/Transform">
+      <xsl:template match="/"><o>TOP SECRET</o></xsl:template></xsl:stylesheet>""")
+    sheet = f"""<xsl:stylesheet version="1.0" xmlns:xsl="http://www.w3.org/1999/XSL/Transform">
+      <xsl:{tag} href="{secret}"/>
+    </xsl:stylesheet>"""
+    with pytest.raises(PipeletConfigurationError) as err:
+        configured(XsltTransform, stylesheet=sheet, input="xml", output="o")
+    assert f"<xsl:{tag}" in str(err.value) and "line 2" in str(err.value)
+    assert "may not read files" in str(err.value)
+    (tmp_path / "main.xsl").write_text(sheet.replace(str(secret), "secret.xsl"))
+    with pytest.raises(PipeletConfigurationError, match=f"<xsl:{tag}"):
+        configured(XsltTransform, xslFile=str(tmp_path / "main.xsl"), input="xml", output="o")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -161,7 +162,7 @@ def test_xml_split_reads_a_file_named_by_an_attribute_into_attachments(bb: Black
     make(bb, "web", Path="http://example.org/dump.xml")
     pipelet = configured(XmlSplit, beginTagName="page", endTagName="page", keyTagName="title",
                          inputType="ATTRIBUTE", inputName="Path", outputType="ATTACHMENT", outputName="Xml",
-                         keepParent="false")
+                         keepParent="false", baseDirectory=str(tmp_path))
     assert pipelet.process(bb, ["p"])[1] == "p#Beta"
     assert bb.get_attachment("p#Beta", "Xml").startswith(b"<page id='2'>")
     assert len(pipelet.process(bb, ["u"])) == 4  # the fragments only (keepParent false)
@@ -267,3 +268,63 @@ def test_index_configuration_errors_name_the_parameter(tmp_path: Path) -> None:
         _index(tmp_path, indexname="docs", executionMode="UPDATE")
     with pytest.raises(PipeletConfigurationError, match="given in _indexing and outside it"):
         _index(tmp_path, indexname="docs", _indexing={"indexname": "other"})
+
+
+def _path_splitter(base: Path) -> XmlSplit:
+    return configured(XmlSplit, beginTagName="page", endTagName="page", keyTagName="title",
+                      inputType="attribute", inputName="Path", keepParent="false",
+                      baseDirectory=str(base))
+
+
+def test_xml_split_reads_a_path_only_with_a_base_directory(tmp_path: Path) -> None:
+    base = dict(beginTagName="page", endTagName="page", keyTagName="title", inputType="attribute",
+                inputName="Path")
+    with pytest.raises(PipeletConfigurationError, match="baseDirectory"):
+        configured(XmlSplit, **base)
+    with pytest.raises(PipeletConfigurationError, match="no folder"):
+        configured(XmlSplit, baseDirectory=str(tmp_path / "missing"), **base)
+
+
+def test_xml_split_reads_regular_files_inside_its_base_directory(bb: Blackboard,
+                                                                 tmp_path: Path) -> None:
+    dumps = tmp_path / "dumps"
+    (dumps / "2024").mkdir(parents=True)
+    (dumps / "2024" / "dump.xml").write_bytes(DUMP)
+    make(bb, "rel", Path="2024/dump.xml")
+    make(bb, "abs", Path=str(dumps / "2024" / "dump.xml"))
+    make(bb, "url", Path=(dumps / "2024" / "dump.xml").as_uri())
+    pipelet = _path_splitter(dumps)
+    for rid in ("rel", "abs", "url"):
+        assert f"{rid}#Beta" in pipelet.process(bb, [rid])
+
+
+@pytest.mark.parametrize("name, words", [
+    ("outside", "outside baseDirectory"),
+    ("dotdot", "outside baseDirectory"),
+    ("link-out", "outside baseDirectory"),
+    ("environ", "outside baseDirectory"),
+    ("device", "outside baseDirectory"),
+    ("fifo", "not a regular file"),
+    ("folder", "not a regular file"),
+    ("link-device", "outside baseDirectory"),
+])
+def test_xml_split_refuses_every_path_but_a_regular_file_inside(bb: Blackboard, tmp_path: Path,
+                                                                name: str, words: str) -> None:
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    private = tmp_path / "private.xml"
+    private.write_bytes(b"<r><page><title>SECRET</title></page></r>")
+    (dumps / "link-out.xml").symlink_to(private)
+    (dumps / "zero").symlink_to("/dev/zero")
+    os.mkfifo(dumps / "pipe")
+    (dumps / "sub").mkdir()
+    paths = {"outside": str(private), "dotdot": "../private.xml", "link-out": "link-out.xml",
+             "environ": "/proc/self/environ", "device": "/dev/zero", "fifo": "pipe",
+             "folder": "sub", "link-device": "zero"}
+    make(bb, "m", Path=paths[name])
+    started = time.monotonic()
+    with pytest.raises(PipeletError, match=words) as err:
+        _path_splitter(dumps).process(bb, ["m"])
+    assert time.monotonic() - started < 5       # a FIFO with no writer does not block
+    assert err.value.record_id == "m" and "'Path'" in str(err.value)
+    assert not [r for r in bb.attribute_names("m") if r.startswith("m#")]
