@@ -8,16 +8,24 @@
   a child process (``_child`` is that process);
 - ``_queues``: the queues declared for inputs and outputs (dead-letter and
   retry queues);
-- ``_connection``: the parameters of every connection, why one failed in
-  words (refused, timed out, login refused), and :func:`connect`, a blocking
-  connection that says so;
+- ``_connection``: the nodes a broker URL names (one, or several of a
+  cluster), the parameters of every connection, why one failed in words
+  (refused, timed out, login refused), and :func:`connect`, a blocking
+  connection to the first node that answers, that says so;
 - ``_local``: start Debian's RabbitMQ when none answers (``chalk run``, the demo).
 
 Nothing here imports SQLAlchemy, Spark or the pipeline: the broker I/O
 process imports this package alone (and the settings its declarations read).
 """
 
-from listener_router.broker._connection import broker_reason, connect, connection_parameters
+from listener_router.broker._connection import (
+    broker_reason,
+    broker_urls,
+    connect,
+    connection_parameters,
+    node_parameters,
+    where,
+)
 from listener_router.broker._link import AmqpLink
 from listener_router.broker._local import broker_reachable, ensure_local_broker
 from listener_router.broker._process import ProcessLink
@@ -52,6 +60,7 @@ __all__ = [
     "ProcessLink",
     "broker_reachable",
     "broker_reason",
+    "broker_urls",
     "connect",
     "connection_parameters",
     "declare_all",
@@ -60,8 +69,10 @@ __all__ = [
     "declare_outputs",
     "dlq_name",
     "ensure_local_broker",
+    "node_parameters",
     "plugin_exchanges",
     "properties_of",
     "publish_confirmed",
     "retry_name",
+    "where",
 ]

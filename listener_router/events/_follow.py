@@ -18,7 +18,7 @@ import pika
 import pika.exceptions
 
 from listener_router._errors import BrokerUnavailable
-from listener_router.broker import connection_parameters
+from listener_router.broker import node_parameters
 from listener_router.events._kinds import APPLICATION_HEADER
 
 __all__ = ["ReceivedEvent", "declare_exchange", "follow"]
@@ -80,7 +80,7 @@ def follow(broker_url: str, exchange: str, patterns: Sequence[str],
     """
     seen = 0
     try:
-        connection = pika.BlockingConnection(connection_parameters(broker_url))
+        connection = pika.BlockingConnection(node_parameters(broker_url))
     except (pika.exceptions.AMQPError, OSError) as e:
         raise BrokerUnavailable(f"cannot reach the broker at {broker_url}: {e}") from e
     try:
