@@ -34,6 +34,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+SELF=$ROOT/scripts/lab.sh
 LAB=${CHALK_LAB_DIR:-/var/tmp/chalk-lab}
 BRIDGE=chalklab0
 NET=198.18.0
@@ -242,7 +243,7 @@ spark_start() {
         spark) spark_launch spark org.apache.spark.deploy.master.Master --host "$(addr spark)" \
                    --port 7077 --webui-port 8080 ;;
         w*) spark_launch "$host" org.apache.spark.deploy.worker.Worker "spark://$(addr spark):7077" \
-                --host "$(addr "$host")" --port 7078 --webui-port 8081 --cores 2 --memory 2g \
+                --host "$(addr "$host")" --port 7078 --webui-port 8081 --cores 3 --memory 3g \
                 --work-dir "$LAB/$host/work" ;;
     esac
 }
@@ -266,7 +267,7 @@ watchdog() {  # owner-pid max-seconds
         sleep 2
     done
     log "watchdog: owner $owner gone or time up: taking the lab down"
-    "$0" down
+    bash "$SELF" down
 }
 
 # --- commands -------------------------------------------------------------------------
@@ -300,7 +301,7 @@ cmd_up() {
     mq_up
     wait "$db_pid" || die "PostgreSQL did not start"
     poll 90 workers_alive 2 || die "Spark workers not ALIVE at the master: see $LAB/logs/spark.log, w1.log"
-    setsid "$0" _watchdog "$owner" "$max" </dev/null >>"$LAB/logs/watchdog.log" 2>&1 &
+    setsid bash "$SELF" _watchdog "$owner" "$max" </dev/null >>"$LAB/logs/watchdog.log" 2>&1 &
     echo $! >"$LAB/watchdog.pid"
     cat >"$LAB/env" <<EOF
 CHALK_LAB_BROKER_URLS=$(for h in mq1 mq2 mq3; do printf 'amqp://guest:guest@%s:5672/%%2F ' "$(addr "$h")"; done)
@@ -480,5 +481,5 @@ case "${1:-}" in
     kill) shift; need_root; cmd_kill "$@" ;;
     start) shift; need_root; cmd_start "$@" ;;
     _watchdog) shift; watchdog "$@" ;;
-    *) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2 ;;
+    *) sed -n '2,/^set -euo/p' "$SELF" | sed '$d; s/^# \{0,1\}//' >&2; exit 2 ;;
 esac

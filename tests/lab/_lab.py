@@ -393,15 +393,20 @@ class Chain:
         if conn is not None and conn.is_open:
             conn.close()
 
-    def run(self) -> None:
-        """Members up, records pushed, the sampler on."""
+    def run(self, plant: Callable[[], None] | None = None) -> None:
+        """Members up, records pushed, the sampler on.  With ``plant``: the records are
+        pushed first, then ``plant()`` runs, then the members start."""
+        if plant is not None:
+            self.push()
+            plant()
         for host in self.members:
             self.start_member(host)
         self.wait_up()
         self._sampler = threading.Thread(target=self.sample_forever, daemon=True)
         self._sampler.start()
         self.started = time.monotonic()
-        self.push()
+        if plant is None:
+            self.push()
         self.mark("pushed")
 
     def mark(self, name: str) -> float:
@@ -503,7 +508,7 @@ class Chain:
     def figures(self, fault: float, heal: float, window: float = 5.0) -> dict[str, float | None]:
         """Throughput before the fault, its lowest 5-s window from the fault to the end, the
         dip, and the time from the heal until a window is back at 80 % of before (None:
-        it never dipped below that)."""
+        it never dipped below that, or every record was through before the heal)."""
         first = next(s.at for s in self.samples if s.done)
         before = self.rate(max(first, fault - 8), fault)
         end = self.marks.get("done", self.samples[-1].at)
@@ -517,8 +522,9 @@ class Chain:
             t += 0.5
         return {"before": round(before, 1), "lowest": round(lowest, 1),
                 "dip": round(1 - lowest / before, 2) if before else None,
-                "recovered_after": None if lowest >= 0.8 * before else
+                "recovered_after": None if lowest >= 0.8 * before or end <= heal else
                 (round(recovered, 1) if recovered is not None else round(end - heal, 1)),
+                "finished_during_fault": end <= heal,
                 "total": round(end - (self.started or fault), 1)}
 
     def view_back_after(self, heal: float) -> float | None:
@@ -552,7 +558,7 @@ class Chain:
 def epochs_strictly_increase(epochs: list[tuple[str | None, int | None]]) -> bool:
     """Each change of leader comes with a higher epoch, and no epoch goes back."""
     values = [e for _leader, e in epochs]
-    return all(b > a for a, b in zip(values, values[1:]))
+    return all(b > a for a, b in zip(values, values[1:], strict=False))
 
 
 def left_behind() -> list[str]:

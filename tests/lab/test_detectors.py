@@ -35,27 +35,30 @@ def test_the_lease_audit_finds_a_lease_taken_while_its_holder_still_held_it():
 
 def test_each_detector_names_its_planted_error(lab, tmp_path):
     chain = Chain(lab, tmp_path, records=300, rate=60.0)
-    try:
-        chain.run()
-        # A thief: one message of A taken and acknowledged, never processed.
+    planted: dict[str, str] = {}
+
+    def plant() -> None:
         conn = connect(broker_urls())
         try:
-            ch = conn.channel()
-            method = None
-            while method is None:
-                method, _props, body = ch.basic_get(chain.a, auto_ack=True)
-            lost = json.loads(body)["records"][0]["id"]
+            # A thief: one message of A taken and acknowledged, never processed.
+            method, _props, body = conn.channel().basic_get(chain.a, auto_ack=True)
+            assert method is not None
+            planted["lost"] = json.loads(body)["records"][0]["id"]
         finally:
             conn.close()
         # A stray message: a record named again under a new message ID.
-        doubled = next(rid for rid in chain.ids if rid != lost)
+        planted["doubled"] = next(rid for rid in chain.ids if rid != planted["lost"])
         link = AmqpLink(broker_urls(), consume=()).start()
         try:
-            publish_confirmed(link, [OutMessage(routing_key=chain.a, message_id="stray-1",
-                                                body=json.dumps({"records": [{"id": doubled}]})
-                                                .encode())], timeout=30)
+            publish_confirmed(link, [OutMessage(
+                routing_key=chain.a, message_id="stray-1",
+                body=json.dumps({"records": [{"id": planted["doubled"]}]}).encode())], timeout=30)
         finally:
             link.stop()
+
+    try:
+        chain.run(plant)
+        lost, doubled = planted["lost"], planted["doubled"]
         # An intruder: a lease a member holds now, taken over for 3 s.
         def intrude() -> str | None:
             with chain.engine.begin() as db:
