@@ -67,6 +67,8 @@ need_root() { [ "$(id -u)" = 0 ] || die "the lab needs root (network namespaces)
 
 have_ns() { ip netns list 2>/dev/null | awk '{print $1}' | grep -qx "$1"; }
 
+ns_empty() { [ -z "$(ip netns pids "$1" 2>/dev/null)" ]; }   # no process left on host $1
+
 # Run on a host: its namespace, its /etc/hosts (ip netns exec binds /etc/netns/HOST/*),
 # its hostname (a UTS namespace of its own).
 on() {
@@ -328,7 +330,7 @@ cmd_down() {
     for h in "${HOSTS[@]}"; do
         if have_ns "$h"; then
             # processes that were leaving at the kill
-            poll 10 test -z "$(ip netns pids "$h" 2>/dev/null)" || log "down: processes left on $h"
+            poll 10 ns_empty "$h" || log "down: processes left on $h"
             ip netns del "$h"
         fi
         rm -rf "/etc/netns/$h"
@@ -449,7 +451,7 @@ cmd_kill() {
         for pid in $(ip netns pids "$h"); do
             kill -9 "$pid" 2>/dev/null || true
         done
-        poll 10 test -z "$(ip netns pids "$h")" || die "processes survive kill -9 on $h"
+        poll 30 ns_empty "$h" || die "processes survive kill -9 on $h: $(ip netns pids "$h" | tr "\n" " ")"
         log "killed every process on $h"
     done
 }
