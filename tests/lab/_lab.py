@@ -59,6 +59,16 @@ DB_QUERY = {"connect_timeout": "5", "keepalives": "1", "keepalives_idle": "5",
             "keepalives_interval": "2", "keepalives_count": "3", "tcp_user_timeout": "10000"}
 
 
+def _helpers() -> Any:
+    """tests/listener_router/listener_router_helpers (its test pipelets, write_config)."""
+    folder = str(ROOT / "tests" / "listener_router")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    import listener_router_helpers
+
+    return listener_router_helpers
+
+
 def addr(host: str) -> str:
     return f"{NET}.{ADDRESSES[host]}"
 
@@ -161,29 +171,13 @@ STAGE = """<?xml version="1.0"?>
          xmlns:proc="http://www.eclipse.org/smila/processor">
   <sequence>
     <proc:invokePipelet name="count">
-      <proc:pipelet class="lab_pipelets.Increment"/>
+      <proc:pipelet class="lr_test_pipelets.Increment"/>
       <proc:configuration><proc:param name="attribute">{counter}</proc:param></proc:configuration>
     </proc:invokePipelet>
   </sequence>
 </process>
 """
 
-PIPELETS = '''
-from pipelets import Pipelet
-
-
-class Increment(Pipelet):
-    """Adds one to an integer attribute (absent counts as 0)."""
-
-    parameters = frozenset({"attribute"})
-
-    def process(self, blackboard, ids):
-        name = self.config["attribute"]
-        for rid in ids:
-            has = blackboard.has_literals(rid, name)
-            blackboard.set_literal(rid, name, (blackboard.get_literal(rid, name).value if has else 0) + 1)
-        return ids
-'''
 
 AUDIT = """
 CREATE TABLE lab_lease_audit (
@@ -274,7 +268,7 @@ class Chain:
         workflows.mkdir(parents=True, exist_ok=True)
         (workflows / "one.xml").write_text(STAGE.format(name="LabOne", counter="stage1"))
         (workflows / "two.xml").write_text(STAGE.format(name="LabTwo", counter="stage2"))
-        (workflows / "lab_pipelets.py").write_text(PIPELETS)
+        (workflows / "lr_test_pipelets.py").write_text(_helpers().TEST_PIPELETS)
         self.spark = spark
         self.configs = {h: self._config(h, workflows, rate) for h in self.members}
         self.logs = {h: tmp / f"{h}.log" for h in self.members}
@@ -286,8 +280,6 @@ class Chain:
         self.started: float | None = None
 
     def _config(self, host: str, workflows: Path, rate: float | None) -> Path:
-        from listener_router_helpers import write_config
-
         first = MQ[MEMBERS.index(host) % 3] if host in MEMBERS else "mq1"
         one = {"name": "one", "queue": self.a, "workflow": "LabOne", "batch_size": 50,
                "max_wait_ms": 100, "prefetch": 200}
@@ -299,7 +291,7 @@ class Chain:
                         "spark": {"master": self.lab.spark_master, "conf": {
                             "spark.driver.host": addr(host), "spark.driver.bindAddress": addr(host),
                             **self.spark["conf"]}}}
-        return write_config(
+        return _helpers().write_config(
             self.tmp / f"{host}.toml", db=self.db, broker=broker_urls(first), workflows=workflows,
             blackboard={"lease_seconds": 30}, broker_options={"delivery_limit": 100},
             node={"name": host, "heartbeat_seconds": HEARTBEAT, "ttl_seconds": TTL},

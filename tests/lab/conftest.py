@@ -17,10 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "listener_router"))  # its helpers
-
-from _lab import LAB_SH, Lab, left_behind  # noqa: E402
+from _lab import LAB_SH, Lab, left_behind
 
 
 def _missing() -> str | None:
