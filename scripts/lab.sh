@@ -74,7 +74,9 @@ ns_empty() { [ -z "$(ip netns pids "$1" 2>/dev/null)" ]; }   # no process left o
 on() {
     local host=$1
     shift
-    ip netns exec "$host" unshare --uts -- sh -c 'hostname "$0" && exec "$@"' "$host" "$@"
+    # CHALK_LAB_HOST marks every process of the lab (tests look for any left behind).
+    ip netns exec "$host" unshare --uts -- env CHALK_LAB_HOST="$host" \
+        sh -c 'hostname "$0" && exec "$@"' "$host" "$@"
 }
 
 port_open() {  # host port
@@ -232,7 +234,7 @@ spark_launch() {  # host class args...
         >"$LAB/$host/conf/spark-defaults.conf"
     # A subshell that execs: nothing of this script's (its output pipe) stays with the daemon.
     (cd "$LAB/$host" && exec ip netns exec "$host" unshare --uts -- sh -c 'hostname "$0" && exec "$@"' \
-        "$host" env SPARK_HOME="$SPARK_HOME" SPARK_CONF_DIR="$LAB/$host/conf" \
+        "$host" env CHALK_LAB_HOST="$host" SPARK_HOME="$SPARK_HOME" SPARK_CONF_DIR="$LAB/$host/conf" \
         SPARK_LOCAL_IP="$(addr "$host")" SPARK_LOG_DIR="$LAB/logs/$host" PYSPARK_PYTHON="$PY" \
         setsid "$SPARK_HOME/bin/spark-class" "$@" --properties-file "$LAB/$host/conf/spark-defaults.conf" \
         ) </dev/null >>"$LAB/logs/$host.log" 2>&1 &
@@ -303,7 +305,7 @@ cmd_up() {
     mq_up
     wait "$db_pid" || die "PostgreSQL did not start"
     poll 90 workers_alive 2 || die "Spark workers not ALIVE at the master: see $LAB/logs/spark.log, w1.log"
-    setsid bash "$SELF" _watchdog "$owner" "$max" </dev/null >>"$LAB/logs/watchdog.log" 2>&1 &
+    CHALK_LAB_HOST=watchdog setsid bash "$SELF" _watchdog "$owner" "$max" </dev/null >>"$LAB/logs/watchdog.log" 2>&1 &
     echo $! >"$LAB/watchdog.pid"
     cat >"$LAB/env" <<EOF
 CHALK_LAB_BROKER_URLS=$(for h in mq1 mq2 mq3; do printf 'amqp://guest:guest@%s:5672/%%2F ' "$(addr "$h")"; done)
@@ -408,7 +410,7 @@ cmd_delay() {
     for host in $(expand "$a"); do
         echo "$ms" >"$LAB/delay/$host.ms"
         if [ ! -f "$LAB/delay/$host.pid" ] || ! kill -0 "$(cat "$LAB/delay/$host.pid")" 2>/dev/null; then
-            ip netns exec "$host" setsid python3 "$ROOT/scripts/lab_delay.py" --port "$DELAY_PORT" \
+            ip netns exec "$host" env CHALK_LAB_HOST="$host" setsid python3 "$ROOT/scripts/lab_delay.py" --port "$DELAY_PORT" \
                 --mark "$MARK" --ms-file "$LAB/delay/$host.ms" </dev/null >>"$LAB/logs/delay-$host.log" 2>&1 &
             echo $! >"$LAB/delay/$host.pid"
             poll 10 ip netns exec "$host" bash -c "exec 3<>/dev/tcp/127.0.0.1/$DELAY_PORT" 2>/dev/null \

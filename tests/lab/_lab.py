@@ -554,7 +554,8 @@ def epochs_strictly_increase(epochs: list[tuple[str | None, int | None]]) -> boo
 
 
 def left_behind() -> list[str]:
-    """What of the lab is still there: namespaces, its bridge, nftables rules of its own."""
+    """What of the lab is still there: namespaces, its bridge, nftables rules of its own,
+    processes."""
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     names = {line.split()[0] for line in out.splitlines() if line.strip()}
     found = [f"namespace {h}" for h in ADDRESSES if h in names]
@@ -562,5 +563,15 @@ def left_behind() -> list[str]:
         found.append("bridge chalklab0")
     rules = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
     found += [f"nftables {line.strip()}" for line in rules.splitlines() if "lab_" in line]
+    for proc in Path("/proc").iterdir():   # lab.sh marks what it starts with CHALK_LAB_HOST
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            marked = b"\0CHALK_LAB_HOST=" in b"\0" + (proc / "environ").read_bytes()
+            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marked:
+            found.append(f"process {proc.name}: {command[:120]}")
     return found
 
