@@ -321,7 +321,8 @@ cmd_down() {
     if [ -f "$LAB/watchdog.pid" ]; then
         pid=$(cat "$LAB/watchdog.pid")
         rm -f "$LAB/watchdog.pid"
-        [ "$pid" != "$$" ] && [ "$pid" != "$PPID" ] && kill "$pid" 2>/dev/null || true
+        # Its group (setsid: it leads one), so that its sleep goes with it.
+        [ "$pid" != "$$" ] && [ "$pid" != "$PPID" ] && kill -- "-$pid" 2>/dev/null || true
     fi
     for h in "${HOSTS[@]}"; do
         have_ns "$h" || continue

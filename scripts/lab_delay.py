@@ -6,7 +6,7 @@ up where the connection was going (``SO_ORIGINAL_DST``), connects there
 itself (its packets carry ``--mark``, which the redirect leaves alone, and
 which the lab's loss rule drops a share of), and copies bytes both ways:
 what A sends waits the number of milliseconds in ``--ms-file`` (read again
-every 0.2 s, so a delay starts and stops on live connections), what comes
+when it changes, so a delay starts and stops on live connections), what comes
 back passes at once — netem on A's egress, as one-way delay.  Standard
 library only: it runs under the system's python3.
 """
@@ -25,15 +25,23 @@ SO_ORIGINAL_DST = 80
 
 
 class Delay:
+    """The delay in ``path``, read again whenever the file changed (asked per piece of
+    data: a delay set just before a connection sends applies to what it sends)."""
+
     def __init__(self, path: Path):
         self.path = path
-        self.seconds = 0.0
+        self._seconds = 0.0
+        self._stamp: tuple[int, int] | None = None
 
-    async def follow(self) -> None:
-        while True:
-            with contextlib.suppress(OSError, ValueError):
-                self.seconds = max(0.0, float(self.path.read_text().strip() or 0) / 1000.0)
-            await asyncio.sleep(0.2)
+    @property
+    def seconds(self) -> float:
+        with contextlib.suppress(OSError, ValueError):
+            info = self.path.stat()
+            stamp = (info.st_mtime_ns, info.st_size)
+            if stamp != self._stamp:
+                self._seconds = max(0.0, float(self.path.read_text().strip() or 0) / 1000.0)
+                self._stamp = stamp
+        return self._seconds
 
 
 async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: Delay | None
@@ -94,7 +102,6 @@ async def main() -> None:
     parser.add_argument("--ms-file", type=Path, required=True)
     args = parser.parse_args()
     delay = Delay(args.ms_file)
-    asyncio.get_running_loop().create_task(delay.follow())
     server = await asyncio.start_server(
         lambda r, w: _serve(r, w, args.mark, delay), host="0.0.0.0", port=args.port)
     async with server:
