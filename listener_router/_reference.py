@@ -49,8 +49,8 @@ code: restart it for those.
 
 def _rule_of(kind: Any, key: Key) -> str:
     text = type_name(kind)
-    if key.parse is not None:  # read from text as well (``every = "30s"``)
-        text = f"string or {text}"
+    if key.parse is not None:  # read from another form as well (``every = "30s"``)
+        text = f"{getattr(key.parse, 'accepts', 'string')} or {text}"
     if key.choices:
         text += ": " + " or ".join(f"`{toml_text(c)}`" for c in key.choices)
     if key.minimum is not None:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -34,10 +36,43 @@ from listener_router._keys import (
 )
 
 __all__ = ["CORE_SECTIONS", "DEFAULT_BROKER", "LANE_KEYS", "ListenerRule", "RouterRule", "Settings",
+           "broker_urls",
            "configured", "default_features", "feature_sections", "rule_extras", "rules_of",
            "settings_keys"]
 
 DEFAULT_BROKER = "amqp://guest:guest@localhost:5672/%2F"
+
+_URL_SEPARATOR = re.compile(r"\s*[,;]\s*")
+
+
+def broker_urls(url: str) -> list[str]:
+    """The node URLs ``[broker] url`` names, in the order to try them (one for one node)."""
+    return [u for u in _URL_SEPARATOR.split(url.strip()) if u]
+
+
+def _broker_url(raw: Any, where: str) -> str:
+    """``[broker] url``: one AMQP URL, several in one string (commas), or a list of them."""
+    if isinstance(raw, list):
+        if not raw or not all(isinstance(u, str) for u in raw):
+            raise ConfigError(f"{where} must be an AMQP URL or a list of them (the nodes of one "
+                              f"cluster), got {raw!r}")
+        raw = ", ".join(raw)
+    return raw
+
+
+_broker_url.accepts = "list of strings"  # type: ignore[attr-defined]  # the reference's words
+
+
+def _broker_url_check(value: str, where: str) -> None:
+    nodes = broker_urls(value)
+    if not nodes:
+        raise ConfigError(f"{where} names no broker: give an AMQP URL, "
+                          "e.g. amqp://guest:guest@localhost:5672/%2F")
+    for node in nodes:
+        parts = urllib.parse.urlsplit(node)
+        if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
+            raise ConfigError(f"{where}: {node!r} is not an AMQP URL (amqp://user:password@host:"
+                              "port/vhost); several nodes are separated by commas")
 
 # One line on each of the core's sections, for docs/configuration.md (keys document
 # themselves; a feature's section says its own).
@@ -234,8 +269,10 @@ class Settings:
     lease_seconds: float = setting(
         60.0, "record locks lapse this long after their holder stopped renewing them (a crash)",
         section="blackboard", minimum=0, positive=True)
-    broker_url: str = setting(DEFAULT_BROKER, "the RabbitMQ server, an AMQP URL",
-                              section="broker", key="url")
+    broker_url: str = setting(
+        DEFAULT_BROKER, "the RabbitMQ server, an AMQP URL; a cluster's nodes: a list of URLs "
+        "(in the environment: separated by commas), tried in turn when one does not answer",
+        section="broker", key="url", parse=_broker_url, check=_broker_url_check)
     queue_type: str = setting("quorum", "type of the queues Chalk declares",
                               section="broker", choices=("quorum", "classic"))
     delivery_limit: int = setting(

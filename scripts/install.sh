@@ -2,7 +2,7 @@
 # Install everything Chalk and its tests need on Debian 12 (root, no systemd):
 # apt packages that are missing (rabbitmq-server, PostgreSQL, Java 17,
 # python3-venv, Graphviz for workflow diagrams, Chromium for the dashboard's
-# browser test), then a virtualenv at .venv with `pip install -e '.[dev]'`.
+# browser test, iproute2, nftables and ping for the lab of hosts), then a virtualenv at .venv with `pip install -e '.[dev]'`.
 # Idempotent; a second run takes well under a second. Re-installs the
 # Python packages whenever pyproject.toml changes.
 #
@@ -38,6 +38,10 @@ compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || pkgs+=(postgresql)
 command -v java >/dev/null || pkgs+=(openjdk-17-jre-headless)
 command -v dot >/dev/null || pkgs+=(graphviz)
 [ -x /usr/bin/chromium ] || pkgs+=(chromium)
+# The lab of hosts (scripts/lab.sh): namespaces and links, partitions, ping.
+command -v ip >/dev/null || pkgs+=(iproute2)
+command -v nft >/dev/null || pkgs+=(nftables)
+command -v ping >/dev/null || pkgs+=(iputils-ping)
 if [ ! -x "$VENV/bin/python" ] && ! "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null; then
     pkgs+=(python3-venv)
 fi

@@ -3,8 +3,9 @@
 # run pytest in .venv. Arguments go to pytest (paths are relative to the repo
 # root); without arguments the whole suite runs.
 #
-#   bash scripts/test.sh                       # everything
+#   bash scripts/test.sh                       # everything (tests/lab beside the rest)
 #   bash scripts/test.sh tests/test_infrastructure.py -x
+#   bash scripts/test.sh tests/lab             # the lab's tests alone (root)
 #
 # Exit code is pytest's; "no tests collected" (5) counts as a failure.
 # With CI=true the services this script started are stopped at the end
@@ -45,11 +46,37 @@ export PYSPARK_DRIVER_PYTHON=$ROOT/.venv/bin/python
 export SPARK_LOCAL_IP=${SPARK_LOCAL_IP:-127.0.0.1}
 
 echo "[test] broker $CHALK_TEST_BROKER_URL, postgres $CHALK_TEST_POSTGRES_URL"
-set +e
-"$ROOT/.venv/bin/python" -m pytest -q --timeout=600 "$@"
-rc=$?
-set -e
-if [ $rc = 5 ]; then
-    echo "[test] pytest collected no tests: counted as a failure" >&2
+if [ $# -gt 0 ]; then
+    set +e
+    "$ROOT/.venv/bin/python" -m pytest -q --timeout=600 "$@"
+    rc=$?
+    set -e
+    [ $rc != 5 ] || echo "[test] pytest collected no tests: counted as a failure" >&2
+    exit $rc
 fi
-exit $rc
+
+# The whole suite: the lab's tests (tests/lab: hosts in network namespaces with their
+# own RabbitMQ cluster, PostgreSQL and Spark) use none of the services above, and spend
+# most of their time waiting out faults: they run in a pytest process of their own,
+# beside the main suite, and their report follows the main suite's.
+lab_tmp=$(mktemp -d /tmp/chalk-lab-tests.XXXXXX)
+lab_log=$lab_tmp/pytest.log
+export CHALK_LAB_FIGURES=${CHALK_LAB_FIGURES:-$lab_tmp/figures.jsonl}
+started=$SECONDS
+"$ROOT/.venv/bin/python" -m pytest -q --timeout=900 -p no:cacheprovider --basetemp="$lab_tmp/t" \
+    tests/lab >"$lab_log" 2>&1 &
+lab_pid=$!
+set +e
+"$ROOT/.venv/bin/python" -m pytest -q --timeout=600 --ignore=tests/lab
+rc=$?
+main_seconds=$((SECONDS - started))
+wait "$lab_pid"
+lab_rc=$?
+set -e
+echo "[test] the lab's tests (tests/lab, beside the main suite; figures in $CHALK_LAB_FIGURES):"
+cat "$lab_log"
+echo "[test] wall clock: main suite ${main_seconds} s, both $((SECONDS - started)) s"
+[ $rc != 5 ] || echo "[test] pytest collected no tests: counted as a failure" >&2
+[ $lab_rc != 5 ] || echo "[test] the lab's pytest collected no tests: counted as a failure" >&2
+[ $rc = 0 ] || exit $rc
+exit $lab_rc

@@ -8,9 +8,10 @@
   a child process (``_child`` is that process);
 - ``_queues``: the queues declared for inputs and outputs (dead-letter and
   retry queues);
-- ``_connection``: the parameters of every connection, why one failed in
-  words (refused, timed out, login refused), and :func:`connect`, a blocking
-  connection that says so;
+- ``_connection``: the nodes a broker URL names (one, or several of a
+  cluster), the parameters of every connection, why one failed in words
+  (refused, timed out, login refused), and :func:`connect`, a blocking
+  connection to the first node that answers, that says so;
 - ``_local``: start Debian's RabbitMQ when none answers (``chalk run``, the demo);
 - ``_bytes``: the bodies a link holds against ``max_inflight_bytes``, and the prefetch
   that fits; ``_memory``: large bodies mapped, so freeing them shrinks the process.
@@ -21,8 +22,10 @@ process imports this package alone (and the settings its declarations read).
 
 from listener_router.broker._connection import (
     broker_reason,
+    broker_urls,
     connect,
     connection_parameters,
+    node_parameters,
     where,
 )
 from listener_router.broker._link import AmqpLink
@@ -60,6 +63,7 @@ __all__ = [
     "ProcessLink",
     "broker_reachable",
     "broker_reason",
+    "broker_urls",
     "connect",
     "connection_parameters",
     "declare_all",
@@ -69,6 +73,7 @@ __all__ = [
     "dlq_name",
     "ensure_local_broker",
     "map_large_bodies",
+    "node_parameters",
     "plugin_exchanges",
     "properties_of",
     "publish_confirmed",

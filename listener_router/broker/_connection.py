@@ -1,15 +1,22 @@
-"""Why a connection to the broker failed, in words: refused, timed out, login refused.
+"""Connections to the broker: its nodes, why a connection failed in words.
+
+A broker URL names one node or several: ``amqp://…@mq1/%2F, amqp://…@mq2/%2F``
+(commas or semicolons between them; a TOML list in ``chalk.toml``), the nodes
+of one RabbitMQ cluster.  :func:`node_parameters` gives the parameters of each
+node, tried in turn (pika's ``BlockingConnection`` takes the list as it is;
+the service's link goes round them itself); :func:`connect` opens a blocking
+connection to the first node that answers.
 
 pika's ``AMQPConnectionError`` often prints as nothing at all (its cause is
 nested in its arguments), which made "broker unavailable: AMQPConnectionError: "
 the whole story.  :func:`broker_reason` digs the cause out; :func:`connect`
-opens a blocking connection and raises :class:`BrokerUnavailable` naming
-host, port and that reason.
+raises :class:`BrokerUnavailable` naming the nodes and that reason.
 """
 
 from __future__ import annotations
 
 import socket
+import urllib.parse
 from typing import Any
 
 import pika
@@ -17,24 +24,40 @@ import pika.exceptions
 from pika.adapters.utils.connection_workflow import AMQPConnectorException
 
 from listener_router._errors import BrokerUnavailable
+from listener_router._settings import broker_urls
 
-__all__ = ["broker_reason", "connect", "connection_parameters", "where"]
-
+__all__ = ["broker_reason", "broker_urls", "connect", "connection_parameters", "node_parameters",
+           "where"]
 
 def connection_parameters(url: str, *, heartbeat: int = 30) -> pika.URLParameters:
-    """The parameters every connection of Chalk's uses: ``url``, a heartbeat, short timeouts."""
-    params = pika.URLParameters(url)
-    params.heartbeat = heartbeat
+    """The parameters every connection of Chalk's uses to one node: ``url``, a heartbeat
+    (``heartbeat`` seconds unless the URL says ``?heartbeat=N``), short timeouts.
+
+    Raises ValueError for a URL naming several nodes (:func:`node_parameters` is for those).
+    """
+    urls = broker_urls(url)
+    if len(urls) != 1:
+        raise ValueError(f"{where(url)}: {len(urls)} broker nodes where one was expected "
+                         "(node_parameters gives one set of parameters a node)")
+    params = pika.URLParameters(urls[0])
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(urls[0]).query)
+    if "heartbeat" not in query:
+        params.heartbeat = heartbeat
     params.blocked_connection_timeout = 60
     params.connection_attempts = 1
-    params.socket_timeout = 5
+    if "socket_timeout" not in query:
+        params.socket_timeout = 5
     return params
 
 
+def node_parameters(url: str, *, heartbeat: int = 30) -> list[pika.URLParameters]:
+    """:func:`connection_parameters` of each node ``url`` names, in order."""
+    return [connection_parameters(u, heartbeat=heartbeat) for u in broker_urls(url)]
+
+
 def where(url: str) -> str:
-    """``host:port`` of a broker URL (no user, no password)."""
-    params = pika.URLParameters(url)
-    return f"{params.host}:{params.port}"
+    """``host:port`` of each node of a broker URL, comma-separated (no user, no password)."""
+    return ", ".join(f"{p.host}:{p.port}" for p in map(pika.URLParameters, broker_urls(url)))
 
 
 def _causes(e: BaseException) -> list[Any]:
@@ -57,7 +80,7 @@ def _causes(e: BaseException) -> list[Any]:
 
 def broker_reason(e: BaseException, url: str | None = None) -> str:
     """What went wrong connecting to the broker, e.g. ``connection refused`` (never empty)."""
-    user = pika.URLParameters(url).credentials.username if url else None
+    user = pika.URLParameters(broker_urls(url)[0]).credentials.username if url else None
     causes = _causes(e)
     texts = " ".join(str(c) for c in causes) + " " + " ".join(type(c).__name__ for c in causes)
     if any(isinstance(c, pika.exceptions.ProbableAuthenticationError) for c in causes) \
@@ -84,9 +107,10 @@ def broker_reason(e: BaseException, url: str | None = None) -> str:
 
 
 def connect(url: str, params: pika.ConnectionParameters | None = None) -> pika.BlockingConnection:
-    """A blocking connection to ``url``; :class:`BrokerUnavailable` saying why when none."""
+    """A blocking connection to the first node of ``url`` that answers (each tried in
+    turn); :class:`BrokerUnavailable` saying why when none does."""
     try:
-        return pika.BlockingConnection(params or connection_parameters(url))
+        return pika.BlockingConnection(params or node_parameters(url))
     except (pika.exceptions.AMQPError, AMQPConnectorException, OSError) as e:
         raise BrokerUnavailable(f"cannot connect to the broker at {where(url)}: "
                                 f"{broker_reason(e, url)}") from e

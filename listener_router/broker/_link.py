@@ -23,6 +23,12 @@ like any other (pika would reject them back to the queue, raising a quorum
 queue's delivery count), so a flood of large messages costs memory up to
 the bound, not up to the prefetch.
 
+A URL naming several nodes of a cluster (``_connection.broker_urls``): the
+link connects to one; when that connection ends or a node does not answer,
+it tries the next at once, and backs off only after a round of all of them
+failed.  Quorum and stream queues are reachable through any node, so a
+consumer carries on wherever it lands.
+
 :attr:`AmqpLink.waiting` is how many messages are ready in the broker for
 the consumed queues (not yet delivered; :attr:`AmqpLink.waiting_by_queue`
 by queue), asked every ``WAITING_EVERY`` seconds with a passive declare on
@@ -45,7 +51,7 @@ from pika.spec import Basic
 
 from listener_router._errors import BrokerUnavailable
 from listener_router.broker._bytes import ByteBudget
-from listener_router.broker._connection import broker_reason, connection_parameters
+from listener_router.broker._connection import broker_reason, node_parameters
 from listener_router.broker._memory import map_large_bodies
 from listener_router.broker._values import (
     EVENT_TOPIC_HEADER,
@@ -105,6 +111,8 @@ class AmqpLink:
         self.prepare = prepare
         self.consume_arguments = consume_arguments
         self.reconnect_max_delay = reconnect_max_delay
+        self._nodes = node_parameters(url)
+        self._node = 0                  # the node to try next (index into _nodes)
         self.deliveries = Deliveries() if deliveries is None else deliveries
         self.ready = threading.Event()
         self._wake = threading.Event()
@@ -149,7 +157,7 @@ class AmqpLink:
             self._thread.join(timeout)
 
     def _safe_url(self) -> str:
-        params = pika.URLParameters(self.url)
+        params = self._nodes[self._node % len(self._nodes)]
         return f"{params.host}:{params.port}"
 
     def _call(self, fn: Callable[[], None]) -> bool:
@@ -202,23 +210,23 @@ class AmqpLink:
     # -- I/O thread -------------------------------------------------------------
     def _run(self) -> None:
         delay = 0.5
+        failed = 0   # attempts in a row that never got as far as consuming
         while not self._stopping:
             generation_before = self.generation
+            params = self._nodes[self._node % len(self._nodes)]
             try:
                 if self.prepare is not None:
-                    blocking = pika.BlockingConnection(connection_parameters(self.url))
+                    blocking = pika.BlockingConnection(params)
                     try:
                         self.prepare(blocking)
                     finally:
                         if blocking.is_open:
                             blocking.close()
                 self._conn = pika.SelectConnection(
-                    connection_parameters(self.url), on_open_callback=self._on_open,
+                    params, on_open_callback=self._on_open,
                     on_open_error_callback=self._on_open_error,
                     on_close_callback=self._on_closed)
                 self._conn.ioloop.start()
-                if self.generation != generation_before:
-                    delay = 0.5  # we were connected: start the backoff afresh
             except pika.exceptions.AMQPChannelError as e:
                 self.last_error = f"topology refused by the broker: {e}"
                 log.error("broker %s: %s", self._safe_url(), self.last_error)
@@ -230,6 +238,13 @@ class AmqpLink:
             self._state_changed(False)
             if self._stopping:
                 break
+            self._node += 1   # the next node of a cluster (the same one when there is one)
+            if self.generation != generation_before:
+                failed, delay = 0, 0.5   # we were connected: start the backoff afresh
+            else:
+                failed += 1
+                if failed % len(self._nodes):
+                    continue   # a node of this round not tried yet: at once
             self._wake.wait(delay)
             delay = min(delay * 2, self.reconnect_max_delay)
 

@@ -10,6 +10,8 @@ import subprocess
 import time
 from urllib.parse import urlparse
 
+from listener_router.broker._connection import broker_urls, where
+
 __all__ = ["broker_reachable", "ensure_local_broker"]
 
 log = logging.getLogger(__name__)
@@ -24,12 +26,14 @@ def _host_port(url: str) -> tuple[str, int]:
 
 
 def broker_reachable(url: str, timeout: float = 1.0) -> bool:
-    host, port = _host_port(url)
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
+    """Whether a node of ``url`` (any of several) takes TCP connections."""
+    for node in broker_urls(url):
+        try:
+            with socket.create_connection(_host_port(node), timeout=timeout):
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def ensure_local_broker(url: str, *, wait: float = 120.0) -> None:
@@ -39,9 +43,10 @@ def ensure_local_broker(url: str, *, wait: float = 120.0) -> None:
     """
     if broker_reachable(url):
         return
-    host, port = _host_port(url)
-    if host not in ("localhost", "127.0.0.1", "::1"):
-        raise RuntimeError(f"no RabbitMQ answers at {host}:{port} (connection refused or timed "
+    nodes = broker_urls(url)
+    host, port = _host_port(nodes[0])
+    if len(nodes) > 1 or host not in ("localhost", "127.0.0.1", "::1"):
+        raise RuntimeError(f"no RabbitMQ answers at {where(url)} (connection refused or timed "
                            "out); start it or set CHALK_BROKER_URL")
     if not os.path.exists(_SERVER) or shutil.which("erl") is None and not os.path.exists(_CTL):
         raise RuntimeError("no RabbitMQ answers on localhost and Debian's rabbitmq-server is not "

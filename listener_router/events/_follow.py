@@ -19,7 +19,7 @@ import pika.exceptions
 
 from listener_router._errors import BrokerUnavailable
 from listener_router._urls import shown_url
-from listener_router.broker import broker_reason, connection_parameters
+from listener_router.broker import broker_reason, node_parameters
 from listener_router.events._kinds import APPLICATION_HEADER
 
 __all__ = ["ReceivedEvent", "declare_exchange", "follow"]
@@ -81,7 +81,7 @@ def follow(broker_url: str, exchange: str, patterns: Sequence[str],
     """
     seen = 0
     try:
-        connection = pika.BlockingConnection(connection_parameters(broker_url))
+        connection = pika.BlockingConnection(node_parameters(broker_url))
     except (pika.exceptions.AMQPError, OSError) as e:
         raise BrokerUnavailable(f"cannot reach the broker at {shown_url(broker_url)}: "
                                 f"{broker_reason(e, broker_url)}") from e

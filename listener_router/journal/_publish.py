@@ -25,7 +25,7 @@ import pika.exceptions
 from listener_router._errors import BrokerUnavailable, InfrastructureError
 from listener_router._plugin import Host, Plugin
 from listener_router._settings import Settings
-from listener_router.broker import Link, OutMessage, connection_parameters, publish_confirmed
+from listener_router.broker import Link, OutMessage, node_parameters, publish_confirmed
 from listener_router.journal._entries import EntryEncoder, with_number
 from listener_router.journal._outbox import SCHEMA, JournalOutbox
 from listener_router.journal._settings import JournalRule, SubscriberRule, check_journals
@@ -162,7 +162,7 @@ class JournalRelay:
 
     def _declare(self) -> None:
         try:
-            connection = pika.BlockingConnection(connection_parameters(self.broker_url))
+            connection = pika.BlockingConnection(node_parameters(self.broker_url))
             try:
                 channel = connection.channel()
                 for rule in self.rules:

@@ -169,10 +169,10 @@ class GatherStage:
                 # The connection is gone: its deliveries come back on the new one.
                 self.inflight.drop(self.held.take())
                 return []
-            due = self.held.take_due(room)
-            chunk = [d for d in due if d.generation == link.generation]
-            if len(chunk) < len(due):
-                self.inflight.drop([d for d in due if d.generation != link.generation])
+            taken = self.held.take_due(room)
+            chunk = [d for d in taken if d.generation == link.generation]
+            if len(chunk) < len(taken):
+                self.inflight.drop([d for d in taken if d.generation != link.generation])
         if len(chunk) < room:
             linger = min(CHUNK_LINGER, self.gathering.sizing.max_wait)
             due = self.held.next_due() if self.held else None

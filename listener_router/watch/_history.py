@@ -23,7 +23,7 @@ from typing import Any
 import pika
 import pika.exceptions
 
-from listener_router.broker import connection_parameters
+from listener_router.broker import node_parameters
 from listener_router.pipeline import BatchObserver, BatchReport, WorkflowRun
 
 __all__ = ["BatchSummary", "History", "Published", "Sample", "Sampler", "HOUR"]
@@ -150,7 +150,7 @@ class _BrokerProbe:
         depth: dict[str, int | None] = {}
         consumers: dict[str, int | None] = {}
         if self.connection is None or not self.connection.is_open:
-            self.connection = pika.BlockingConnection(connection_parameters(self.url))
+            self.connection = pika.BlockingConnection(node_parameters(self.url))
             self.channel = None
         for queue in queues:
             if self.channel is None or not self.channel.is_open:

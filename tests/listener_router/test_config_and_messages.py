@@ -153,6 +153,8 @@ def _other_value(kind, key, default):
     kind = _strip_none(kind)
     if key.name == "listen":
         return "127.0.0.1:9999", "127.0.0.1:9999"
+    if key.section == "broker" and key.name == "url":   # checked: AMQP URLs only
+        return "amqp://u@mq1/%2F, amqp://u@mq2/%2F", "amqp://u@mq1/%2F, amqp://u@mq2/%2F"
     if key.choices:
         value = next(c for c in key.choices if c != default)
         return value, value
