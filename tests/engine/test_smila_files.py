@@ -100,6 +100,9 @@ def test_each_file_loads_with_only_unmapped_java_classes_left(corpus_report: Any
     if name == TYPO_FILE:
         assert [int(e.split(":")[1]) for e in others] == TYPO_LINES
         assert all("lacks its '[': write rec:Val[@key=...]" in e for e in others)
+    elif name == DUMP_SPLITTER:
+        # reads the file a message names, with no folder to keep it in
+        assert len(others) == 1 and ":62: " in others[0] and "'baseDirectory'" in others[0]
     else:
         assert others == []
     assert (entry.workflow is not None) == (not entry.errors)
@@ -125,12 +128,28 @@ def test_sub_workflows_resolve_across_the_tree(corpus_report: Any) -> None:
     assert subs["EchoPipeline"].path == str(SMILA_DIR / "org.eclipse.smila.processing.bpel.test" / "echopipeline.bpel")
 
 
+DUMP_SPLITTER = "SMILA.application/xmldumpsplitterpipeline.bpel"
+
+
+def _confine_dump_splitter(path: Path, folder: Path) -> None:
+    """Give SMILA's dump splitter the ``baseDirectory`` Chalk asks of a splitter reading paths.
+
+    A path in a message is read only inside that folder: SMILA's file has no such
+    parameter, so it does not load unchanged (the error names it).
+    """
+    text = path.read_text()
+    line = '<rec:Val key="inputType">ATTRIBUTE</rec:Val>'
+    assert line in text
+    path.write_text(text.replace(line, f'{line}<rec:Val key="baseDirectory">{folder}</rec:Val>'))
+
+
 def _mapped_corpus(tmp: Path, report: Any) -> tuple[Path, dict[str, str], dict[str, str]]:
     """The corpus in ``tmp`` (the helloworld typo fixed) and tables mapping every unknown to test code."""
     target = tmp / "smila"
     shutil.copytree(SMILA_DIR, target)
     typo = target / TYPO_FILE
     typo.write_text(re.sub(r"rec:Val@key=", "rec:Val[@key=", typo.read_text()))
+    _confine_dump_splitter(target / DUMP_SPLITTER, tmp)
     aliases = {g.name: "tests.engine._pipelets.StandIn" for g in report.unknown() if g.kind == "pipelet"}
     services = {"HelloWorld": "tests.engine._pipelets.Greeter"}
     return target, aliases, services
@@ -204,7 +223,12 @@ def test_the_xml_dump_pipelines_split_and_extract(tmp_path: Path) -> None:
     dump.write_text("<mediawiki><siteinfo/><page><title>Alpha</title><revision><text>first</text></revision>"
                     "</page><page><title>Beta</title><revision><text>second</text></revision></page></mediawiki>")
     app = SMILA_DIR / "SMILA.application"
-    split = load_workflow(app / "xmldumpsplitterpipeline.bpel")
+    with pytest.raises(WorkflowDefinitionError, match="baseDirectory"):
+        load_workflow(app / "xmldumpsplitterpipeline.bpel")
+    confined = tmp_path / "xmldumpsplitterpipeline.bpel"
+    shutil.copy(app / "xmldumpsplitterpipeline.bpel", confined)
+    _confine_dump_splitter(confined, tmp_path)
+    split = load_workflow(confined)
     add = load_workflow(app / "xmldumpaddpipeline.bpel")
     bb = Blackboard.local()
     records(bb, {"dump": {"Path": str(dump), "MimeType": "text/xml"}})
