@@ -42,12 +42,14 @@ __all__ = ["CORE_SECTIONS", "DEFAULT_BROKER", "LANE_KEYS", "ListenerRule", "Rout
 
 DEFAULT_BROKER = "amqp://guest:guest@localhost:5672/%2F"
 
-_URL_SEPARATOR = re.compile(r"\s*[,;]\s*")
+# A comma (or semicolon) separates nodes only where the next URL begins: one inside a
+# URL's query (``ssl_options={'ca_certs':…,'server_hostname':…}``) stays in that URL.
+_URL_SEPARATOR = re.compile(r"\s*[,;]\s*(?=amqps?://)", re.IGNORECASE)
 
 
 def broker_urls(url: str) -> list[str]:
     """The node URLs ``[broker] url`` names, in the order to try them (one for one node)."""
-    return [u for u in _URL_SEPARATOR.split(url.strip()) if u]
+    return [u for u in (u.strip(" \t\n,;") for u in _URL_SEPARATOR.split(url)) if u]
 
 
 def _broker_url(raw: Any, where: str) -> str:
@@ -69,10 +71,13 @@ def _broker_url_check(value: str, where: str) -> None:
         raise ConfigError(f"{where} names no broker: give an AMQP URL, "
                           "e.g. amqp://guest:guest@localhost:5672/%2F")
     for node in nodes:
-        parts = urllib.parse.urlsplit(node)
-        if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
-            raise ConfigError(f"{where}: {node!r} is not an AMQP URL (amqp://user:password@host:"
-                              "port/vhost); several nodes are separated by commas")
+        # a comma before the query is a node that is not a URL ("amqp://mq1/%2F, mq2:5672")
+        pieces = [p for p in re.split(r"\s*[,;]\s*", node.partition("?")[0]) if p]
+        for piece in pieces if len(pieces) > 1 else (node,):
+            parts = urllib.parse.urlsplit(piece)
+            if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
+                raise ConfigError(f"{where}: {piece!r} is not an AMQP URL (amqp://user:password@"
+                                  "host:port/vhost); several nodes are separated by commas")
 
 # One line on each of the core's sections, for docs/configuration.md (keys document
 # themselves; a feature's section says its own).

@@ -37,11 +37,19 @@ def test_the_broker_url_takes_a_list_of_nodes_in_the_file_and_commas_in_the_envi
     assert broker_urls(one.broker_url) == ["amqp://a@x/%2F"]
 
 
+def test_a_comma_inside_a_node_s_query_does_not_split_it():
+    tls = ("amqps://u:p@mq1:5671/%2F?ssl_options={'ca_certs':'/etc/ca.pem',"
+           "'server_hostname':'mq1.example.org'}")
+    settings = load_settings(env={"CHALK_BROKER_URL": f"{tls}, amqp://u:p@mq2/%2F"})
+    assert broker_urls(settings.broker_url) == [tls, "amqp://u:p@mq2/%2F"]
+
+
 @pytest.mark.parametrize("value, says", [
     ('["amqp://u@mq1/%2F", "mq2:5672"]', "'mq2:5672' is not an AMQP URL"),
     ('[]', "must be an AMQP URL or a list of them"),
     ('["amqp://u@mq1/%2F", 5672]', "must be an AMQP URL or a list of them"),
     ('" , "', "names no broker"),
+    ('"amqp://u@mq1/%2F, mq2:5672"', "'mq2:5672' is not an AMQP URL"),
 ])
 def test_a_broker_list_with_a_node_that_is_no_amqp_url_is_refused_with_its_line(
         tmp_path, value, says):
