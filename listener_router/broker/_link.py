@@ -30,15 +30,12 @@ failed.  Quorum and stream queues are reachable through any node, so a
 consumer carries on wherever it lands.
 
 :attr:`AmqpLink.waiting` is how many messages are ready in the broker for
-the consumed queues (not yet delivered; :attr:`AmqpLink.waiting_by_queue`
-by queue), asked every ``WAITING_EVERY`` seconds with a passive declare on
-a channel of its own: the batch sizing reads it to tell a backlog from a
-light load.
+the consumed queues (``_depth``): the batch sizing reads it to tell a
+backlog from a light load.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -52,6 +49,7 @@ from pika.spec import Basic
 from listener_router._errors import BrokerUnavailable
 from listener_router.broker._bytes import ByteBudget
 from listener_router.broker._connection import broker_reason, node_parameters
+from listener_router.broker._depth import DepthProbe
 from listener_router.broker._memory import map_large_bodies
 from listener_router.broker._values import (
     EVENT_TOPIC_HEADER,
@@ -62,11 +60,9 @@ from listener_router.broker._values import (
     properties_of,
 )
 
-__all__ = ["AmqpLink", "WAITING_EVERY"]
+__all__ = ["AmqpLink"]
 
 log = logging.getLogger(__name__)
-
-WAITING_EVERY = 0.1  # seconds between looks at the consumed queues' ready messages
 
 
 class _Batch:
@@ -77,7 +73,7 @@ class _Batch:
         self.remaining = remaining
 
 
-class AmqpLink:
+class AmqpLink(DepthProbe):
     """One broker connection on an I/O thread: consume, ack, publish with confirms.
 
     ``prefetch`` is every consumer's, or each queue's (a mapping).  ``prepare`` (called on
@@ -362,43 +358,6 @@ class AmqpLink:
             if queue not in self.paused:
                 self._cancel_queue(queue)   # consumed again with the prefetch that fits now
                 self._resume(queue)
-
-    # -- how many messages wait in the broker (I/O thread) -------------------------
-    def _probe(self, generation: int) -> None:
-        """Ask for the consumed queues' ready messages; again in ``WAITING_EVERY`` s."""
-        conn = self._conn
-        if self._stopping or generation != self.generation or conn is None or not conn.is_open:
-            return
-        ch = self._probe_ch
-        if ch is None or not ch.is_open:
-            # Its own channel: a failed passive declare (a queue deleted) closes it, not
-            # the consumer's.  Opened again at the next look.
-            self._probe_ch = None
-            self._probing = 0
-            conn.channel(on_open_callback=self._on_probe_channel)
-        elif not self._probing:
-            probed = [*dict.fromkeys(self.queues), *self.depth_of]
-            self._probing = len(probed)
-            for name in probed:
-                ch.queue_declare(name, passive=True,
-                                 callback=functools.partial(self._on_depth, name))
-        conn.ioloop.call_later(WAITING_EVERY, functools.partial(self._probe, generation))
-
-    def _on_probe_channel(self, channel: Any) -> None:
-        self._probe_ch = channel
-
-    def _on_depth(self, name: str, frame: Any) -> None:
-        self._probing = max(0, self._probing - 1)
-        count = frame.method.message_count
-        if self._depths.get(name) == count:
-            return
-        self._depths[name] = count
-        self.waiting_by_queue = dict(self._depths)
-        self.waiting = sum(self._depths.values())
-        self._waiting_changed(self.waiting, self.waiting_by_queue)
-
-    def _waiting_changed(self, waiting: int, by_queue: dict[str, int]) -> None:
-        """The broker's count of ready messages changed (I/O thread)."""
 
     def _deliver(self, *fields: Any) -> None:
         """A delivery arrived (I/O thread): the fields of a :class:`Delivery`."""
