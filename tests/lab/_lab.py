@@ -172,6 +172,11 @@ SPARK_CONF = {"spark.cores.max": "2", "spark.executor.cores": "1",
               "spark.executor.memory": "512m", "spark.sql.shuffle.partitions": "2",
               "spark.ui.enabled": "false", "spark.driver.memory": "512m"}
 
+# The driver's ports on a member, fixed as a firewall needs them (docs/cluster.md's c1): the
+# executors connect to all three.
+DRIVER_PORTS = {"spark.driver.port": "7079", "spark.blockManager.port": "7080",
+                "spark.chalk.workers.port": "7081"}
+
 
 def create_database(lab: Lab, name: str) -> str:
     """A database of its own on ``db``; its URL, with the members' libpq timeouts."""
