@@ -42,6 +42,8 @@ def test_the_members_configuration_is_the_one_the_lab_runs_its_members_with(tmp_
         "c1", lab.HEARTBEAT, lab.TTL)
     assert settings.spark_master == "spark://spark:7077"
     assert settings.spark_conf["spark.driver.host"] == "c1"
+    # the ports tests/lab/test_warm.py fixes, the warm workers' among them
+    assert {k: settings.spark_conf.get(k) for k in lab.DRIVER_PORTS} == lab.DRIVER_PORTS
 
 
 def test_every_lab_command_on_the_page_is_one_the_script_has():

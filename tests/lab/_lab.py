@@ -164,6 +164,82 @@ class Lab:
         raise LabError(f"{queue} has not {count} members online after {timeout:.0f} s: {last}")
 
 
+# --- what every run on the lab does --------------------------------------------------
+
+# A member's Spark application on the lab's standalone master: an executor of one core
+# on each worker host (the master spreads them), small memory.
+SPARK_CONF = {"spark.cores.max": "2", "spark.executor.cores": "1",
+              "spark.executor.memory": "512m", "spark.sql.shuffle.partitions": "2",
+              "spark.ui.enabled": "false", "spark.driver.memory": "512m"}
+
+# The driver's ports on a member, fixed as a firewall needs them (docs/cluster.md's c1): the
+# executors connect to all three.
+DRIVER_PORTS = {"spark.driver.port": "7079", "spark.blockManager.port": "7080",
+                "spark.chalk.workers.port": "7081"}
+
+
+def create_database(lab: Lab, name: str) -> str:
+    """A database of its own on ``db``; its URL, with the members' libpq timeouts."""
+    _admin(lab, f'CREATE DATABASE "{name}"')
+    return make_url(lab.postgres_url).set(database=name, query=DB_QUERY).render_as_string(
+        hide_password=False)
+
+
+def drop_database(lab: Lab, name: str) -> None:
+    _admin(lab, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _admin(lab: Lab, statement: str) -> None:
+    admin = create_engine(lab.postgres_url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(statement))
+    finally:
+        admin.dispose()
+
+
+def start_member(host: str, config: Path, log: Path) -> subprocess.Popen[bytes]:
+    """``chalk run --config config`` on ``host`` (its output into ``log``), in a process
+    group of its own."""
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+               SPARK_LOCAL_IP=addr(host))
+    with open(log, "ab") as handle:
+        return subprocess.Popen(
+            ["bash", str(LAB_SH), "exec", host, sys.executable, "-m", "listener_router", "run",
+             "--config", str(config)],
+            stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            stdin=subprocess.DEVNULL)
+
+
+def stop_members(procs: dict[str, subprocess.Popen[bytes]], logs: dict[str, Path],
+                 timeout: float = 90) -> None:
+    """TERM to each member's group; one still running after ``timeout`` is killed, and
+    that is an error (with its log's end)."""
+    for proc in procs.values():
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+    for host, proc in procs.items():
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+            log = logs[host].read_text(errors="replace") if logs[host].exists() else ""
+            raise AssertionError(f"{host} did not stop within {timeout:.0f} s:\n"
+                                 f"{log[-3000:]}") from None
+
+
+def report(name: str, figures: dict[str, Any], tmp_path: Path) -> None:
+    """One line of figures into ``$CHALK_LAB_FIGURES`` (JSON lines; default: the session's
+    temporary folder), where docs/cluster.md's tables come from."""
+    path = Path(os.environ.get("CHALK_LAB_FIGURES") or tmp_path.parent / "lab-figures.jsonl")
+    line = {"test": name, **figures, "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "load": os.getloadavg()[0]}
+    with path.open("a") as f:
+        f.write(json.dumps(line) + "\n")
+    print(f"\nlab {name}: {line}")
+
+
 # --- one run of the chain --------------------------------------------------------------
 
 STAGE = """<?xml version="1.0"?>
@@ -252,13 +328,7 @@ class Chain:
         self.a, self.b, self.c = f"lab.{tag}.a", f"lab.{tag}.b", f"lab.{tag}.c"
         self.ids = [f"r{i:05d}" for i in range(records)]
         self.database = f"lab_{tag}"
-        admin = create_engine(lab.postgres_url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{self.database}"'))
-        admin.dispose()
-        self.db = make_url(lab.postgres_url).set(database=self.database,
-                                                 query=DB_QUERY).render_as_string(
-            hide_password=False)
+        self.db = create_database(lab, self.database)
         store = ServiceStore.connect(self.db)   # the tables, so the audit can watch leases
         with store.engine.begin() as conn:
             conn.execute(text(AUDIT))
@@ -302,15 +372,7 @@ class Chain:
 
     # -- members -------------------------------------------------------------------------
     def start_member(self, host: str) -> None:
-        env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-                   SPARK_LOCAL_IP=addr(host))
-        handle = open(self.logs[host], "ab")  # noqa: SIM115 - the child owns it
-        self.procs[host] = subprocess.Popen(
-            ["bash", str(LAB_SH), "exec", host, sys.executable, "-m", "listener_router", "run",
-             "--config", str(self.configs[host])],
-            stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-            stdin=subprocess.DEVNULL)
-        handle.close()
+        self.procs[host] = start_member(host, self.configs[host], self.logs[host])
 
     def log(self, host: str) -> str:
         return self.logs[host].read_text(errors="replace") if self.logs[host].exists() else ""
@@ -325,17 +387,7 @@ class Chain:
                   "every member in the view")
 
     def stop_members(self, timeout: float = 90) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for host, proc in self.procs.items():
-            try:
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=30)
-                raise AssertionError(f"{host} did not stop within {timeout:.0f} s:\n"
-                                     f"{self.log(host)[-3000:]}") from None
+        stop_members(self.procs, self.logs, timeout)
 
     def kill_members(self) -> None:
         for proc in self.procs.values():
@@ -538,13 +590,7 @@ class Chain:
         self._stop.set()
         self.kill_members()
         self.engine.dispose()
-        admin = create_engine(self.lab.postgres_url, isolation_level="AUTOCOMMIT",
-                              poolclass=NullPool)
-        try:
-            with admin.connect() as conn:
-                conn.execute(text(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)'))
-        finally:
-            admin.dispose()
+        drop_database(self.lab, self.database)
 
 
 def epochs_strictly_increase(epochs: list[tuple[str | None, int | None]]) -> bool:

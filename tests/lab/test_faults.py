@@ -17,30 +17,19 @@ comes from.
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _lab import MEMBERS, TTL, Chain, Lab, epochs_strictly_increase
+from _lab import MEMBERS, SPARK_CONF, TTL, Chain, Lab, epochs_strictly_increase, report
 from sqlalchemy import text
 
 pytestmark = [pytest.mark.slow, pytest.mark.chaos]
 
 START_AT = 800          # records through the chain before the fault
 CUT_SECONDS = 30.0
-
-
-def _report(name: str, fault: bool, figures: dict[str, Any], tmp_path: Path) -> None:
-    path = Path(os.environ.get("CHALK_LAB_FIGURES") or tmp_path.parent / "lab-figures.jsonl")
-    line = {"test": name, "fault": fault, **figures,
-            "when": time.strftime("%Y-%m-%d %H:%M:%S"), "load": os.getloadavg()[0]}
-    with path.open("a") as f:
-        f.write(json.dumps(line) + "\n")
-    print(f"\nlab {name} ({'fault' if fault else 'no fault'}): {line}")
 
 
 def run(lab: Lab, tmp_path: Path, name: str, fault: bool,
@@ -66,7 +55,7 @@ def run(lab: Lab, tmp_path: Path, name: str, fault: bool,
         epochs = chain.epochs()
         figures.update(seen, view_back_after=view_back, epochs=epochs,
                        fault_seconds=round(heal_at - fault_at, 1))
-        _report(name, fault, figures, tmp_path)
+        report(name, {"fault": fault, **figures}, tmp_path)
         assert verdict.problems() == {}, f"{verdict.problems()}\n{chain.logs_tail()}"
         assert epochs_strictly_increase(epochs), epochs
         assert view_back is not None and view_back <= TTL + 10, \
@@ -150,11 +139,6 @@ def test_the_leader_cut_off_from_the_other_members_keeps_leading(lab, tmp_path, 
         assert [e for _leader, e in figures["epochs"]] == [figures["epoch"]]
 
 
-SPARK = {"conf": {"spark.cores.max": "2", "spark.executor.cores": "1",
-                  "spark.executor.memory": "512m", "spark.sql.shuffle.partitions": "2",
-                  "spark.ui.enabled": "false", "spark.driver.memory": "512m"}}
-
-
 @FAULT
 def test_killing_a_spark_worker_host_mid_batch_reruns_its_tasks_elsewhere(lab, tmp_path, fault):
     def inject(chain: Chain) -> dict[str, Any]:
@@ -164,7 +148,7 @@ def test_killing_a_spark_worker_host_mid_batch_reruns_its_tasks_elsewhere(lab, t
         return {"host": "w2"}
 
     run(lab, tmp_path, "kill -9 a Spark worker host mid-batch", fault, inject,
-        spark={**SPARK, "conf": dict(SPARK["conf"])}, rate=100.0)
+        spark={"conf": dict(SPARK_CONF)}, rate=100.0)
 
 
 @FAULT
