@@ -18,7 +18,10 @@ driver on a socket of its own, takes requests there and answers there
   before each pipelet call (``engine._progress.StopSlot``).
 
 When the driver closes the control channel the supervisor kills its workers
-and returns.  Workers die with their supervisor (``PR_SET_PDEATHSIG``) and
+and returns.  Workers (and the service's supervisor) ignore ``SIGTERM`` and
+``SIGINT``: a stop sent to the service's process group is the service's to
+carry out, and must not end a chunk mid-way (it would look like the chunk's
+fault).  Workers die with their supervisor (``PR_SET_PDEATHSIG``) and
 with their connection to the driver, and tell the kernel to take them first
 when memory runs out.  Where ``fork`` is not available, workers are started
 as new interpreters (``spawn``): slower, the same otherwise.
@@ -336,6 +339,11 @@ def _work(address: Any, secret: bytes, hello: bytes, notes: int, slot: CallSlot,
     supervisor when one begins and ends.  Never returns."""
     code = 0
     try:
+        # A signal to the service's process group (^C, a service manager's stop) is the
+        # service's to handle: a worker dies only by its supervisor, with it, or with its
+        # connection to the driver -- never in the middle of a chunk the service waits for.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         _die_with(parent)
         with contextlib.suppress(OSError):
             with open("/proc/self/oom_score_adj", "w") as f:
@@ -413,6 +421,9 @@ def _preload() -> None:
 
 def main(argv: list[str]) -> int:
     """A supervisor (or, with ``--worker``, a spawned worker) told what to do on stdin."""
+    # The service stops us (it closes the control channel), not a signal to its group.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     config = json.loads(sys.stdin.buffer.read())
     sys.stdin.close()
     sys.path[:] = list(config["path"])
@@ -429,7 +440,6 @@ def main(argv: list[str]) -> int:
         return GONE  # not reached
     logging.basicConfig(level=config.get("log_level", logging.WARNING),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the service stops us, not a ^C to its group
     _preload()
     gc.collect()
     supervise(address, secret, config["token"], 0, config["workers"], config.get("start"))

@@ -121,6 +121,35 @@ def test_a_supervisor_killed_from_outside_costs_no_record(make_workflow: Any) ->
         runner.close()
 
 
+def _term_family(pid: int) -> None:
+    """SIGTERM to a process and its children, as a stop sent to the service's group does."""
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        children = [int(c) for c in f.read().split()]
+    for p in (pid, *children):
+        os.kill(p, signal.SIGTERM)
+
+
+def test_a_stop_signal_to_the_group_leaves_the_chunks_running_to_the_service(
+        make_workflow: Any) -> None:
+    wf = make_workflow(STAMP, name="Stamped")
+    runner = ProcessRunner(workers=2, batch_timeout=60)
+    bb = Blackboard.local()
+    records(bb, {f"s{i}": {"sleep": 0.3} for i in range(8)})
+    try:
+        runner.run(wf, bb, [["s0"]])
+        before = runner.pool.processes()
+        [supervisor] = before
+        timer = threading.Timer(0.5, _term_family, (supervisor,))
+        timer.start()
+        results = runner.run(wf, bb, [[f"s{i}"] for i in range(8)])
+        timer.join()
+        assert all(r.ok for r in results), [r.error for r in results]
+        # nothing died: no chunk ran again, the same processes serve the next run
+        assert runner.pool.requeued == 0 and runner.pool.processes() == before
+    finally:
+        runner.close()
+
+
 def test_workers_started_as_new_interpreters_behave_as_forked_ones(
         make_workflow: Any, monkeypatch: Any) -> None:
     monkeypatch.setenv("CHALK_WORKER_START", "spawn")
