@@ -1,7 +1,7 @@
 """What the runners share: a batch's instances exported for a run, and their outcomes
 brought back onto the driver's blackboard.
 
-The records travel as copies (``export_items``: JSON and blobs) whether the
+The records travel as copies (packed: JSON and blobs) whether the
 run is on Spark or in this process, so a run never touches the driver's
 blackboard: only :func:`apply_outputs` does, on the caller's thread, for the
 instances that ended.
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine._worker import InstanceInput, InstanceOutput, export_items, pack_items, unpack_items
+from engine._worker import InstanceInput, InstanceOutput, Packed, blob_count
 
 __all__ = ["InstanceResult", "apply_outputs", "failed", "inputs_for"]
 
@@ -42,12 +42,16 @@ class InstanceResult:
 def inputs_for(blackboard: Any, instances: list[tuple[int, list[str]]]) -> list[InstanceInput]:
     """Export ``(index, record IDs)`` instances for the interpreter (copies of the records)."""
     unique = [(index, list(dict.fromkeys(ids))) for index, ids in instances]
-    items = export_items(blackboard, [rid for _, ids in unique for rid in ids], "all")  # one call for the batch
+    docs, envs, blobs = blackboard.export_packed(  # one call for the batch
+        [rid for _, ids in unique for rid in ids], attachments="all")
     out: list[InstanceInput] = []
-    at = 0
+    at = nb = 0
     for index, ids in unique:
-        out.append(InstanceInput(index, ids, pack_items(items[at:at + len(ids)])))
-        at += len(ids)
+        end = at + len(ids)
+        mine = envs[at:end]
+        count = blob_count(mine) if blobs else 0
+        out.append(InstanceInput(index, ids, Packed(docs[at:end], mine, blobs[nb:nb + count])))
+        at, nb = end, nb + count
     return out
 
 
@@ -59,13 +63,18 @@ def failed(row: InstanceInput, reason: str) -> InstanceOutput:
 def apply_outputs(blackboard: Any, outputs: Sequence[InstanceOutput]) -> list[InstanceResult]:
     """Import the changes of the instances that succeeded; a result per output, in order."""
     results = []
-    changes: list[dict[str, Any]] = []
+    docs: list[bytes] = []
+    envs: list[list[Any]] = []
+    blobs: list[bytes] = []
     for out in outputs:
-        if out.ok and out.packed is not None and out.packed.docs:
-            changes.extend(unpack_items(out.packed))
+        p = out.packed
+        if out.ok and p is not None and p.docs:
+            docs += p.docs
+            envs += p.env
+            blobs += p.blobs
         results.append(InstanceResult(out.index, out.ok, out.error, list(out.result_ids), list(out.record_ids)))
-    if changes:
-        blackboard.import_records(changes, changed=True)
+    if docs:
+        blackboard.import_packed(docs, envs, blobs, changed=True)
     failures = sum(1 for r in results if not r.ok)
     if failures:
         log.info("%d of %d instance(s) failed", failures, len(results))

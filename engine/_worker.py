@@ -1,12 +1,15 @@
 """What runs in one partition: records in, interpreter over all instances, changes out.
 
 This module is imported on Spark workers; it must not touch the driver's
-blackboard or Spark.  Records travel as JSON, never pickle: each record's
-document as compact JSON bytes (orjson, encoded once from the live document),
-a JSON array of small envelopes (ID, parent, mode, flags, notes), and the
-attachment bytes apart (see :class:`Packed`).  Workers send back only the
-records that changed: an input record whose JSON comes out byte-identical
-stays home.
+blackboard or Spark.  Records travel as JSON, never pickle, in the
+blackboard's packed form (``Blackboard.export_packed``): each record's
+document as compact JSON bytes (a record loaded and not read: the text the
+store gave, with the message's attributes as deferred writes in its
+envelope, applied where the worker parses it), a small JSON list per record
+(its envelope: ID, parent, mode, version, flags, deferred writes, notes),
+and the attachment bytes apart (see :class:`Packed`).  Workers send back
+only the records that changed: an input record that comes out as it went
+in stays home.
 
 ``run_instances`` takes every instance of the partition, runs them together
 on a partition-local blackboard, and reruns *tainted* instances (those in a
@@ -39,12 +42,11 @@ __all__ = [
     "InstanceInput",
     "InstanceOutput",
     "Packed",
-    "export_items",
+    "blob_count",
     "frozen_heap",
-    "pack_items",
+    "pack_records",
     "run_instances",
     "split_inputs",
-    "unpack_items",
 ]
 
 log = logging.getLogger(__name__)
@@ -54,18 +56,18 @@ log = logging.getLogger(__name__)
 class Packed:
     """Records as they travel: one JSON document per record, their envelopes, blobs.
 
-    ``docs[i]`` is record *i*'s document as compact JSON bytes (encoded once,
-    straight from the blackboard's document: no copy); ``env`` an envelope per
-    record (``id``, ``parent``, ``mode``, ``version``, ``deleted``, ``notes``,
-    and ``attachments`` naming blobs by index), small JSON-ready dicts that
-    travel in the chunk row's ``meta`` (one encode per chunk, not per
-    instance); ``blobs`` the attachment bytes.  Documents stay bytes until a
-    pipelet reads them (the blackboard parses lazily when it can).  Treat a
-    Packed as read-only: a rerun unpacks it again.
+    The blackboard's packed form (``Blackboard.export_packed``): ``docs[i]``
+    is record *i*'s document as compact JSON bytes (a loaded record not
+    parsed: its stored text, the writes not applied yet in its envelope);
+    ``env[i]`` its envelope, a short JSON-ready list (``blackboard``'s
+    ``ENVELOPE`` names the fields), which travels in the chunk's ``meta``
+    (one encode per chunk, not per instance); ``blobs`` the attachment bytes
+    the envelopes name, in order.  Documents stay bytes until a pipelet
+    reads them.  Treat a Packed as read-only: a rerun imports it again.
     """
 
     docs: list[bytes]
-    env: list[dict[str, Any]]
+    env: list[list[Any]]
     blobs: list[bytes]
 
 
@@ -100,56 +102,24 @@ def _dumps(value: Any) -> bytes:
 
 
 EMPTY = Packed([], [], [])
+_ID, _DELETED, _OPS, _NOTES, _BLOBS = 0, 4, 5, 6, 7   # envelope fields (blackboard's ENVELOPE)
 
 
-def export_items(blackboard: Any, ids: list[str], attachments: str) -> list[dict[str, Any]]:
-    """The records as transport items, documents as JSON bytes (``export_records(encoded=True)``)."""
-    return blackboard.export_records(ids, attachments=attachments, encoded=True)
-
-
-def pack_items(items: list[dict[str, Any]], keep: Any = None) -> Packed:
-    """Transport items -> :class:`Packed`.  ``keep(item, doc_bytes)`` may drop an item."""
-    docs: list[bytes] = []
-    envs: list[dict[str, Any]] = []
-    blobs: list[bytes] = []
-    for item in items:
-        doc = item["doc"]
-        if isinstance(doc, dict):
-            env = {"id": doc.get("id"), "parent": doc.get("parent")}
-            raw = _dumps(doc)
-        else:
-            env = {"id": item["id"], "parent": item["parent"]}
-            raw = bytes(doc)
-        if keep is not None and not keep(item, raw):
-            continue
-        env["mode"] = item.get("mode")
-        env["version"] = item.get("version")
-        env["deleted"] = bool(item.get("deleted"))
-        notes = item.get("notes")
-        if notes:
-            env["notes"] = notes
-        atts = item.get("attachments")
-        if atts:
-            refs = {}
-            for name, data in atts.items():
-                refs[name] = len(blobs)
-                blobs.append(bytes(data))
-            env["attachments"] = refs
-        docs.append(raw)
-        envs.append(env)
+def pack_records(blackboard: Any, ids: list[str], attachments: str, keep: Any = None) -> Packed:
+    """The records ``ids`` packed (``Blackboard.export_packed``); ``keep(doc, env)`` may drop
+    a record that carries no attachment bytes."""
+    docs, envs, blobs = blackboard.export_packed(ids, attachments=attachments)
+    if keep is not None:
+        kept = [i for i, (doc, env) in enumerate(zip(docs, envs, strict=True))
+                if env[_BLOBS] or keep(doc, env)]
+        if len(kept) < len(docs):
+            docs, envs = [docs[i] for i in kept], [envs[i] for i in kept]
     return Packed(docs, envs, blobs)
 
 
-def unpack_items(packed: Packed) -> list[dict[str, Any]]:
-    """Inverse of :func:`pack_items`: transport items, documents as JSON bytes (``import_records``
-    takes them unparsed)."""
-    envs = [dict(env) for env in packed.env]  # the Packed stays pristine for a rerun
-    blobs = packed.blobs
-    for env, doc in zip(envs, packed.docs, strict=True):
-        env["doc"] = doc
-        refs = env.get("attachments")
-        env["attachments"] = {name: blobs[i] for name, i in refs.items()} if refs else {}
-    return envs
+def blob_count(envs: list[list[Any]]) -> int:
+    """How many attachment blobs the envelopes name."""
+    return sum(len(env[_BLOBS]) for env in envs if env[_BLOBS])
 
 
 _freeze_lock = threading.Lock()
@@ -198,15 +168,24 @@ def _notes_key(notes: Any) -> bytes | None:
     return _dumps(notes) if notes else None
 
 
-def _unchanged(original: dict[str, tuple[bytes, bool, bytes | None]]) -> Any:
-    """A ``keep`` for :func:`pack_items`: drop input records that come out byte-identical."""
+Original = tuple[bytes, Any, bool, "bytes | None"]   # doc, deferred writes, deleted, notes
 
-    def keep(item: dict[str, Any], raw: bytes) -> bool:
-        before = original.get(item["id"] if "id" in item else item["doc"].get("id"))
-        if before is None or item.get("attachments") or item.get("deleted"):
+
+def _unchanged(original: dict[str, Original]) -> Any:
+    """A ``keep`` for :func:`pack_records`: drop input records that come out as they went in
+    (the same text, the same deferred writes, flags and notes)."""
+
+    def keep(doc: bytes, env: list[Any]) -> bool:
+        before = original.get(env[_ID])
+        if before is None or env[_DELETED]:
             return True
-        doc, deleted, notes = before
-        return raw != doc or deleted or _notes_key(item.get("notes")) != notes
+        raw, ops, deleted, notes = before
+        if doc != raw or deleted or _notes_key(env[_NOTES]) != notes:
+            return True
+        out = env[_OPS]
+        if not out and not ops:
+            return False
+        return not (out and ops) or _dumps(out) != _dumps(ops)
 
     return keep
 
@@ -216,15 +195,12 @@ def _run_group(workflow: Workflow, group: list[InstanceInput]) -> tuple[list[Ins
     from blackboard import Blackboard
 
     bb = Blackboard.local()
-    original: dict[str, tuple[bytes, bool, bytes | None]] = {}
-    loaded: list[dict[str, Any]] = []
+    original: dict[str, Original] = {}
     for inp in group:
-        items = unpack_items(inp.packed)
-        for doc, item in zip(inp.packed.docs, items, strict=True):
-            original[item["id"]] = (doc, bool(item.get("deleted")), _notes_key(item.get("notes")))
-        loaded.extend(items)
-    bb.import_records(loaded, changed=False)
-    del loaded
+        p = inp.packed
+        bb.import_packed(p.docs, p.env, p.blobs, changed=False)
+        for doc, env in zip(p.docs, p.env, strict=True):
+            original[env[_ID]] = (doc, env[_OPS], bool(env[_DELETED]), _notes_key(env[_NOTES]))
     for inp in group:
         bb.bind_instance(inp.index, inp.ids)
     instances = [Instance(key=inp.index, ids=list(inp.ids)) for inp in group]
@@ -250,8 +226,11 @@ def _run_group(workflow: Workflow, group: list[InstanceInput]) -> tuple[list[Ins
             old = [rid for rid in mine if rid not in fresh]
             packed = None
             if mine:
-                items = export_items(bb, old, "changed") + export_items(bb, new, "all")
-                packed = pack_items(items, keep)
+                packed = pack_records(bb, old, "changed", keep)
+                if new:
+                    more = pack_records(bb, new, "all")
+                    packed = Packed(packed.docs + more.docs, packed.env + more.env,
+                                    packed.blobs + more.blobs)
                 if not packed.docs:
                     packed = None
             outputs.append(InstanceOutput(inp.index, True, None, list(inst.ids), record_ids, packed))
