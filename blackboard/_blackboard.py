@@ -54,6 +54,8 @@ from blackboard._model import (
     is_object,
     literal_to_value,
     new_document,
+    plain_scalar,
+    text_literal,
     value_to_literal,
 )
 from blackboard._navigate import Steps, annotation_map, object_at, objects_of, parent_of, show
@@ -498,14 +500,24 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
         """
         # The hot path (a top-level attribute, the literal there) is inlined; the rest,
         # and every error, takes the general way.
-        top = self._top_values(record_id, path)
-        if top is not None:
-            values, index = top
-            for v in values:
-                if type(v) is not dict or "obj" not in v:
-                    if index == 0:
-                        return value_to_literal(v)
-                    index -= 1
+        entry = self._entries.get(record_id) if type(record_id) is str else None
+        if entry is not None and type(path) is str:
+            top = top_level_step(path)
+            if top is not None:
+                doc = entry._doc
+                attrs = (entry.doc if doc is None else doc)["meta"].get("attrs")
+                values = attrs.get(top[0]) if attrs else None
+                index = top[1]
+                for v in values or ():
+                    kind = type(v)
+                    if kind is str:
+                        if index == 0:
+                            return text_literal(v)
+                        index -= 1
+                    elif kind is not dict or "obj" not in v:
+                        if index == 0:
+                            return value_to_literal(v)
+                        index -= 1
         steps, values = self._values(record_id, path)
         lits = [v for v in values if not is_object(v)]
         index = steps[-1].index
@@ -584,7 +596,7 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
             top = top_level_step(path)
             if top is not None:
                 name = top[0]
-                if type(value) is not str:
+                if type(value) is not str and not plain_scalar(value):
                     value = self._convert(record_id, path_steps(path), value)
                 doc = entry._doc
                 if doc is None:
@@ -595,7 +607,11 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
                 attrs = meta.get("attrs")
                 if attrs is None:
                     attrs = meta["attrs"] = {}
-                set_one_in(attrs, name, value)
+                old = attrs.get(name)
+                if old is None or (len(old) == 1 and type(old[0]) is not dict):
+                    attrs[name] = [value]  # nothing to keep (only sub-objects are kept)
+                else:
+                    set_one_in(attrs, name, value)
                 return
         self.set_literals(record_id, path, (value,))
 

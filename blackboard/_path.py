@@ -213,14 +213,25 @@ class Path:
 PathLike = Union[Path, str, None]
 
 
-@lru_cache(maxsize=4096)
+_TOP: dict[str, tuple[str, int] | None] = {}   # path text -> top_level_step (a few hundred)
+
+
 def top_level_step(text: str) -> tuple[str, int] | None:
     """``(name, index)`` when ``text`` is one step with an index >= 0, else None (also when bad)."""
     try:
+        return _TOP[text]        # the getters' and setters' hot path: one dict look-up
+    except KeyError:
+        pass
+    try:
         steps = _parse(text)
     except PathError:
-        return None
-    return (steps[0].name, steps[0].index) if len(steps) == 1 and steps[0].index >= 0 else None
+        found = None
+    else:
+        found = (steps[0].name, steps[0].index) if len(steps) == 1 and steps[0].index >= 0 \
+            else None
+    if len(_TOP) < 4096:
+        _TOP[text] = found
+    return found
 
 
 def as_path(path: PathLike) -> Path:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine._worker import InstanceInput, InstanceOutput, Packed, blob_count
+from engine._worker import InstanceInput, InstanceOutput, split_packed
 
 __all__ = ["InstanceResult", "apply_outputs", "failed", "inputs_for"]
 
@@ -44,15 +44,9 @@ def inputs_for(blackboard: Any, instances: list[tuple[int, list[str]]]) -> list[
     unique = [(index, list(dict.fromkeys(ids))) for index, ids in instances]
     docs, envs, blobs = blackboard.export_packed(  # one call for the batch
         [rid for _, ids in unique for rid in ids], attachments="all")
-    out: list[InstanceInput] = []
-    at = nb = 0
-    for index, ids in unique:
-        end = at + len(ids)
-        mine = envs[at:end]
-        count = blob_count(mine) if blobs else 0
-        out.append(InstanceInput(index, ids, Packed(docs[at:end], mine, blobs[nb:nb + count])))
-        at, nb = end, nb + count
-    return out
+    parts = split_packed(docs, envs, blobs, [len(ids) for _, ids in unique])
+    return [InstanceInput(index, ids, packed)
+            for (index, ids), packed in zip(unique, parts, strict=True)]
 
 
 def failed(row: InstanceInput, reason: str) -> InstanceOutput:
