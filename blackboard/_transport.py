@@ -60,9 +60,12 @@ def json_to_values(value: Any) -> list[Any]:
     return out
 
 
+_SCALARS = frozenset((str, int, float, bool))
+
+
 def values_to_json(values: list[Any]) -> Any:
     """Document VALUEs → plain JSON (a single value unwrapped)."""
-    if len(values) == 1 and type(values[0]) is str:  # the common case, ahead of the general one
+    if len(values) == 1 and type(values[0]) in _SCALARS:  # the common case, ahead of the rest
         return values[0]
     out = [
         {k: values_to_json(v) for k, v in (value["obj"].get("attrs") or {}).items()}

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Hashable
 
 import engine
 from listener_router._errors import BadMessage, StoreUnavailable
@@ -228,15 +229,17 @@ class GatherStage:
         ordered = self.ordered
         if ordered is not None:
             ordered.restore([w for w in works if w.state is State.RECEIVED])
-        for w in works:
-            if w.state is not State.RECEIVED:
-                continue
-            # Its message and records (and its order key), taken for this batch; or parked
-            # on the first one a batch holds (this one too), until that batch lets it go.
-            taken = keys((w,)) if ordered is None else ordered.keys(w)
-            if inflight.take_or_park(taken, batch, w.delivery, self.wake,
-                                     fifo=ordered is not None,
-                                     mine=None if ordered is None else ordered.hold_of(w)):
+        live = [w for w in works if w.state is State.RECEIVED]
+        # Each one's message and records (and its order key), taken for this batch; or
+        # parked on the first one a batch holds (this one too), until that batch lets it go.
+        wanted: list[tuple[list[Hashable], Delivery, object]]
+        if ordered is None:
+            wanted = [(keys((w,)), w.delivery, None) for w in live]
+        else:
+            wanted = [(ordered.keys(w), w.delivery, ordered.hold_of(w)) for w in live]
+        taken = inflight.take_or_park_each(wanted, batch, self.wake, fifo=ordered is not None)
+        for w, took in zip(live, taken, strict=True):
+            if took:
                 fresh.append(w)
             else:
                 w.parked = True

@@ -91,19 +91,31 @@ class InFlight:
 
         ``fifo``: a key with items parked on it counts as held (they were first).  A key
         held by ``mine`` (a hold the item itself left, equal by value) is taken over."""
+        return self.take_or_park_each([(keys, item, mine)], holder, wake, fifo=fifo)[0]
+
+    def take_or_park_each(self, items: Iterable[tuple[list[Hashable], Any, object]],
+                          holder: object, wake: Callable[[list[Any]], None], *,
+                          fifo: bool = False) -> list[bool]:
+        """:meth:`take_or_park` for each ``(keys, item, mine)`` in turn, under one hold of the
+        lock (a chunk of deliveries: not a lock round trip per message)."""
         held = self._held
         parked = self._parked
+        out: list[bool] = []
         with self._cond:
-            for key in keys:
-                owner = held.get(key)
-                if owner is not None and mine is not None and owner == mine:
-                    continue  # its own hold (a retry's): it goes first
-                if owner is not None or (fifo and parked.get(key)):
-                    parked.setdefault(key, deque()).append((item, wake))
-                    return False
-            for key in keys:
-                held[key] = holder
-        return True
+            for keys, item, mine in items:
+                for key in keys:
+                    owner = held.get(key)
+                    if owner is not None and mine is not None and owner == mine:
+                        continue  # its own hold (a retry's): it goes first
+                    if owner is not None or (fifo and parked.get(key)):
+                        parked.setdefault(key, deque()).append((item, wake))
+                        out.append(False)
+                        break
+                else:
+                    for key in keys:
+                        held[key] = holder
+                    out.append(True)
+        return out
 
     def reserve_free(self, keys: Iterable[Hashable], holder: object) -> None:
         """Reserve those of ``keys`` no one holds for ``holder``."""
