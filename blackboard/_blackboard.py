@@ -60,7 +60,7 @@ from blackboard._model import (
 )
 from blackboard._navigate import Steps, annotation_map, object_at, objects_of, parent_of, show
 from blackboard._notes import NotesMixin
-from blackboard._path import PathLike, path_steps, top_level_step
+from blackboard._path import TOP_LEVEL, PathLike, path_steps, top_level_step
 from blackboard._storage import SqlStore, WriteSet, gc_paused
 from blackboard._transport import TransportMixin
 
@@ -68,6 +68,7 @@ __all__ = ["Blackboard", "FRAGMENT_SEPARATOR", "default_owner"]
 
 FRAGMENT_SEPARATOR = "#"
 _MAX_ID = 512
+_INT_MIN, _INT_MAX = -(1 << 63), (1 << 63) - 1   # what a document holds as a plain int
 
 
 def default_owner() -> str:
@@ -502,7 +503,7 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
         # and every error, takes the general way.
         entry = self._entries.get(record_id) if type(record_id) is str else None
         if entry is not None and type(path) is str:
-            top = top_level_step(path)
+            top = TOP_LEVEL.get(path) or top_level_step(path)
             if top is not None:
                 doc = entry._doc
                 attrs = (entry.doc if doc is None else doc)["meta"].get("attrs")
@@ -593,10 +594,12 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
         # parsed yet, set_literals_in's work on a parsed one.
         entry = self._entries.get(record_id) if type(record_id) is str else None
         if entry is not None and type(path) is str:
-            top = top_level_step(path)
+            top = TOP_LEVEL.get(path) or top_level_step(path)
             if top is not None:
                 name = top[0]
-                if type(value) is not str and not plain_scalar(value):
+                kind = type(value)
+                if kind is not str and not (kind is int and _INT_MIN <= value <= _INT_MAX) \
+                        and not plain_scalar(value):
                     value = self._convert(record_id, path_steps(path), value)
                 doc = entry._doc
                 if doc is None:

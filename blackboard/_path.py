@@ -213,13 +213,15 @@ class Path:
 PathLike = Union[Path, str, None]
 
 
-_TOP: dict[str, tuple[str, int] | None] = {}   # path text -> top_level_step (a few hundred)
+# path text -> top_level_step(text), a few hundred at most: the getters and setters look a
+# path up here first (``TOP_LEVEL.get(path) or top_level_step(path)``)
+TOP_LEVEL: dict[str, tuple[str, int] | None] = {}
 
 
 def top_level_step(text: str) -> tuple[str, int] | None:
     """``(name, index)`` when ``text`` is one step with an index >= 0, else None (also when bad)."""
     try:
-        return _TOP[text]        # the getters' and setters' hot path: one dict look-up
+        return TOP_LEVEL[text]
     except KeyError:
         pass
     try:
@@ -229,8 +231,8 @@ def top_level_step(text: str) -> tuple[str, int] | None:
     else:
         found = (steps[0].name, steps[0].index) if len(steps) == 1 and steps[0].index >= 0 \
             else None
-    if len(_TOP) < 4096:
-        _TOP[text] = found
+    if len(TOP_LEVEL) < 4096:
+        TOP_LEVEL[text] = found
     return found
 
 

@@ -199,11 +199,18 @@ class TransportMixin:
         docs: list[bytes] = []
         envs: list[list[Any]] = []
         blobs: list[bytes] = []
-        entry_of = self._entry
+        entries = self._entries
+        dumps = _json.dumps_bytes
         for rid in ids:
-            entry = entry_of(rid)
+            entry = entries[rid] if rid in entries else self._entry(rid)
             ops = None
-            if entry._doc is None and not entry.attachments:
+            parsed = entry._doc
+            attached = entry.attachments
+            if parsed is not None:  # encoded once, its attachment names up to date
+                parsed["attachments"] = list(attached) if attached else []
+                doc = dumps(parsed)
+                parent = parsed.get("parent")
+            elif not attached:
                 raw = entry.raw
                 doc = raw if type(raw) is bytes else raw.encode()  # type: ignore[union-attr]
                 ops = entry.ops
@@ -214,7 +221,7 @@ class TransportMixin:
                 doc = entry.encoded_bytes()
                 parent = entry.doc.get("parent")
             names = None
-            if attachments != "none" and entry.attachments:
+            if attached and attachments != "none":
                 sent = self._blobs(rid, entry, attachments)
                 if sent:
                     names = list(sent)

@@ -242,9 +242,12 @@ def _run_group(workflow: Workflow, group: list[InstanceInput]) -> tuple[list[Ins
         if inst.state is State.TAINTED:
             tainted.append(inp)
             continue
-        record_ids = members.get(inp.index, list(inp.ids))
+        record_ids = members.get(inp.index) or list(inp.ids)
         if inst.ok:
-            mine = [rid for rid in record_ids if rid in changed]
+            if len(record_ids) == 1:  # one record an instance: the common case
+                mine = record_ids if record_ids[0] in changed else []
+            else:
+                mine = [rid for rid in record_ids if rid in changed]
             if mine:
                 inputs = inp.ids if len(inp.ids) < 8 else set(inp.ids)
                 new = [rid for rid in mine if rid not in inputs and bb.is_new(rid)]
@@ -283,7 +286,7 @@ def _answer(bb: Any, outputs: list[InstanceOutput], shares: list[tuple[int, int,
         docs, envs, blobs = bb.export_packed(new, attachments="all")
         made = iter(split_packed(docs, envs, blobs, [n for _, _, n in shares]))
     for (position, count, _), part in zip(shares, parts, strict=True):
-        mine = [next(flags) for _ in range(count)]
+        mine = [next(flags)] if count == 1 else [next(flags) for _ in range(count)]
         if not all(mine):
             part = Packed([d for d, k in zip(part.docs, mine, strict=True) if k],
                           [e for e, k in zip(part.env, mine, strict=True) if k], part.blobs)
