@@ -14,7 +14,7 @@ from listener_router.pipeline._states import State, check_transition
 __all__ = ["Work", "keys", "record_ids"]
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True, weakref_slot=True)
 class Work:
     """One delivery on its way through the service; ``state`` moves along ``_states``."""
 
