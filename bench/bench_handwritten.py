@@ -426,17 +426,35 @@ def depth(url: str, queue: str) -> int:
 def publish_backlog(url: str, queue: str, bodies: list[bytes], prefix: str,
                     timeout: float = 300) -> None:
     """Publish persistent messages (IDs ``prefix-N``) to an empty ``queue`` and wait until
-    it holds them all (quicker than waiting for a confirm per message)."""
-    conn = pika.BlockingConnection(pika.URLParameters(url))
-    ch = conn.channel()
-    for n, body in enumerate(bodies):
-        ch.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2,
-                                                               message_id=f"{prefix}-{n}"))
-    conn.close()
+    it holds them all (quicker than waiting for a confirm per message).
+
+    Without confirms a loaded broker may drop a few (seen: 17 of 50,000, on a quorum queue
+    declared just before): when the depth stops growing short of the count for 10 s, the
+    shortfall is published again (copies of the last bodies, IDs ``prefix-again-N``), so
+    the queue holds exactly as many messages as asked."""
+    def send(items: list[tuple[str, bytes]]) -> None:
+        conn = pika.BlockingConnection(pika.URLParameters(url))
+        ch = conn.channel()
+        for mid, body in items:
+            ch.basic_publish("", queue, body, pika.BasicProperties(delivery_mode=2,
+                                                                   message_id=mid))
+        conn.close()
+
+    send([(f"{prefix}-{n}", body) for n, body in enumerate(bodies)])
     deadline = time.monotonic() + timeout
-    while depth(url, queue) < len(bodies):
-        if time.monotonic() > deadline:
+    seen, since, again = -1, time.monotonic(), 0
+    while (found := depth(url, queue)) < len(bodies):
+        now = time.monotonic()
+        if now > deadline:
             raise TimeoutError(f"{queue}: fewer than {len(bodies)} messages after {timeout} s")
+        if found != seen:
+            seen, since = found, now
+        elif now - since > 10:
+            missing = len(bodies) - found
+            send([(f"{prefix}-again-{again + n}", body)
+                  for n, body in enumerate(bodies[-missing:])])
+            again += missing
+            since = now
         time.sleep(0.05)
 
 

@@ -54,11 +54,13 @@ from blackboard._model import (
     is_object,
     literal_to_value,
     new_document,
+    plain_scalar,
+    text_literal,
     value_to_literal,
 )
 from blackboard._navigate import Steps, annotation_map, object_at, objects_of, parent_of, show
 from blackboard._notes import NotesMixin
-from blackboard._path import PathLike, path_steps, top_level_step
+from blackboard._path import TOP_LEVEL, PathLike, path_steps, top_level_step
 from blackboard._storage import SqlStore, WriteSet, gc_paused
 from blackboard._transport import TransportMixin
 
@@ -66,6 +68,7 @@ __all__ = ["Blackboard", "FRAGMENT_SEPARATOR", "default_owner"]
 
 FRAGMENT_SEPARATOR = "#"
 _MAX_ID = 512
+_INT_MIN, _INT_MAX = -(1 << 63), (1 << 63) - 1   # what a document holds as a plain int
 
 
 def default_owner() -> str:
@@ -498,14 +501,24 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
         """
         # The hot path (a top-level attribute, the literal there) is inlined; the rest,
         # and every error, takes the general way.
-        top = self._top_values(record_id, path)
-        if top is not None:
-            values, index = top
-            for v in values:
-                if type(v) is not dict or "obj" not in v:
-                    if index == 0:
-                        return value_to_literal(v)
-                    index -= 1
+        entry = self._entries.get(record_id) if type(record_id) is str else None
+        if entry is not None and type(path) is str:
+            top = TOP_LEVEL.get(path) or top_level_step(path)
+            if top is not None:
+                doc = entry._doc
+                attrs = (entry.doc if doc is None else doc)["meta"].get("attrs")
+                values = attrs.get(top[0]) if attrs else None
+                index = top[1]
+                for v in values or ():
+                    kind = type(v)
+                    if kind is str:
+                        if index == 0:
+                            return text_literal(v)
+                        index -= 1
+                    elif kind is not dict or "obj" not in v:
+                        if index == 0:
+                            return value_to_literal(v)
+                        index -= 1
         steps, values = self._values(record_id, path)
         lits = [v for v in values if not is_object(v)]
         index = steps[-1].index
@@ -581,10 +594,12 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
         # parsed yet, set_literals_in's work on a parsed one.
         entry = self._entries.get(record_id) if type(record_id) is str else None
         if entry is not None and type(path) is str:
-            top = top_level_step(path)
+            top = TOP_LEVEL.get(path) or top_level_step(path)
             if top is not None:
                 name = top[0]
-                if type(value) is not str:
+                kind = type(value)
+                if kind is not str and not (kind is int and _INT_MIN <= value <= _INT_MAX) \
+                        and not plain_scalar(value):
                     value = self._convert(record_id, path_steps(path), value)
                 doc = entry._doc
                 if doc is None:
@@ -595,7 +610,11 @@ class Blackboard(AttachmentsMixin, NotesMixin, TransportMixin):
                 attrs = meta.get("attrs")
                 if attrs is None:
                     attrs = meta["attrs"] = {}
-                set_one_in(attrs, name, value)
+                old = attrs.get(name)
+                if old is None or (len(old) == 1 and type(old[0]) is not dict):
+                    attrs[name] = [value]  # nothing to keep (only sub-objects are kept)
+                else:
+                    set_one_in(attrs, name, value)
                 return
         self.set_literals(record_id, path, (value,))
 

@@ -18,7 +18,7 @@ from blackboard._blobs import Attachment
 from blackboard._errors import StorageError
 from blackboard._model import is_object, migrate
 
-__all__ = ["LOADED", "ABSENT", "CREATED", "SET", "SET1", "ADD", "ADD1", "UPDATE", "Entry", "no_attachments",
+__all__ = ["LOADED", "ABSENT", "CREATED", "SET", "SET1", "ADD", "ADD1", "UPDATE", "Entry", "no_attachments", "replay",
            "set_literals_in", "set_one_in"]
 
 LOADED, ABSENT, CREATED = "loaded", "absent", "created"
@@ -48,7 +48,7 @@ def set_one_in(attrs: dict[str, Any], name: str, value: Any) -> None:
     attrs[name] = [value, *kept] if kept else [value]
 
 
-def _replay(doc: dict[str, Any], ops: list[Any]) -> None:
+def replay(doc: dict[str, Any], ops: list[Any]) -> None:
     # Hot at commit (once per changed record): kept tight.  Every kind starts
     # with meta.setdefault("attrs", {}) in its eager form, so do it once here.
     # ``ops`` must survive unchanged (encoded() replays on a throw-away parse):
@@ -158,7 +158,7 @@ class Entry:
             raise StorageError(f"stored record is not valid JSON ({e}): {text[:80]!r}") from e
         doc = migrate(doc)
         if self.ops:
-            _replay(doc, self.ops)
+            replay(doc, self.ops)
         return doc
 
     def encoded(self) -> str:

@@ -238,6 +238,14 @@ def annmap_from_json(data: Mapping[str, Any]) -> dict[str, tuple[Annotation, ...
     return {name: tuple(Annotation.from_json(a) for a in anns) for name, anns in data.items()}
 
 
+def plain_scalar(value: Any) -> bool:
+    """True for a value a document holds as it is: a str, a bool, a finite float or an int
+    that fits in 64 bits (what ``literal_to_value`` returns unchanged)."""
+    kind = type(value)
+    return kind is str or kind is bool or (kind is int and _INT_MIN <= value <= _INT_MAX) \
+        or (kind is float and math.isfinite(value))
+
+
 def literal_to_value(item: Any) -> Any:
     """A plain value or :class:`Literal` → the document's VALUE form."""
     if isinstance(item, Literal):
@@ -262,6 +270,23 @@ def literal_to_value(item: Any) -> Any:
     if ann:
         out["ann"] = annmap_to_json(ann)
     return out
+
+
+_new_object = object.__new__
+_slots: dict[str, Any] = dict(vars(Literal))   # the slots' descriptors: set without __setattr__
+_set_value, _set_type = _slots["value"].__set__, _slots["semantic_type"].__set__
+_set_annotations, _set_key = _slots["annotations"].__set__, _slots["_key"].__set__
+
+
+def text_literal(value: str) -> Literal:
+    """``Literal(value)`` for a plain string (the getters' most common answer), made
+    without the constructor's checks, which a string passes anyway."""
+    lit = _new_object(Literal)
+    _set_value(lit, value)
+    _set_type(lit, None)
+    _set_annotations(lit, {})
+    _set_key(lit, None)
+    return lit
 
 
 def value_to_literal(value: Any) -> Literal:

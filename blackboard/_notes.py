@@ -92,6 +92,25 @@ class NotesMixin:
         for rid in ids:
             self._bind(rid, key)
 
+    def bind_instances(self, instances: Iterable[tuple[Any, Iterable[str]]]) -> None:
+        """:meth:`bind_instance` for many ``(key, ids)`` at once (a worker's partition)."""
+        pairs = [(key, list(ids)) for key, ids in instances]
+        for _key, ids in pairs:
+            for rid in ids:
+                self._entry(rid)
+        bound, members = self._instance, self._members
+        for key, ids in pairs:
+            for rid in ids:
+                if rid in bound:
+                    self._bind(rid, key)
+                    continue
+                bound[rid] = key
+                found = members.get(key)
+                if found is None:
+                    members[key] = {rid}
+                else:
+                    found.add(rid)
+
     def _bind(self, record_id: str, key: Any) -> None:
         if record_id in self._instance:
             self._unbind(record_id)

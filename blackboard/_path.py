@@ -213,14 +213,27 @@ class Path:
 PathLike = Union[Path, str, None]
 
 
-@lru_cache(maxsize=4096)
+# path text -> top_level_step(text), a few hundred at most: the getters and setters look a
+# path up here first (``TOP_LEVEL.get(path) or top_level_step(path)``)
+TOP_LEVEL: dict[str, tuple[str, int] | None] = {}
+
+
 def top_level_step(text: str) -> tuple[str, int] | None:
     """``(name, index)`` when ``text`` is one step with an index >= 0, else None (also when bad)."""
     try:
+        return TOP_LEVEL[text]
+    except KeyError:
+        pass
+    try:
         steps = _parse(text)
     except PathError:
-        return None
-    return (steps[0].name, steps[0].index) if len(steps) == 1 and steps[0].index >= 0 else None
+        found = None
+    else:
+        found = (steps[0].name, steps[0].index) if len(steps) == 1 and steps[0].index >= 0 \
+            else None
+    if len(TOP_LEVEL) < 4096:
+        TOP_LEVEL[text] = found
+    return found
 
 
 def as_path(path: PathLike) -> Path:

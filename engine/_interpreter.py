@@ -85,7 +85,8 @@ class Interpreter:
 
     def step(self, wf: Workflow, act: Activity, cohort: list[Instance]) -> None:
         """Run ``act`` for the instances of ``cohort`` still running (its links joined and set)."""
-        cohort = [i for i in cohort if i.running]
+        running = State.RUNNING
+        cohort = [i for i in cohort if i.state is running]
         if not cohort:
             return
         splits = None

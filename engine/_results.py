@@ -1,7 +1,7 @@
 """What the runners share: a batch's instances exported for a run, and their outcomes
 brought back onto the driver's blackboard.
 
-The records travel as copies (``export_items``: JSON and blobs) whether the
+The records travel as copies (packed: JSON and blobs) whether the
 run is on Spark or in this process, so a run never touches the driver's
 blackboard: only :func:`apply_outputs` does, on the caller's thread, for the
 instances that ended.
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine._worker import InstanceInput, InstanceOutput, export_items, pack_items, unpack_items
+from engine._worker import InstanceInput, InstanceOutput, split_packed
 
 __all__ = ["InstanceResult", "apply_outputs", "failed", "inputs_for", "not_run"]
 
@@ -44,13 +44,11 @@ class InstanceResult:
 def inputs_for(blackboard: Any, instances: list[tuple[int, list[str]]]) -> list[InstanceInput]:
     """Export ``(index, record IDs)`` instances for the interpreter (copies of the records)."""
     unique = [(index, list(dict.fromkeys(ids))) for index, ids in instances]
-    items = export_items(blackboard, [rid for _, ids in unique for rid in ids], "all")  # one call for the batch
-    out: list[InstanceInput] = []
-    at = 0
-    for index, ids in unique:
-        out.append(InstanceInput(index, ids, pack_items(items[at:at + len(ids)])))
-        at += len(ids)
-    return out
+    docs, envs, blobs = blackboard.export_packed(  # one call for the batch
+        [rid for _, ids in unique for rid in ids], attachments="all")
+    parts = split_packed(docs, envs, blobs, [len(ids) for _, ids in unique])
+    return [InstanceInput(index, ids, packed)
+            for (index, ids), packed in zip(unique, parts, strict=True)]
 
 
 def failed(row: InstanceInput, reason: str) -> InstanceOutput:
@@ -66,14 +64,19 @@ def not_run(row: InstanceInput, reason: str) -> InstanceOutput:
 def apply_outputs(blackboard: Any, outputs: Sequence[InstanceOutput]) -> list[InstanceResult]:
     """Import the changes of the instances that succeeded; a result per output, in order."""
     results = []
-    changes: list[dict[str, Any]] = []
+    docs: list[bytes] = []
+    envs: list[list[Any]] = []
+    blobs: list[bytes] = []
     for out in outputs:
-        if out.ok and out.packed is not None and out.packed.docs:
-            changes.extend(unpack_items(out.packed))
+        p = out.packed
+        if out.ok and p is not None and p.docs:
+            docs += p.docs
+            envs += p.env
+            blobs += p.blobs
         results.append(InstanceResult(out.index, out.ok, out.error, list(out.result_ids),
                                       list(out.record_ids), out.not_run))
-    if changes:
-        blackboard.import_records(changes, changed=True)
+    if docs:
+        blackboard.import_packed(docs, envs, blobs, changed=True)
     failures = sum(1 for r in results if not r.ok)
     if failures:
         log.info("%d of %d instance(s) failed", failures, len(results))

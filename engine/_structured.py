@@ -32,8 +32,11 @@ log = logging.getLogger(__name__)
 def process(it: Interpreter, wf: Workflow, cohort: list[Instance]) -> None:
     """A process (or sub-workflow) as the implicit scope of its instances."""
     saved = [(inst, inst.frame, inst.scopes) for inst in cohort]
+    # A frame that declares nothing is never written (assignments go to the frame that
+    # declares the name): the instances of a process without variables share one.
+    shared = None if wf.variables else _variables.Frame()
     for inst in cohort:
-        inst.frame = _variables.Frame(wf.variables)
+        inst.frame = shared or _variables.Frame(wf.variables)
         inst.scopes = [*inst.scopes, ScopeFrame(None)]
     initialize(it, wf, wf.variables, cohort)
     it.step(wf, wf.body, cohort)

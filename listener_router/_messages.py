@@ -85,7 +85,7 @@ def parse_message(body: bytes, *, queue: str, message_id: str | None,
                   max_body_bytes: int = 1 << 20, tag: Any = None,
                   properties: Mapping[str, Any] | None = None) -> Incoming:
     """Parse a delivery, or raise :class:`BadMessage` naming what is wrong."""
-    headers = dict(headers or {})
+    headers = dict(headers) if headers else {}
     mid = message_id or derive_message_id(body)
     if len(body) > max_body_bytes:
         raise BadMessage(f"message {mid}: body of {len(body)} bytes exceeds the limit of "
@@ -130,18 +130,23 @@ def parse_message(body: bytes, *, queue: str, message_id: str | None,
         attributes = record.get("attributes", {})
         if not isinstance(attributes, dict):
             raise BadMessage(f"message {mid}: record {rid!r}: 'attributes' must be an object")
-        if any(isinstance(v, (dict, list)) for v in attributes.values()) \
-                and _depth(attributes) > MAX_DEPTH:
-            raise BadMessage(f"message {mid}: record {rid!r}: attributes nested deeper than "
-                             f"{MAX_DEPTH} levels")
+        for v in attributes.values():
+            if isinstance(v, (dict, list)):  # only nested ones can be too deep
+                if _depth(attributes) > MAX_DEPTH:
+                    raise BadMessage(f"message {mid}: record {rid!r}: attributes nested deeper "
+                                     f"than {MAX_DEPTH} levels")
+                break
         parsed.append({"id": rid, "attributes": attributes})
-    operation = (_header_str(headers, "operation") or "ADD").upper()
-    if operation not in OPERATIONS:
-        raise BadMessage(f"message {mid}: unknown operation {operation!r}; use one of "
-                         f"{', '.join(OPERATIONS)}")
-    try:
-        attempts = max(0, int(_header_str(headers, ATTEMPTS_HEADER) or 0))
-    except ValueError:
-        attempts = 0
+    if headers:
+        operation = (_header_str(headers, "operation") or "ADD").upper()
+        if operation not in OPERATIONS:
+            raise BadMessage(f"message {mid}: unknown operation {operation!r}; use one of "
+                             f"{', '.join(OPERATIONS)}")
+        try:
+            attempts = max(0, int(_header_str(headers, ATTEMPTS_HEADER) or 0))
+        except ValueError:
+            attempts = 0
+    else:  # no headers: an ADD, delivered for the first time
+        operation, attempts = "ADD", 0
     return Incoming(mid, queue, parsed, operation, headers, attempts, tag, body,
-                    dict(properties or {}), ids, ("message", queue, mid))
+                    dict(properties) if properties else {}, ids, ("message", queue, mid))

@@ -242,13 +242,11 @@ class Router:
                         continue
                 assert key is not None
                 attributes = bb.get_attributes(rid, rule.attributes) if rule.attributes else {}
-                record: dict[str, Any] = {"id": rid}
-                if attributes:
-                    record["attributes"] = attributes
-                out.append(OutMessage(
-                    routing_key=key, exchange=exchange,
-                    body=orjson.dumps({"records": [record]}),
-                    message_id=outgoing_id(message.message_id, f"{exchange}/{key}", rid),
-                    headers=dict(headers)))
+                record: dict[str, Any] = {"id": rid, "attributes": attributes} if attributes \
+                    else {"id": rid}
+                out.append(OutMessage(  # positional: (routing_key, body, message_id, headers, exchange)
+                    key, orjson.dumps({"records": [record]}),
+                    outgoing_id(message.message_id, f"{exchange}/{key}", rid), dict(headers),
+                    exchange))
                 break
         return out

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Hashable
 
 import engine
 from listener_router._errors import BadMessage, StoreUnavailable
@@ -242,14 +243,17 @@ class GatherStage:
             ordered.restore([w for w in works if w.state is State.RECEIVED])
         # Settled before it could take its keys (cancelled, no rule): out of any line it was in
         inflight.drop([w.delivery for w in works if w.state is not State.RECEIVED])
-        for w in works:
-            if w.state is not State.RECEIVED:
-                continue
-            # Its message and records (and its order key), taken for this batch; or parked in
-            # their lines until the batches holding them, and the messages before it, are done.
-            taken = keys((w,)) if ordered is None else ordered.keys(w)
-            if inflight.take_or_park(taken, batch, w.delivery, self.wake,
-                                     mine=None if ordered is None else ordered.hold_of(w)):
+        live = [w for w in works if w.state is State.RECEIVED]
+        # Each one's message and records (and its order key), taken for this batch; or parked
+        # in their lines until the batches holding them, and the messages before it, are done.
+        wanted: list[tuple[list[Hashable], Delivery, object]]
+        if ordered is None:
+            wanted = [(keys((w,)), w.delivery, None) for w in live]
+        else:
+            wanted = [(ordered.keys(w), w.delivery, ordered.hold_of(w)) for w in live]
+        taken = inflight.take_or_park_each(wanted, batch, self.wake)
+        for w, took in zip(live, taken, strict=True):
+            if took:
                 fresh.append(w)
             else:
                 w.parked = True

@@ -128,23 +128,35 @@ class InFlight:
         A key held by ``mine`` (a hold the item itself left, equal by value: a retry's) is
         taken over, and the item goes before the messages in its lines."""
         with self._cond:
-            wait = self._waits.get(id(item))
-            if self._may_go(keys, item, wait, mine):
-                held = self._held
-                for key in keys:
-                    held[key] = holder
-                if wait is not None:
-                    self._leave(wait, [])
-                return True
-            if wait is None:
-                first = mine is not None and any(self._held.get(k) == mine for k in keys)
-                wait = self._waits[id(item)] = _Wait(item, wake, tuple(keys), mine, first)
-                lines = self._lines
-                for key in wait.keys:
-                    lines.setdefault(key, deque()).append(wait)
-            wait.woken = False
-            wait.wake = wake
-            return False
+            return self._take_or_park(keys, holder, item, wake, mine)
+
+    def take_or_park_each(self, items: Iterable[tuple[list[Hashable], Any, object]],
+                          holder: object, wake: Wake) -> list[bool]:
+        """:meth:`take_or_park` for each ``(keys, item, mine)`` in turn, under one hold of the
+        lock (a chunk of deliveries: not a lock round trip per message); what each did."""
+        with self._cond:
+            return [self._take_or_park(keys, holder, item, wake, mine)
+                    for keys, item, mine in items]
+
+    def _take_or_park(self, keys: list[Hashable], holder: object, item: Any, wake: Wake,
+                      mine: object) -> bool:
+        wait = self._waits.get(id(item))
+        if self._may_go(keys, item, wait, mine):
+            held = self._held
+            for key in keys:
+                held[key] = holder
+            if wait is not None:
+                self._leave(wait, [])
+            return True
+        if wait is None:
+            first = mine is not None and any(self._held.get(k) == mine for k in keys)
+            wait = self._waits[id(item)] = _Wait(item, wake, tuple(keys), mine, first)
+            lines = self._lines
+            for key in wait.keys:
+                lines.setdefault(key, deque()).append(wait)
+        wait.woken = False
+        wait.wake = wake
+        return False
 
     def drop(self, items: Iterable[Any]) -> None:
         """These messages will not be gathered here again (their connection is gone, they

@@ -85,6 +85,8 @@ class Settlement:
         keeps its order keys until it does, the store's holds of those that ended are
         freed (``_ordered``); returns the kept messages (``id``)."""
         kept: set[int] = set()
+        if not self.orders:  # no ordered queue: nothing to keep (no pass over the messages)
+            return kept
         for queue, some in _by_queue(works).items():
             ordered = self.orders.get(queue)
             if ordered is None:
@@ -99,10 +101,11 @@ class Settlement:
     def _release(self, works: list[Work], kept: set[int]) -> None:
         """Release the messages' keys, and the order keys of those not kept."""
         released = keys(works)
-        for queue, some in _by_queue(works).items():
-            ordered = self.orders.get(queue)
-            if ordered is not None:
-                released += [k for w in some if id(w) not in kept for k in ordered.holds(w)]
+        if self.orders:
+            for queue, some in _by_queue(works).items():
+                ordered = self.orders.get(queue)
+                if ordered is not None:
+                    released += [k for w in some if id(w) not in kept for k in ordered.holds(w)]
         self.inflight.release(released)
 
     def part_done(self, batch: Batch) -> None:

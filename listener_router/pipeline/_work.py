@@ -14,8 +14,15 @@ from listener_router.pipeline._states import State, check_transition
 __all__ = ["Work", "keys", "record_ids"]
 
 
-@dataclass(eq=False)
-class Work:
+class _Referable:
+    """A slot for weak references (plug-ins key weak dictionaries by Work), on Python 3.10
+    too (``dataclass(weakref_slot=True)`` is 3.11's)."""
+
+    __slots__ = ("__weakref__",)
+
+
+@dataclass(eq=False, slots=True)
+class Work(_Referable):
     """One delivery on its way through the service; ``state`` moves along ``_states``."""
 
     delivery: Delivery

@@ -447,3 +447,17 @@ def test_a_local_blackboard_needs_no_storage() -> None:
     local.commit_many(["x"])
     assert local.ids() == []
     assert local.renew_leases() == 0
+
+
+def test_bind_instances_binds_like_bind_instance_one_by_one(local: Blackboard) -> None:
+    for rid in ("a", "b", "c"):
+        local.create(rid)
+    local.bind_instance("old", ["c"])
+    local.bind_instances([(1, ["a", "b"]), (2, ["c"])])
+    assert [local.instance_of(r) for r in ("a", "b", "c")] == [1, 1, 2]
+    local.set_workflow_note("a", "w", "x")
+    assert local.get_workflow_note("b", "w") == "x"   # one instance, one set of notes
+    assert not local.has_workflow_note("c", "w")
+    with pytest.raises(BlackboardError, match="record 'zz' is not on this blackboard"):
+        local.bind_instances([(3, ["a"]), (4, ["zz"])])
+    assert local.instance_of("a") == 1                  # nothing bound when one is missing

@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from blackboard import (
     Annotation,
@@ -253,3 +255,16 @@ def test_message_attributes_round_trip_as_plain_json(local: Blackboard) -> None:
         local.set_attributes("r", {"bad": None})
     with pytest.raises(PathError, match="bad attribute name"):
         local.set_attributes("r", {"a/b": 1})
+
+
+@given(st.text(), st.integers(0, 2))
+def test_get_literal_of_a_plain_string_equals_the_literal_made_from_it(text: str, index: int) -> None:
+    bb = Blackboard.local()
+    bb.create("r")
+    bb.set_literals("r", "a", [1, *[f"{text}{i}" for i in range(index)], text])
+    got = bb.get_literal("r", f"a[{index + 1}]")
+    assert got == Literal(text) and hash(got) == hash(Literal(text))
+    assert (got.value, got.semantic_type, got.annotations, repr(got)) == \
+        (text, None, {}, repr(Literal(text)))
+    with pytest.raises(AttributeError):
+        got.value = "other"  # type: ignore[misc]

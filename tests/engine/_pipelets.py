@@ -309,3 +309,55 @@ class Stamp(Pipelet):
                 time.sleep(float(blackboard.get_literal(rid, "sleep").value))
             blackboard.set_literal(rid, "done", time.time())
         return ids
+
+
+class Scripted(Pipelet):
+    """Do to each record what its record note ``script`` says: a list of ``[op, name, value]``
+    (``read``, ``set``, ``add``, ``set_many``, ``typed`` (a date literal with a semantic
+    type), ``remove``, ``attributes``, ``annotate``, ``attach``, ``split`` (a fragment
+    ``id#name`` with ``frag`` set), ``delete``) -- the Blackboard API's ways to read and write,
+    for tests that compare where they run."""
+
+    def process(self, blackboard: Any, ids: list[str]) -> list[str]:
+        going: list[str] = []
+        for rid in ids:
+            going.append(rid)
+            script = blackboard.get_record_note(rid, "script") \
+                if blackboard.has_record_note(rid, "script") else []
+            going += run_script(blackboard, rid, script)
+        return going
+
+
+def run_script(bb: Any, rid: str, script: list[list[Any]]) -> list[str]:
+    """Apply ``script`` (see :class:`Scripted`) to ``rid``; the fragments it made."""
+    import datetime as dt
+
+    from blackboard import Annotation, Literal
+
+    made: list[str] = []
+    for op, name, value in script:
+        if op == "read":
+            bb.get_literals(rid, name)
+        elif op == "set":
+            bb.set_literal(rid, name, value)
+        elif op == "add":
+            bb.add_literal(rid, name, value)
+        elif op == "set_many":
+            bb.set_literals(rid, name, value)
+        elif op == "typed":
+            bb.set_literal(rid, name, Literal(dt.date.fromisoformat(value), "day"))
+        elif op == "remove":
+            bb.remove_attribute(rid, name)
+        elif op == "attributes":
+            bb.set_attributes(rid, {name: value})
+        elif op == "annotate":
+            bb.set_annotation(rid, None, name, Annotation([value]))
+        elif op == "attach":
+            bb.set_attachment(rid, name, str(value).encode())
+        elif op == "split" and f"{rid}#{name}" not in bb:
+            fid = bb.split(rid, name)
+            bb.set_literal(fid, "frag", value)
+            made.append(fid)
+        elif op == "delete":
+            bb.delete(rid)
+    return made

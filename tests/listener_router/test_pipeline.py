@@ -127,6 +127,28 @@ def test_a_message_settled_before_it_came_back_leaves_its_lines():
     assert inflight.take_or_park(["k"], batch, "m3", woken.extend) and inflight.parked() == 0
 
 
+def test_a_chunk_taken_at_once_waits_in_the_same_lines_as_one_message_at_a_time():
+    """take_or_park_each (a gathered chunk, one hold of the lock) answers as take_or_park
+    does message by message: a free key with a message before it in its line is not taken,
+    a key the chunk itself took parks the next one, a retry takes its own hold."""
+    inflight = InFlight(renew=lambda ids: None, interval=60.0)
+    woken: list[str] = []
+    y, batch, hold = object(), object(), ("retry", "R")
+    assert inflight.take_or_park(["r1"], y, "Y", woken.extend)
+    inflight.reserve([("order", "k")], hold)
+    took = inflight.take_or_park_each([(["r0", "r1"], "E", None), (["r0"], "X", None),
+                                       (["r2"], "F", None), (["r2"], "G", None),
+                                       ([("order", "k"), "r3"], "R", hold)],
+                                      batch, woken.extend)
+    assert took == [False, False, True, False, True]  # X: r0 is free, but E is first
+    assert inflight.parked() == 3
+    inflight.release(["r1"])
+    assert woken == ["E"]
+    assert inflight.take_or_park_each([(["r0", "r1"], "E", None)], batch, woken.extend) == [True]
+    inflight.release(["r0", "r1", "r2"])
+    assert sorted(woken) == ["E", "G", "X"]
+
+
 def test_in_flight_renews_the_leases_of_reserved_records_only():
     renewed: list[list[str]] = []
     done = threading.Event()
