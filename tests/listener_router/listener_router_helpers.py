@@ -346,8 +346,11 @@ def write_config(path: Path, *, db: str, broker: str, workflows: Any,
 
     ``db`` and ``broker`` are the URLs; ``blackboard={...}`` and ``broker_options={...}`` add
     keys to those sections; any other keyword is a section (``engine={"runner": "local"}``,
-    ``spark={"master": "local[2]"}``, ``node={"name": "a"}``).
+    ``spark={"master": "local[2]"}``, ``node={"name": "a"}``).  Dead letters stay in
+    ``Q.dlq`` for the test to read (``[dead_letters] move_every = 0``) unless
+    ``dead_letters`` says otherwise.
     """
+    sections.setdefault("dead_letters", {"move_every": 0})
     blackboard = {"url": db, **sections.pop("blackboard", {})}
     broker_section = {"url": broker, **sections.pop("broker_options", {})}
     lines = _section("[blackboard]", blackboard) + _section("[broker]", broker_section)

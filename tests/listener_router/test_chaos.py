@@ -49,15 +49,19 @@ STAGE = """<?xml version="1.0"?>
 """
 
 PIPELET = '''
+import time
+
 from pipelets import Pipelet
 
 
 class Increment(Pipelet):
-    """Adds one to an integer attribute (absent counts as 0)."""
+    """Adds one to an integer attribute (absent counts as 0), after 2 ms of work a record
+    (without it the whole chain is done in a second, before most kills come)."""
 
     parameters = frozenset({"attribute"})
 
     def process(self, blackboard, ids):
+        time.sleep(0.002 * len(ids))
         name = self.config["attribute"]
         for rid in ids:
             current = blackboard.get_literal(rid, name).value if blackboard.has_literals(rid, name) else 0
