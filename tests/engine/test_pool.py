@@ -103,22 +103,31 @@ def test_chunks_go_to_the_workers_by_priority(make_workflow: Any) -> None:
     assert len(before) <= 2, (before, finished, stamped)  # it jumped the low chunks queued
 
 
-def test_a_supervisor_killed_from_outside_costs_no_record(make_workflow: Any) -> None:
+def _eight_stamps_with(make_workflow: Any, signal_supervisor: Any) -> tuple[Any, Any, Any]:
+    """Eight chunks of 0.3 s on two service workers, all of them ok; 0.5 s in,
+    ``signal_supervisor(pid)``.  The runner (closed), its processes before and after."""
     wf = make_workflow(STAMP, name="Stamped")
     runner = ProcessRunner(workers=2, batch_timeout=60)
     bb = Blackboard.local()
     records(bb, {f"s{i}": {"sleep": 0.3} for i in range(8)})
     try:
         runner.run(wf, bb, [["s0"]])
-        [supervisor] = runner.pool.processes()
-        timer = threading.Timer(0.5, os.kill, (supervisor, signal.SIGKILL))
+        before = runner.pool.processes()
+        [supervisor] = before
+        timer = threading.Timer(0.5, signal_supervisor, (supervisor,))
         timer.start()
         results = runner.run(wf, bb, [[f"s{i}"] for i in range(8)])
         timer.join()
-        assert all(r.ok for r in results), [r.error for r in results]
-        assert runner.pool.requeued >= 1 and supervisor not in runner.pool.processes()
+        after = runner.pool.processes()
     finally:
         runner.close()
+    assert all(r.ok for r in results), [r.error for r in results]
+    return runner, before, after
+
+
+def test_a_supervisor_killed_from_outside_costs_no_record(make_workflow: Any) -> None:
+    runner, before, after = _eight_stamps_with(make_workflow, lambda pid: os.kill(pid, signal.SIGKILL))
+    assert runner.pool.requeued >= 1 and not set(before) & set(after)
 
 
 def _term_family(pid: int) -> None:
@@ -131,23 +140,9 @@ def _term_family(pid: int) -> None:
 
 def test_a_stop_signal_to_the_group_leaves_the_chunks_running_to_the_service(
         make_workflow: Any) -> None:
-    wf = make_workflow(STAMP, name="Stamped")
-    runner = ProcessRunner(workers=2, batch_timeout=60)
-    bb = Blackboard.local()
-    records(bb, {f"s{i}": {"sleep": 0.3} for i in range(8)})
-    try:
-        runner.run(wf, bb, [["s0"]])
-        before = runner.pool.processes()
-        [supervisor] = before
-        timer = threading.Timer(0.5, _term_family, (supervisor,))
-        timer.start()
-        results = runner.run(wf, bb, [[f"s{i}"] for i in range(8)])
-        timer.join()
-        assert all(r.ok for r in results), [r.error for r in results]
-        # nothing died: no chunk ran again, the same processes serve the next run
-        assert runner.pool.requeued == 0 and runner.pool.processes() == before
-    finally:
-        runner.close()
+    runner, before, after = _eight_stamps_with(make_workflow, _term_family)
+    # nothing died: no chunk ran again, the same processes served to the end
+    assert runner.pool.requeued == 0 and after == before
 
 
 def test_workers_started_as_new_interpreters_behave_as_forked_ones(
