@@ -141,7 +141,7 @@ def test_an_operator_drives_the_dashboard_in_a_browser(tmp_path, chromium, broke
     config = write_config(
         tmp_path / "chalk.toml", db=db, broker=broker_url,
         workflows=folder, engine={"runner": "local"}, http={"token": TOKEN},
-        node={"name": "dash-1"}, events={"committed": True},
+        node={"name": "dash-1"}, events={"committed": True}, dead_letters={"move_every": 1},
         listeners=[{"name": "t", "queue": queue, "workflow": "Fragile", "max_retries": 0,
                     "batch_size": 50, "max_wait_ms": 100, "priority": 5},
                    {"name": "h", "queue": held, "workflow": "Counting", "batch_size": 1,
