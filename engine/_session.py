@@ -41,7 +41,8 @@ def spark_session(master: str = "local[*]", conf: dict[str, str] | None = None, 
     the worker hosts), and defaults that fit: on a local master parallelism
     and shuffle partitions = cores (on a cluster Spark counts the executors'
     cores), Arrow on, UI and console progress off, worker reuse on (pipelets
-    are configured once per worker).  ``conf`` overrides them.
+    are configured once per worker), Spark's Python daemon without shutdown
+    tracebacks (:mod:`engine._daemon`).  ``conf`` overrides them.
     """
     # PySpark sends the driver's PYSPARK_PYTHON with every task as the
     # executors' interpreter; an in-process driver never reads spark.pyspark.python.
@@ -60,6 +61,9 @@ def spark_session(master: str = "local[*]", conf: dict[str, str] | None = None, 
         # loopback each Python job waited ~40 ms for its input (Nagle's
         # algorithm against a delayed ACK), most of a small job's fixed cost.
         "spark.python.unix.domain.socket.enabled": "true",
+        # Spark's daemon, quiet when the JVM closes an idle worker's connection at the
+        # end (engine._daemon): no BrokenPipeError tracebacks in the service's log.
+        "spark.python.daemon.module": "engine._daemon",
     }
     if cores is not None:
         # A cluster's default parallelism is its executors' cores, which the
