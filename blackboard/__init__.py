@@ -16,7 +16,7 @@ from blackboard._errors import (
 )
 from blackboard._model import FORMAT, Annotation, Literal
 from blackboard._path import Path, PathStep
-from blackboard._storage import SCHEMA_VERSION, SqlStore
+from blackboard._storage import SCHEMA_VERSION, SqlStore, gc_paused
 from blackboard._urls import safe_url
 
 __all__ = [
@@ -37,5 +37,6 @@ __all__ = [
     "StorageError",
     "ValueTypeError",
     "default_owner",
+    "gc_paused",
     "safe_url",
 ]

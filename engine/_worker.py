@@ -33,6 +33,7 @@ from typing import Any
 
 import orjson
 
+from blackboard import gc_paused
 from engine._activities import run_workflow
 from engine._instances import Instance, State
 from engine._pipelets import configured_pipelet, configured_service
@@ -503,7 +504,10 @@ def chunk_partition(workflow: Workflow, chunks: Iterable[Chunk], compress: bool 
     ``compress``: whether to compress the answer (as the driver did the input).
     """
     freeze_worker_heap()
-    with _collector_paused():
+    # the cyclic collector off while the chunk runs: its records, blackboard and
+    # interpreter make no cycles and die together (~3 µs a record of the bench's three
+    # pipelets); the worker's frozen heap stays frozen
+    with gc_paused():
         inputs = inputs_from_chunks(chunks)
         if not inputs:
             return
@@ -512,29 +516,6 @@ def chunk_partition(workflow: Workflow, chunks: Iterable[Chunk], compress: bool 
         chunk = outputs_to_chunk(outputs, compress)
         del inputs, outputs
     yield chunk
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """The cyclic garbage collector off while a worker runs a chunk.
-
-    A chunk's records, blackboard and interpreter make no reference cycles and
-    die together at its end (``tests/engine/test_runner.py`` holds that), but
-    the thousands of containers they are would be walked by every collection
-    the allocations trigger meanwhile: ~3 µs a record of the bench's three
-    pipelets (17 → 14 µs, run alone in a process whose heap is frozen as a
-    worker's is).  The runners in the service's process pause it the same way
-    (:func:`frozen_heap`); here the worker's frozen heap must stay frozen, so
-    the collector is only switched off and on.  Cycles a pipelet leaves are
-    collected by the first collection after the chunk.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 @contextmanager
