@@ -113,6 +113,7 @@ def run_attempts(first: Sequence[Attempt], *, rerun: Callable[[list[InstanceInpu
     """
     active: list[Attempt] = list(first)
     reruns: set[int] = set()
+    moved: set[int] = set()   # attempts of instances whose first runner did not start
     pending: deque[Attempt] = deque()
     unsettled: list[InstanceOutput] = []
     last = time.monotonic()
@@ -141,11 +142,15 @@ def run_attempts(first: Sequence[Attempt], *, rerun: Callable[[list[InstanceInpu
             if outcome is None:
                 continue
             active.remove(attempt)
+            if id(attempt) in reruns or id(attempt) in moved:  # its time measures a fault
+                for out in outcome.outputs:
+                    out.fault = True
             unsettled += outcome.outputs
             last = now
             if outcome.again:
                 more = elsewhere(outcome.again, outcome.why, outcome.after) if elsewhere is not None else []
                 if more:
+                    moved.update(map(id, more))
                     active.extend(more)
                 else:
                     unsettled += [not_run(row, outcome.why) for row in outcome.again]

@@ -31,6 +31,9 @@ class InstanceResult:
     for an OK instance its inputs and the fragments it made (all imported),
     for a failed one its inputs (to invalidate).  ``not_run``: a failed instance
     that never began (no runner could run it: not its fault, and not an attempt).
+    ``fault``: its run was not a plain one (it timed out or died, was rerun alone
+    while its batch was isolated, or did not start where it was sent): the run's
+    time says nothing of what its pipelets cost.
     """
 
     index: int
@@ -39,6 +42,7 @@ class InstanceResult:
     result_ids: list[str] = field(default_factory=list)
     record_ids: list[str] = field(default_factory=list)
     not_run: bool = False
+    fault: bool = False
 
 
 def inputs_for(blackboard: Any, instances: list[tuple[int, list[str]]]) -> list[InstanceInput]:
@@ -53,12 +57,13 @@ def inputs_for(blackboard: Any, instances: list[tuple[int, list[str]]]) -> list[
 
 def failed(row: InstanceInput, reason: str) -> InstanceOutput:
     """The outcome of an instance that did not run to its end."""
-    return InstanceOutput(row.index, False, reason, [], list(row.ids), None)
+    return InstanceOutput(row.index, False, reason, [], list(row.ids), None, fault=True)
 
 
 def not_run(row: InstanceInput, reason: str) -> InstanceOutput:
     """The outcome of an instance no runner could begin (``reason`` says which did not start)."""
-    return InstanceOutput(row.index, False, reason, [], list(row.ids), None, not_run=True)
+    return InstanceOutput(row.index, False, reason, [], list(row.ids), None, not_run=True,
+                          fault=True)
 
 
 def apply_outputs(blackboard: Any, outputs: Sequence[InstanceOutput]) -> list[InstanceResult]:
@@ -74,7 +79,7 @@ def apply_outputs(blackboard: Any, outputs: Sequence[InstanceOutput]) -> list[In
             envs += p.env
             blobs += p.blobs
         results.append(InstanceResult(out.index, out.ok, out.error, list(out.result_ids),
-                                      list(out.record_ids), out.not_run))
+                                      list(out.record_ids), out.not_run, out.fault))
     if docs:
         blackboard.import_packed(docs, envs, blobs, changed=True)
     failures = sum(1 for r in results if not r.ok)

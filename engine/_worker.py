@@ -95,6 +95,10 @@ class InstanceOutput:
     record_ids: list[str]
     packed: Packed | None  # changed records; None when not ok or nothing changed
     not_run: bool = False  # it never began: no runner could run it (not its fault)
+    # its run was not a plain one: it timed out or died, ran again alone after its attempt
+    # failed as a whole, or went elsewhere when a runner did not start (its run's time
+    # measures the fault, not what its pipelets cost)
+    fault: bool = False
 
 
 def _dumps(value: Any) -> bytes:

@@ -158,7 +158,11 @@ class ExecuteStage:
         started = time.perf_counter()
         where = "local" if local or not isinstance(self.runner, engine.SparkRunner) else "spark"
 
+        faulted = False  # results settled early come only from a batch being isolated
+
         def early(results: list[InstanceResult]) -> None:
+            nonlocal faulted
+            faulted = True
             self._settle_early(group, [works[r.index] for r in results], results)
 
         self._began(group, works)
@@ -181,7 +185,8 @@ class ExecuteStage:
         seconds = time.perf_counter() - started
         self.meter.time("run", seconds, report)
         if report is not None:
-            report.add_run(name, where, seconds, records, placed=local)
+            report.add_run(name, where, seconds, records, placed=local,
+                           faulted=faulted or any(r.fault for r in results))
             if local:
                 with report.lock:
                     report.local_runs += 1

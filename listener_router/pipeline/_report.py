@@ -74,6 +74,9 @@ class WorkflowRun:
     seconds: float
     records: int = 0
     placed: bool = False           # a small batch the placement sent to the service's workers
+    # a run that was not a plain one (an attempt timed out or died and its instances were
+    # isolated, or a runner did not start): its time is the fault's, not the pipelets'
+    faulted: bool = False
 
     @property
     def local(self) -> bool:
@@ -122,11 +125,12 @@ class BatchReport:
             self.sent.update(targets)
 
     def add_run(self, workflow: str, runner: str, seconds: float, records: int = 0,
-                placed: bool = False) -> None:
+                placed: bool = False, faulted: bool = False) -> None:
         """One workflow run of the batch: ``runner`` is ``spark`` or ``local``; ``placed``:
-        a small batch sent to the service's workers beside the main runner."""
+        a small batch sent to the service's workers beside the main runner; ``faulted``:
+        its time measures a fault (``WorkflowRun.faulted``)."""
         with self.lock:
-            self.runs.append(WorkflowRun(workflow, runner, seconds, records, placed))
+            self.runs.append(WorkflowRun(workflow, runner, seconds, records, placed, faulted))
 
     def states(self) -> Counter[str]:
         """Messages by the state they were settled in (committed, duplicate, retrying, …)."""

@@ -24,7 +24,11 @@ record.  ``size`` is the smallest batch whose fixed cost is at most
 (large records: fewer per batch).  ``F`` and ``c`` are fitted per workflow
 to its Spark runs (least squares over about the last twenty, plus one run of
 no records taking ``PRIOR_FIXED`` that never ages, so that runs of one size
-still give an answer); ``size`` is the smallest over the
+still give an answer).  A run in which an attempt timed out or died, or a
+runner did not start, is left out (``WorkflowRun.faulted``): its time is the
+fault's — a hang's ``batch_timeout`` taken as the cost of its few records
+made the next batches of the workflow look long, and the dispatcher held
+every other lane back behind them until they counted as slow.  ``size`` is the smallest over the
 workflows.  A listener rule's ``batch_size`` fixes ``size`` instead, and its
 ``max_wait_ms`` ``max_wait``.
 
@@ -183,6 +187,8 @@ class AdaptiveSizing(BatchSizing):
             return
         with self._lock:
             for run in report.runs:
+                if run.faulted:  # a timeout or a death: nothing to learn of the pipelets' cost
+                    continue
                 cost = self.costs.get(run.workflow)
                 if cost is None:
                     cost = self.costs[run.workflow] = RunCost()
@@ -190,7 +196,7 @@ class AdaptiveSizing(BatchSizing):
                     cost.add_local(run.records, run.seconds)
                 else:
                     cost.add_spark(run.records, run.seconds)
-            if self.limit is None:
+            if self.limit is None and self.costs:
                 size = min(cost.best_size() for cost in self.costs.values())
                 if abs(size - self.size) > self.size / 5:
                     log.debug("batch size %d (was %d): %s", size, self.size, "; ".join(

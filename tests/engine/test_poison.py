@@ -166,6 +166,8 @@ def test_the_service_workers_kill_a_hung_run_and_isolate_it(make_workflow: Any) 
     assert time.monotonic() - started < 4 + SLACK
     assert bb.get_attributes("l1")["trail"] == "survived"
     assert bb.get_attributes("l3") == {"n": 3, "hang": True}  # nothing of the killed run
+    # the culprit's run measured the hang, not the pipelet: the sizing must not learn from it
+    assert rest[0].fault
 
 
 def test_a_crash_on_the_service_workers_costs_a_worker_not_the_process_that_runs_them(
@@ -185,4 +187,5 @@ def test_a_crash_on_the_service_workers_costs_a_worker_not_the_process_that_runs
     assert [r.ok for r in results] == [True, True, False, True, True, True]
     assert results[2].error == (f"the worker process died (exit 3) in {CALL}{wf.path}:1, "
                                 "invokePipelet 'crash') on record 'c2'")
-    assert all(r.ok for r in again)
+    assert all(r.ok for r in again) and not any(r.fault for r in again)
+    assert results[2].fault  # the crash's batch was isolated: its time is the fault's

@@ -155,6 +155,26 @@ def test_slow_pipelets_keep_a_run_within_max_run_from_the_first_measured_batch()
     assert slow_after(batch) == max(SLOW_AFTER, 2 * batch.expected)
 
 
+def test_a_run_that_timed_out_teaches_the_sizing_nothing():
+    """A hang's batch_timeout is no measure of its pipelets: taken as one, the next batch of
+    one record was expected to run 7 s, and every other lane waited twice that behind it
+    (bench/bench_incident.py: steady p99 14 s)."""
+    sizing = AdaptiveSizing()
+    for _ in range(5):
+        sizing.batch_finished(_report(WorkflowRun("w", "spark", 0.05 + 20e-6 * 100, 100)))
+    before = (sizing.costs["w"].fixed, sizing.costs["w"].per_record, sizing.size)
+    sizing.batch_finished(_report(WorkflowRun("w", "spark", 40.0, 2, faulted=True),
+                                  WorkflowRun("w", "local", 20.0, 1, placed=True, faulted=True)))
+    assert (sizing.costs["w"].fixed, sizing.costs["w"].per_record, sizing.size) == before
+    assert sizing.costs["w"].local == RunCost().local
+    batch = Batch()
+    batch.groups["w"] = Group("w", Blackboard.local(), [_work("hang")])
+    batch.expected = sizing.expected(batch)
+    assert slow_after(batch) == SLOW_AFTER
+    sizing.batch_finished(_report(WorkflowRun("w", "spark", 40.0, 2)))  # the same, unflagged
+    assert sizing.costs["w"].predict(1) > 1.0   # what it would have expected of one record
+
+
 def test_a_batch_size_in_the_rules_fixes_the_size():
     sizing = default_sizing([ListenerRule(name="a", batch_size=2000, max_wait_ms=50)])
     for n in (200, 2_000) * 5:
