@@ -4,8 +4,10 @@ A ``chalk run`` process (SQLite store, Spark ``local[2]``, the defaults
 otherwise) reads two queues with one Python pipelet (``Count``: it adds one to
 a record's ``count``), each routed to an output queue the bench consumes:
 
-* **priority**: ``--backlog`` messages (default 50,000) wait in ``low``
-  before the service starts; once ``low``'s records come out, its rate
+* **priority**: ``--backlog`` messages (default 20,000) wait in ``low``
+  before the service starts, and a feeder process keeps at least that many
+  ready there for the whole run (it tops the queue up four times a second);
+  once ``low``'s records come out, its rate
   alone is taken over ``--alone`` seconds, then a producer process offers
   ``--rate`` messages a second to ``high`` for ``--seconds`` (each record's
   ID carries its publish time). Figures: ``high``'s latency (publish → its
@@ -26,7 +28,7 @@ a record's ``count``), each routed to an output queue the bench consumes:
 Run (the broker of scripts/services.sh)::
 
     .venv/bin/python bench/bench_flow.py                      # all three
-    .venv/bin/python bench/bench_flow.py --only priority --backlog 50000 --rounds 2
+    .venv/bin/python bench/bench_flow.py --only priority --rounds 3
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import pika
+import pika.exceptions
 from _measure import delete_lanes, machine, percentile
 from bench_incident import Arrivals, Supervised, steady_producer
 
@@ -116,6 +119,26 @@ def publish(url: str, queue: str, prefix: str, n: int) -> None:
         rid = f"{prefix}{i}"
         ch.basic_publish("", queue, json.dumps({"records": [{"id": rid, "attributes": {"n": i}}]}),
                          pika.BasicProperties(delivery_mode=2, message_id=f"m-{rid}"))
+    conn.close()
+
+
+def feeder(url: str, queue: str, prefix: str, least: int, stop: Any) -> None:
+    """Keep at least ``least`` messages ready in ``queue`` until ``stop`` is set (a backlog
+    that lasts: the service would drain a fixed one within seconds)."""
+    conn = pika.BlockingConnection(connection_parameters(url))
+    ch = conn.channel()
+    n = 0
+    while not stop.is_set():
+        try:
+            ready = ch.queue_declare(queue, passive=True).method.message_count
+        except pika.exceptions.ChannelClosedByBroker:  # the run deleted it: over
+            return
+        for _ in range(max(0, least - ready)):
+            rid = f"{prefix}{n}"
+            n += 1
+            ch.basic_publish("", queue, json.dumps({"records": [{"id": rid, "attributes": {"n": n}}]}),
+                             pika.BasicProperties(delivery_mode=2, message_id=f"m-{rid}"))
+        conn.process_data_events(time_limit=0.25)
     conn.close()
 
 
@@ -194,8 +217,12 @@ TARGETS = {"p99": 1.0, "max": 2.0, "share": 0.30}
 
 def priority(url: str, args: argparse.Namespace, high_priority: int) -> dict[str, float]:
     run = Run(url, {"low": {}, "high": {"priority": high_priority}}, {"low": args.low_ms})
+    feeding = multiprocessing.Event()
     try:
         run.start(args.backlog)
+        fed = multiprocessing.Process(target=feeder, daemon=True,
+                                      args=(url, run.queues["low"], "f", args.backlog, feeding))
+        fed.start()
         run.wait_for("low", 200)
         alone_from = time.time()
         time.sleep(args.alone)
@@ -218,6 +245,7 @@ def priority(url: str, args: argparse.Namespace, high_priority: int) -> dict[str
                 "low_rate": during, "low_alone": alone,
                 "low_share": during / alone if alone else float("nan")}
     finally:
+        feeding.set()
         run.stop()
 
 
@@ -260,7 +288,8 @@ def pause(url: str, args: argparse.Namespace) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", choices=["priority", "rate", "pause"], action="append")
-    parser.add_argument("--backlog", type=int, default=50_000, help="priority: low's backlog")
+    parser.add_argument("--backlog", type=int, default=20_000,
+                        help="priority: messages kept ready in low")
     parser.add_argument("--rate", type=float, default=10.0, help="priority: high's messages/s")
     parser.add_argument("--seconds", type=float, default=60.0, help="the measured window")
     parser.add_argument("--priority", type=int, default=5, help="priority: high's priority")

@@ -51,6 +51,7 @@ class Batch:
     lane: str = ""                     # the queue of the lane it was gathered in
     dispatched: float = 0.0            # monotonic, handed to a runner thread
     expected: float = 0.0              # seconds its run should take (the sizing's guess)
+    priority: int = 0                  # its lane's: its commit and publish go before lower ones'
 
 
 class BatchSizing(BatchObserver):

@@ -137,7 +137,7 @@ class ExecuteStage:
                     self.settlement.group_done(group)
                 else:
                     group.works, results = ran  # less what was settled early
-                    self.commit.input.put(Executed(group, results))
+                    self.commit.input.put(Executed(group, results), batch.priority)
         finally:
             self.settlement.part_done(batch)
 

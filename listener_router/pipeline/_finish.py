@@ -151,7 +151,8 @@ class FinishStage:
             if batch is not None:
                 with batch.lock:
                     batch.finishing += 1
-            self.input.put(Finishing(batch, done, routed, side))
+            self.input.put(Finishing(batch, done, routed, side),
+                           batch.priority if batch is not None else 0)
 
     def publish_orphans(self, orphans: dict[str, list[OutMessage]]) -> None:
         self.input.put(Orphans(orphans))

@@ -323,6 +323,7 @@ class Dispatcher:
         batch.dispatched = lane.last_dispatched = now
         batch.expected = lane.sizing.expected(batch)
         batch.lane = batch.report.lane = lane.queue
+        batch.priority = lane.priority
         if lane.bucket is not None:
             lane.bucket.take(sum(len(w.message.record_ids) for w in batch.works
                                  if w.message is not None))
