@@ -57,6 +57,7 @@ from listener_router.pipeline._held import Held, Holds
 from listener_router.pipeline._inflight import InFlight
 from listener_router.pipeline._lanes import (
     MAX_WINDOW,
+    OUTRANKED_BATCH,
     SLOW_AFTER,
     Dispatcher,
     Lane,
@@ -125,6 +126,7 @@ __all__ = [
     "Lane",
     "LaneView",
     "MAX_WINDOW",
+    "OUTRANKED_BATCH",
     "SLOW_AFTER",
     "InCommit",
     "Loader",

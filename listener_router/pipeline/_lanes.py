@@ -31,7 +31,10 @@ And the workers take chunks by priority: a lane is *outranked* while a
 higher one has work (a batch running or gathering, or one dispatched in the
 last :data:`ACTIVE_FOR` seconds), and then its batches go to the workers in
 chunks that each end soon (``_execute.YIELD_WITHIN``), so that a higher
-lane's chunk waits for a worker no longer than that.
+lane's chunk waits for a worker no longer than that; and it gathers batches
+of at most :data:`OUTRANKED_BATCH` messages, so that the commit and the
+publish of one of them end soon too (the stages the lanes share take a
+higher lane's batches first, but finish the one they hold).
 A lane is passed over while it is *paused*, while its rate limit's bucket
 is empty (``_flow``), or while a queue its results go to holds more than its
 ``max_output_depth`` ready messages (back-pressure, as the link samples the
@@ -62,7 +65,7 @@ from listener_router.pipeline._held import Held, Holds
 from listener_router.pipeline._report import BatchReport, Observers
 from listener_router.pipeline._sizing import Placement, default_sizing
 
-__all__ = ["BACKED_UP_LOOK", "Dispatcher", "Lane", "LaneView", "MAX_WINDOW", "SLOW_AFTER", "TokenBucket",
+__all__ = ["BACKED_UP_LOOK", "Dispatcher", "Lane", "LaneView", "MAX_WINDOW", "OUTRANKED_BATCH", "SLOW_AFTER", "TokenBucket",
            "WakeHeld", "lane_outputs", "make_lane"]
 
 log = logging.getLogger(__name__)
@@ -72,6 +75,7 @@ MAX_WINDOW = 4            # batches of one lane running at once at most (slow on
 IDLE_LOOK = 0.2           # seconds between the loop's own looks (stop, until, idle, refresh)
 BACKED_UP_LOOK = 0.1      # seconds between looks at a backed-up lane's outputs (as sampled)
 ACTIVE_FOR = 5.0          # seconds a lane counts as having work after its last batch went
+OUTRANKED_BATCH = 1_000   # messages an outranked lane's batch holds at most (~0.1 s to publish)
 
 
 def slow_after(batch: Batch) -> float:
@@ -153,6 +157,7 @@ class Lane:
     turn: float = 0.0
     running: list[Batch] = field(default_factory=list)
     last_dispatched: float = -float("inf")
+    own_cap: int | None = None               # messages a batch holds at most (its rate limit's)
 
     def fast(self, now: float) -> int:
         """Batches of this lane running that are not slow yet (``SLOW_AFTER`` seconds, or
@@ -205,7 +210,7 @@ def make_lane(queue: str, rules: Sequence[ListenerRule], deliveries: Deliveries,
                 outputs=tuple(outputs), max_output_depth=first.max_output_depth)
     if first.rate_limit is not None:
         lane.bucket = TokenBucket(first.rate_limit)
-        gathering.cap = max(1, int(first.rate_limit))
+        gathering.cap = lane.own_cap = max(1, int(first.rate_limit))
     return lane
 
 
@@ -300,6 +305,11 @@ class Dispatcher:
         # A lane above every lane running now may take a slot more: a high lane never
         # waits for a low lane's batch to end.
         top = max((lane.priority for lane in self.lanes if lane.fast(now)), default=None)
+        for lane in self.lanes:  # an outranked lane's next batches are small (module doc)
+            cap = lane.own_cap
+            if self.outranked(lane):
+                cap = OUTRANKED_BATCH if cap is None else min(cap, OUTRANKED_BATCH)
+            lane.gathering.cap = cap
         for lane in sorted(self.lanes, key=lambda lane: lane.turn):
             if lane.paused or lane.fast(now) or len(lane.running) >= MAX_WINDOW:
                 continue

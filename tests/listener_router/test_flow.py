@@ -32,7 +32,7 @@ from listener_router import (
 )
 from listener_router.broker import AmqpLink, OutMessage
 from listener_router.cli import main
-from listener_router.pipeline import Cancelled, InFlight, TokenBucket
+from listener_router.pipeline import OUTRANKED_BATCH, Cancelled, InFlight, TokenBucket
 from listener_router.store import Cancellation
 
 # -- the pieces ---------------------------------------------------------------------------
@@ -96,11 +96,13 @@ def test_an_ordered_key_is_taken_in_order_and_a_retry_takes_its_own_hold_over():
 class Lanes(BatchObserver):
     def __init__(self) -> None:
         self.seen: list[tuple[str, float, int]] = []
+        self.sizes: list[tuple[str, float, float, int]] = []  # lane, opened, finished, messages
         self.changed = threading.Condition()
 
     def batch_finished(self, report):
         with self.changed:
             self.seen.append((report.lane, time.monotonic(), report.states()["committed"]))
+            self.sizes.append((report.lane, report.opened, time.time(), report.messages))
             self.changed.notify_all()
 
     def committed(self, lane: str) -> int:
@@ -145,6 +147,10 @@ def test_a_high_lane_is_served_first_and_a_low_lane_still_progresses(
     # committed within about a batch of its own, not after 20,000 others.
     assert latencies[int(len(latencies) * 0.99) - 1] < 5.0, latencies
     assert low_done > 0                       # and the low lane was not starved meanwhile
+    # Outranked, the low lane gathers small batches (their commit and publish end soon).
+    first_high = min(done for lane, _o, done, _m in lanes.sizes if lane == high)
+    later = [m for lane, opened, _d, m in lanes.sizes if lane == low and opened > first_high]
+    assert later and max(later) <= OUTRANKED_BATCH, later
 
 
 @pytest.mark.broker
