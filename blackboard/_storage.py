@@ -290,7 +290,10 @@ class SqlStore:
         self.url = url
         self.shown = safe_url(url)   # the URL in messages: no password
         try:
-            self.engine = engine or create_engine(url, pool_pre_ping=True, **engine_options)
+            # A pooled SQLite connection to a file never goes stale: no ping (a query) per
+            # checkout, which is every batch's commit.
+            ping = url.split(":", 1)[0].split("+", 1)[0] != "sqlite"
+            self.engine = engine or create_engine(url, pool_pre_ping=ping, **engine_options)
         except (exc.SQLAlchemyError, ImportError, ValueError) as e:
             raise StorageError(f"cannot open storage {safe_url(url)}: "
                                f"{hide_url(str(e), url)}") from e
