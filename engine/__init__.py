@@ -25,7 +25,7 @@ from engine._graph import render_graph, to_dot, workflow_graph
 from engine._loader import WorkflowRegistry, WorkflowVersion, load_workflow
 from engine._pipelets import DEFAULT_ALIASES, DEFAULT_SERVICES, classes_not_in_service
 from engine._pipelets import instantiate as instantiate_pipelet
-from engine._progress import PipeletCall
+from engine._progress import PipeletCall, broke_its_run
 from engine._runner import InstanceResult, LocalRunner, ProcessRunner, SparkRunner
 from engine._session import spark_session
 from engine._specs import Workflow
@@ -53,6 +53,7 @@ __all__ = [
     "WorkflowFault",
     "WorkflowRegistry",
     "WorkflowVersion",
+    "broke_its_run",
     "classes_not_in_service",
     "compile_condition",
     "draft_graph",

@@ -29,7 +29,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["NAMED", "CallSlot", "PipeletCall", "StopSlot", "stoppable", "stopped", "died_reason", "not_run_reason", "on_records", "starting",
+__all__ = ["NAMED", "CallSlot", "PipeletCall", "StopSlot", "broke_its_run", "stoppable", "stopped", "died_reason", "not_run_reason", "on_records", "starting",
            "timeout_reason", "watched"]
 
 NAMED = 5  # record IDs a call names at most (the rest are counted)
@@ -139,6 +139,16 @@ def timeout_reason(call: PipeletCall | None, seconds: float, records: Sequence[s
 def died_reason(how: str, call: PipeletCall | None, records: Sequence[str]) -> str:
     """``the worker process died (exit 3) in pipelet X (file:line, ...) on record 'r'``"""
     return f"the worker process died{f' ({how})' if how else ''} {_culprit(call, records)}"
+
+
+_BROKE = ("timeout: ", "the worker process died", "Spark task failed: ")
+
+
+def broke_its_run(reason: str | None) -> bool:
+    """Whether an instance's failure ``reason`` is one of a run it broke: it ran past its
+    deadline or its process died (:func:`timeout_reason`, :func:`died_reason`, a Spark task
+    that failed) — not a pipelet that raised."""
+    return bool(reason) and reason.startswith(_BROKE)  # type: ignore[union-attr]
 
 
 def not_run_reason(seconds: float) -> str:
