@@ -22,6 +22,12 @@ placement (``_sizing.Placement``) says so, saving even a warm Spark round
 trip.  They isolate a hang or a crash as Spark's warm workers do: it costs a
 worker process, never the service.
 
+A message retried because its last run hung or took its worker down
+(``engine.broke_its_run`` of its ``x-chalk-error``) runs apart from its
+batch-mates: they run first, as a run of their own, and are settled at once;
+then it runs alone, isolated from the start (a hang costs it one
+``batch_timeout``, not its batch-mates).
+
 A lane outranked by a higher one that has work hands its batch to the
 workers in chunks that each end within :data:`YIELD_WITHIN` seconds, so that
 the higher lane's chunk, which goes to the workers first, waits for a worker
@@ -31,6 +37,7 @@ start) are deferred, not failed: no attempt is counted.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import threading
@@ -42,6 +49,7 @@ import engine
 from blackboard import Blackboard
 from engine import InstanceResult
 from listener_router._errors import RunnerUnusable
+from listener_router._messages import ERROR_HEADER
 from listener_router.pipeline._batch import Batch, Group
 from listener_router.pipeline._cancelled import Cancelled
 from listener_router.pipeline._commit import CommitStage, Executed
@@ -86,6 +94,22 @@ def _run(runner: Any, keywords: frozenset[str], workflow: engine.Workflow, bb: B
          instances: list[list[str]], **options: Any) -> Sequence[InstanceResult]:
     return runner.run(workflow, bb, instances,
                       **{k: v for k, v in options.items() if k in keywords})
+
+
+def _broke_a_run(w: Work) -> bool:
+    """Whether ``w`` is retried because its last run hung or took its worker down."""
+    m = w.message
+    if m is None or m.attempts <= 0 or not m.headers:
+        return False
+    error = m.headers.get(ERROR_HEADER)
+    if isinstance(error, bytes):
+        error = error.decode("utf-8", "replace")
+    return isinstance(error, str) and engine.broke_its_run(error)
+
+
+def _at(positions: list[int], results: Sequence[InstanceResult]) -> list[InstanceResult]:
+    """Results of a run over some of a group's instances, indexed in the whole group."""
+    return [dataclasses.replace(r, index=positions[r.index]) for r in results]
 
 
 class ExecuteStage:
@@ -165,10 +189,16 @@ class ExecuteStage:
             faulted = True
             self._settle_early(group, [works[r.index] for r in results], results)
 
+        apart = [i for i, w in enumerate(works) if _broke_a_run(w)]
         self._began(group, works)
         try:
-            results = _run(runner, keywords, workflow, bb, instances, settle_early=early,
-                           **(urgency or {}))
+            if apart and len(apart) < len(works):
+                results = self._run_apart(runner, keywords, workflow, bb, instances, apart,
+                                          early, urgency or {})
+                faulted = True
+            else:
+                results = _run(runner, keywords, workflow, bb, instances, settle_early=early,
+                               suspect=bool(apart), **(urgency or {}))
             if local:
                 self.meter.stats.add("local_batches")
         except Exception as e:  # the runner failed on the driver: nothing is known done
@@ -191,6 +221,24 @@ class ExecuteStage:
                 with report.lock:
                     report.local_runs += 1
         return [works[r.index] for r in results], list(results)
+
+    @staticmethod
+    def _run_apart(runner: Any, keywords: frozenset[str], workflow: engine.Workflow,
+                   bb: Blackboard, instances: list[list[str]], apart: list[int],
+                   early: SettleEarly, urgency: dict[str, Any]) -> list[InstanceResult]:
+        """Run the instances not in ``apart`` and settle them; then those in ``apart``, each
+        alone (module doc).  Returns the results of those not settled early."""
+        rest = [i for i in range(len(instances)) if i not in set(apart)]
+        first = _run(runner, keywords, workflow, bb, [instances[i] for i in rest],
+                     settle_early=lambda rs: early(_at(rest, rs)), **urgency)
+        if first:
+            early(_at(rest, first))
+        log.info("workflow %s: %d message(s) whose last run hung or died run alone, after "
+                 "their %d batch-mate(s)", workflow.name, len(apart), len(rest),
+                 extra={"workflow": workflow.name})
+        alone = _run(runner, keywords, workflow, bb, [instances[i] for i in apart],
+                     settle_early=lambda rs: early(_at(apart, rs)), suspect=True, **urgency)
+        return _at(apart, alone)
 
     # -- cancelled while running ----------------------------------------------------
     def _began(self, group: Group, works: list[Work]) -> None:

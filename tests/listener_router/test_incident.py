@@ -108,3 +108,56 @@ def test_a_burst_with_a_hang_a_crash_and_a_raise_stops_nothing_but_itself(
         "RuntimeError: record" in figures.reasons["raise"], shown
     assert figures.during["n"] > 0 and figures.during["p99"] < 10.0, shown
     assert figures.during["max"] < 20.0, shown
+
+
+@pytest.mark.broker
+def test_a_message_retried_after_a_hang_runs_alone_after_its_batch_mates(
+        make_settings, run_service, broker, declare, tmp_path, caplog):
+    """Its batch-mates commit at once, not one ``batch_timeout`` later; then it runs alone
+    and hangs again, costing only itself."""
+    from dataclasses import replace
+
+    from listener_router._signing import HeaderSigner
+    from listener_router.jobs import JobLogTables
+    from listener_router.store import ServiceStore
+
+    timeout = 6.0
+    settings = replace(make_settings("Hanging", workflows_dir=write_test_workflows(tmp_path / "wf"),
+                                     batch_size=10, max_wait_ms=1000, max_retries=1),
+                       runner="local", batch_timeout=timeout)
+    queue = settings.listeners[0].queue
+    declare(settings)
+    store = ServiceStore.connect(settings.blackboard_url)
+    try:
+        signer = HeaderSigner.of(store)
+    finally:
+        store.close()
+    body = json.dumps({"id": "again", "attributes": {"hang": True}}).encode()
+    retried = signer.signed({"x-chalk-attempts": 1, "x-chalk-error":
+                             f"timeout: the run of record 'again' ran longer than {timeout:g} s"},
+                            "m-again", body)
+    broker.publish(queue, body, message_id="m-again", headers=retried)
+    for i in range(4):
+        broker.publish(queue, json.dumps({"id": f"mate{i}", "attributes": {"n": i}}),
+                       message_id=f"m-mate{i}")
+    with caplog.at_level("INFO", logger="listener_router.pipeline._execute"):
+        stats = run_service(settings, until=lambda s: s["committed"] >= 4 and s["dead"] >= 1,
+                            idle_exit=60)
+
+    assert stats["committed"] == 4 and stats["dead"] == 1, stats
+    store = ServiceStore.connect(settings.blackboard_url)
+    try:
+        log = store.tables(JobLogTables)
+        entries = log.entries(queues=(queue,), limit=100)
+    finally:
+        store.close()
+    committed = [e for e in entries if e.state == "committed"]
+    dead, = [e for e in entries if e.state == "dead"]
+    assert len(committed) == 4 and "ran longer than" in (dead.reason or ""), entries
+    # the batch-mates did not wait out the hang's timeout (before: one timeout, then its
+    # isolation, before any of them was committed)
+    assert all(e.at - e.received_at < timeout / 2 for e in committed), \
+        [(e.message_id, e.at - e.received_at) for e in committed]
+    assert dead.at - dead.received_at >= timeout
+    assert "1 message(s) whose last run hung or died run alone, after their 4 batch-mate(s)" \
+        in caplog.text
