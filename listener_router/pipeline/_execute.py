@@ -192,6 +192,7 @@ class ExecuteStage:
         apart = [i for i, w in enumerate(works) if _broke_a_run(w)]
         self._began(group, works)
         try:
+            results: Sequence[InstanceResult]
             if apart and len(apart) < len(works):
                 results = self._run_apart(runner, keywords, workflow, bb, instances, apart,
                                           early, urgency or {})
