@@ -116,10 +116,15 @@ def publish(url: str, queue: str, prefix: str, n: int) -> None:
     ch = conn.channel()
     ch.confirm_delivery()
     for i in range(n):
-        rid = f"{prefix}{i}"
-        ch.basic_publish("", queue, json.dumps({"records": [{"id": rid, "attributes": {"n": i}}]}),
-                         pika.BasicProperties(delivery_mode=2, message_id=f"m-{rid}"))
+        _publish_one(ch, queue, prefix, i)
     conn.close()
+
+
+def _publish_one(ch: Any, queue: str, prefix: str, i: int) -> None:
+    """One message of one record ``{prefix}{i}``, persistent."""
+    rid = f"{prefix}{i}"
+    ch.basic_publish("", queue, json.dumps({"records": [{"id": rid, "attributes": {"n": i}}]}),
+                     pika.BasicProperties(delivery_mode=2, message_id=f"m-{rid}"))
 
 
 def feeder(url: str, queue: str, prefix: str, least: int, stop: Any) -> None:
@@ -134,10 +139,8 @@ def feeder(url: str, queue: str, prefix: str, least: int, stop: Any) -> None:
         except pika.exceptions.ChannelClosedByBroker:  # the run deleted it: over
             return
         for _ in range(max(0, least - ready)):
-            rid = f"{prefix}{n}"
+            _publish_one(ch, queue, prefix, n)
             n += 1
-            ch.basic_publish("", queue, json.dumps({"records": [{"id": rid, "attributes": {"n": n}}]}),
-                             pika.BasicProperties(delivery_mode=2, message_id=f"m-{rid}"))
         conn.process_data_events(time_limit=0.25)
     conn.close()
 
