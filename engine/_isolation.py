@@ -8,7 +8,8 @@ of its own, many at once.  An instance that finishes is a result; one that
 runs past its deadline or takes its process down is the culprit and fails
 with the reason.  (Halving the batch instead would wait out the timeout once
 per halving step.)  A suspect that was alone in its attempt and ran past the
-deadline is the culprit already.
+deadline is the culprit already.  A culprit found by its rerun ran twice, and
+its output says so (``runs``): its message counts both as attempts.
 
 Once the batch needs isolating, the outcomes known so far go to ``settle``
 (when no rerun finished for ``QUIET`` seconds and none waits for a worker),
@@ -113,6 +114,7 @@ def run_attempts(first: Sequence[Attempt], *, rerun: Callable[[list[InstanceInpu
     """
     active: list[Attempt] = list(first)
     reruns: set[int] = set()
+    again_alone: set[int] = set()   # reruns of instances whose first attempt failed as a whole
     moved: set[int] = set()   # attempts of instances whose first runner did not start
     pending: deque[Attempt] = deque()
     unsettled: list[InstanceOutput] = []
@@ -145,6 +147,8 @@ def run_attempts(first: Sequence[Attempt], *, rerun: Callable[[list[InstanceInpu
             if id(attempt) in reruns or id(attempt) in moved:  # its time measures a fault
                 for out in outcome.outputs:
                     out.fault = True
+                    if id(attempt) in again_alone and not out.ok and not out.not_run:
+                        out.runs = 2
             unsettled += outcome.outputs
             last = now
             if outcome.again:
@@ -158,6 +162,7 @@ def run_attempts(first: Sequence[Attempt], *, rerun: Callable[[list[InstanceInpu
                 budget.start()
                 more = rerun(outcome.suspects)
                 reruns.update(map(id, more))
+                again_alone.update(map(id, more))
                 pending.extend(more)
         if not active and not pending:
             break

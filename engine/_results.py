@@ -33,7 +33,9 @@ class InstanceResult:
     that never began (no runner could run it: not its fault, and not an attempt).
     ``fault``: its run was not a plain one (it timed out or died, was rerun alone
     while its batch was isolated, or did not start where it was sent): the run's
-    time says nothing of what its pipelets cost.
+    time says nothing of what its pipelets cost.  ``runs``: how many times a failed
+    instance ran in this batch (2: its attempt failed as a whole, timed out or died, and so
+    did its rerun alone); the message counts each as an attempt.
     """
 
     index: int
@@ -43,6 +45,7 @@ class InstanceResult:
     record_ids: list[str] = field(default_factory=list)
     not_run: bool = False
     fault: bool = False
+    runs: int = 1
 
 
 def inputs_for(blackboard: Any, instances: list[tuple[int, list[str]]]) -> list[InstanceInput]:
@@ -79,7 +82,7 @@ def apply_outputs(blackboard: Any, outputs: Sequence[InstanceOutput]) -> list[In
             envs += p.env
             blobs += p.blobs
         results.append(InstanceResult(out.index, out.ok, out.error, list(out.result_ids),
-                                      list(out.record_ids), out.not_run, out.fault))
+                                      list(out.record_ids), out.not_run, out.fault, out.runs))
     if docs:
         blackboard.import_packed(docs, envs, blobs, changed=True)
     failures = sum(1 for r in results if not r.ok)

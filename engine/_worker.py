@@ -99,6 +99,9 @@ class InstanceOutput:
     # failed as a whole, or went elsewhere when a runner did not start (its run's time
     # measures the fault, not what its pipelets cost)
     fault: bool = False
+    # the runs this outcome took: 2 for an instance that failed again alone after the attempt
+    # it shared failed as a whole (its lone rerun was a second try of it)
+    runs: int = 1
 
 
 def _dumps(value: Any) -> bytes:
