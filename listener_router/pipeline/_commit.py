@@ -178,7 +178,7 @@ class CommitStage:
                     w.to(State.DEFERRED, result.error or "not run")
                     continue
                 if w.state is State.PROCESSING:
-                    fail(w, result.error or "workflow failed")
+                    fail(w, result.error or "workflow failed", result.runs)
                 failed.append(w)
         self.meter.time("route", time.perf_counter() - started, report)
         if report is not None:

@@ -6,7 +6,10 @@ refused, its attributes were not usable) is *retrying* while its attempts
 The finish stage publishes, for a retrying message, a copy with the attempt
 count raised to the delay queue of the next backoff step (``Q.retry.N``,
 which dead-letters back into ``Q`` after its TTL), and for a dead one a copy
-with the reason to ``Q.dlq``; then it acks the original.
+with the reason to ``Q.dlq``; then it acks the original.  A message whose
+workflow instance ran again alone, after the run it shared with others timed
+out or died, and failed again, counts both runs as attempts: a record runs at
+most ``max_retries + 1`` times, however it is found.
 """
 
 from __future__ import annotations
@@ -32,13 +35,18 @@ def attempts_note(attempts: int) -> str:
     return f" (after {attempts} attempt(s))"
 
 
-def fail(w: Work, error: str) -> None:
-    """``w`` failed with ``error``: retrying while attempts are left, else dead."""
+def fail(w: Work, error: str, runs: int = 1) -> None:
+    """``w`` failed with ``error``: retrying while attempts are left, else dead.
+
+    ``runs``: the attempts this failure took (2 when its workflow instance was
+    rerun alone after the run it shared timed out or died, and failed again).
+    """
     assert w.message is not None and w.rule is not None
-    if w.message.attempts < w.rule.max_retries:
+    w.runs = runs
+    if w.message.attempts + runs - 1 < w.rule.max_retries:
         w.to(State.RETRYING, error)
     else:
-        w.to(State.DEAD, error + attempts_note(w.message.attempts + 1))
+        w.to(State.DEAD, error + attempts_note(w.message.attempts + runs))
 
 
 def _copy_headers(w: Work, **extra: Any) -> dict[str, Any]:
@@ -53,7 +61,7 @@ def side_messages(w: Work) -> list[OutMessage]:
         return []
     d = w.delivery
     mid = w.message.message_id if w.message else (d.message_id or derive_message_id(d.body))
-    attempts = (w.message.attempts if w.message else 0) + 1
+    attempts = (w.message.attempts if w.message else 0) + w.runs
     error = (w.error or "unknown error")[:4000]
     if w.state is State.RETRYING:
         assert w.rule is not None

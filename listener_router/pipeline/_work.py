@@ -36,6 +36,7 @@ class Work(_Referable):
     received_at: float = field(default_factory=time.time)   # wall clock, taken up
     loaded: bool = False               # its records were taken up (invalidated if it fails)
     parked: bool = False               # deferred, its delivery parked on a key in flight
+    runs: int = 1                      # attempts its failure took (``_retries.fail``)
     # Records a plug-in settled without a run (``_screen``): ``unrun`` each one's step;
     # ``step`` names a message committed with none of its records run (``unchanged``);
     # ``whole`` is the message as received when ``message`` names only the records that run;

@@ -168,6 +168,8 @@ def test_the_service_workers_kill_a_hung_run_and_isolate_it(make_workflow: Any) 
     assert bb.get_attributes("l3") == {"n": 3, "hang": True}  # nothing of the killed run
     # the culprit's run measured the hang, not the pipelet: the sizing must not learn from it
     assert rest[0].fault
+    # it ran twice (with its batch-mates, then alone): its message counts two attempts
+    assert rest[0].runs == 2 and all(r.runs == 1 for r in early)
 
 
 def test_a_crash_on_the_service_workers_costs_a_worker_not_the_process_that_runs_them(
@@ -182,6 +184,7 @@ def test_a_crash_on_the_service_workers_costs_a_worker_not_the_process_that_runs
         results = runner.run(wf, bb, instances)
         again = runner.run(wf, bb, [["c0"], ["c1"]])  # the workers go on
         assert set(runner.pool.processes()) == supervisor  # forked again under the same one
+        [alone] = runner.run(wf, bb, poisoned(bb, 1, crash=(0,), prefix="d"))
     finally:
         runner.close()
     assert [r.ok for r in results] == [True, True, False, True, True, True]
@@ -189,3 +192,5 @@ def test_a_crash_on_the_service_workers_costs_a_worker_not_the_process_that_runs
                                 "invokePipelet 'crash') on record 'c2'")
     assert all(r.ok for r in again) and not any(r.fault for r in again)
     assert results[2].fault  # the crash's batch was isolated: its time is the fault's
+    # the crash ran twice (in its chunk, then alone); a crash alone in its chunk, once
+    assert results[2].runs == 2 and not alone.ok and alone.runs == 1
