@@ -18,10 +18,12 @@ import orjson
 from listener_router._errors import BadMessage
 
 __all__ = ["BadMessage", "Incoming", "parse_message", "outgoing_id", "derive_message_id",
-           "ATTEMPTS_HEADER", "ERROR_HEADER", "WORKFLOW_HEADER", "QUEUE_HEADER"]
+           "ATTEMPTS_HEADER", "ERROR_HEADER", "LAST_ERROR_HEADER", "WORKFLOW_HEADER",
+           "QUEUE_HEADER"]
 
 ATTEMPTS_HEADER = "x-chalk-attempts"
-ERROR_HEADER = "x-chalk-error"
+ERROR_HEADER = "x-chalk-error"            # why a dead letter died
+LAST_ERROR_HEADER = "x-chalk-last-error"  # why a retry copy's last attempt failed
 WORKFLOW_HEADER = "x-chalk-workflow"
 QUEUE_HEADER = "x-chalk-queue"          # the queue a dead letter came from (for replay)
 OPERATIONS = ("ADD", "DELETE", "UPDATE")

@@ -49,7 +49,7 @@ import engine
 from blackboard import Blackboard
 from engine import InstanceResult
 from listener_router._errors import RunnerUnusable
-from listener_router._messages import ERROR_HEADER
+from listener_router._messages import LAST_ERROR_HEADER
 from listener_router.pipeline._batch import Batch, Group
 from listener_router.pipeline._cancelled import Cancelled
 from listener_router.pipeline._commit import CommitStage, Executed
@@ -101,7 +101,7 @@ def _broke_a_run(w: Work) -> bool:
     m = w.message
     if m is None or m.attempts <= 0 or not m.headers:
         return False
-    error = m.headers.get(ERROR_HEADER)
+    error = m.headers.get(LAST_ERROR_HEADER)
     if isinstance(error, bytes):
         error = error.decode("utf-8", "replace")
     return isinstance(error, str) and engine.broke_its_run(error)

@@ -19,6 +19,7 @@ from typing import Any
 from listener_router._messages import (
     ATTEMPTS_HEADER,
     ERROR_HEADER,
+    LAST_ERROR_HEADER,
     QUEUE_HEADER,
     WORKFLOW_HEADER,
     derive_message_id,
@@ -69,7 +70,7 @@ def side_messages(w: Work) -> list[OutMessage]:
         key = retry_name(d.queue, min(attempts, steps)) if steps else d.queue
         return [OutMessage(routing_key=key, body=d.body, message_id=mid,
                            headers=_copy_headers(w, **{ATTEMPTS_HEADER: attempts,
-                                                       "x-chalk-last-error": error}),
+                                                       LAST_ERROR_HEADER: error}),
                            timestamp=d.properties.get("timestamp"))]
     return [OutMessage(routing_key=dlq_name(d.queue), body=d.body, message_id=mid,
                        headers=_copy_headers(w, **{

@@ -117,29 +117,27 @@ def test_a_burst_with_a_hang_a_crash_and_a_raise_stops_nothing_but_itself(
 def test_a_message_retried_after_a_hang_runs_alone_after_its_batch_mates(
         make_settings, run_service, broker, declare, tmp_path, caplog):
     """Its batch-mates commit at once, not one ``batch_timeout`` later; then it runs alone
-    and hangs again, costing only itself."""
+    and hangs again, costing only itself.  The retry copy is the service's own: its first
+    run hangs alone, and the copy waits out a long backoff, to be put back beside others."""
     from dataclasses import replace
 
-    from listener_router._signing import HeaderSigner
+    from listener_router.broker import retry_name
     from listener_router.jobs import JobLogTables
     from listener_router.store import ServiceStore
 
     timeout = 6.0
     settings = replace(make_settings("Hanging", workflows_dir=write_test_workflows(tmp_path / "wf"),
-                                     batch_size=10, max_wait_ms=1000, max_retries=1),
+                                     batch_size=10, max_wait_ms=1000, max_retries=1,
+                                     backoff_ms=(600_000,)),
                        runner="local", batch_timeout=timeout)
     queue = settings.listeners[0].queue
     declare(settings)
-    store = ServiceStore.connect(settings.blackboard_url)
-    try:
-        signer = HeaderSigner.of(store)
-    finally:
-        store.close()
     body = json.dumps({"id": "again", "attributes": {"hang": True}}).encode()
-    retried = signer.signed({"x-chalk-attempts": 1, "x-chalk-error":
-                             f"timeout: the run of record 'again' ran longer than {timeout:g} s"},
-                            "m-again", body)
-    broker.publish(queue, body, message_id="m-again", headers=retried)
+    broker.publish(queue, body, message_id="m-again")
+    stats = run_service(settings, until=lambda s: s["retrying"] >= 1, idle_exit=60)
+    assert stats["retrying"] == 1, stats
+    [(props, copy)] = broker.drain(retry_name(queue, 1))   # as the service published it
+    broker.publish(queue, copy, message_id=props.message_id, headers=props.headers)
     for i in range(4):
         broker.publish(queue, json.dumps({"id": f"mate{i}", "attributes": {"n": i}}),
                        message_id=f"m-mate{i}")
