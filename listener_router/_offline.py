@@ -126,10 +126,9 @@ class _End:
         self.observers = observers
 
     def finish(self, works: list[Work], batch: Batch | None) -> None:
-        note = attempts_note(1)
         for w in works:
-            if w.state is State.DEAD and w.error:
-                w.error = w.error.removesuffix(note)   # one attempt, never another
+            if w.state is State.DEAD and w.error:   # no retries: no attempts note
+                w.error = w.error.removesuffix(attempts_note(w.runs))
         report = batch.report if batch is not None else None
         for hook in self.settled:
             try:

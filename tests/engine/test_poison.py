@@ -98,6 +98,7 @@ def test_a_lone_instance_that_hangs_fails_at_the_first_timeout(spark: Any, make_
     [result] = SparkRunner(spark, batch_timeout=5).run(wf, bb, instances)
     assert not result.ok and "ran longer than 5 s on record 'lone0'" in (result.error or "")
     assert time.monotonic() - started < 5 + SLACK
+    assert result.runs == 1  # alone, its timeout was its own: not run again
 
 
 def test_a_hang_or_a_crash_leaves_the_warm_job_and_the_batches_beside_it_alone(
@@ -184,7 +185,6 @@ def test_a_crash_on_the_service_workers_costs_a_worker_not_the_process_that_runs
         results = runner.run(wf, bb, instances)
         again = runner.run(wf, bb, [["c0"], ["c1"]])  # the workers go on
         assert set(runner.pool.processes()) == supervisor  # forked again under the same one
-        [alone] = runner.run(wf, bb, poisoned(bb, 1, crash=(0,), prefix="d"))
     finally:
         runner.close()
     assert [r.ok for r in results] == [True, True, False, True, True, True]
@@ -192,5 +192,5 @@ def test_a_crash_on_the_service_workers_costs_a_worker_not_the_process_that_runs
                                 "invokePipelet 'crash') on record 'c2'")
     assert all(r.ok for r in again) and not any(r.fault for r in again)
     assert results[2].fault  # the crash's batch was isolated: its time is the fault's
-    # the crash ran twice (in its chunk, then alone); a crash alone in its chunk, once
-    assert results[2].runs == 2 and not alone.ok and alone.runs == 1
+    # the crash ran twice (in its chunk, then alone): its message counts two attempts
+    assert results[2].runs == 2 and all(r.runs == 1 for r in results if r.ok)

@@ -131,4 +131,8 @@ def test_a_pipelet_that_ends_its_process_costs_a_worker_never_the_service(
     assert set(message_ids_by_record(broker.drain(out))) == {"c2"}
     assert main(["jobs", "--record", "c1", "--config", str(config)]) == 0
     shown = capsys.readouterr().out
-    assert shown.count("retrying") == 2 and "dead" in shown
+    # three runs (max_retries = 2): in the batch and alone, both counted, then its retry
+    assert reason.endswith("(after 3 attempt(s))")
+    assert shown.count("retrying") == 1 and "dead" in shown
+    steps = [line.split()[2:6:3] for line in shown.splitlines()[2:]]   # step, attempt
+    assert steps == [["received", "1"], ["retrying", "1"], ["received", "3"], ["dead", "3"]], shown

@@ -67,7 +67,7 @@ def test_a_hung_record_fails_alone_within_the_batch_timeout(tmp_path, capsys, mo
     out, err = capsys.readouterr()
     assert "2 succeeded, 1 failed" in out
     assert "record 'h2': timeout: pipelet lr_test_pipelets.HangWhenFlagged" in err
-    assert "attempt" not in err.splitlines()[-1]    # one attempt, never another: no note
+    assert "attempt" not in err.splitlines()[-1]    # no retries: no attempts note
     assert [r["id"] for r in _output(tmp_path)] == ["h1", "h3"]
     assert ("failed", "h2", "(process)") in _log(tmp_path)
 
