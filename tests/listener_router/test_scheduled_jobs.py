@@ -246,7 +246,7 @@ ids = ["x1", "x2", "x3"]
         kill_group(first)   # the leader dies mid-run (maybe mid-tick)
         wait_for_log(logs["sb"], "1 member(s) sb, leader sb", timeout=120)
         deadline = time.monotonic() + 120
-        while done_ticks(pg_url, "tick") < begun + 60 and time.monotonic() < deadline:
+        while done_ticks(pg_url, "tick") < begun + 40 and time.monotonic() < deadline:
             time.sleep(0.2)
         second.send_signal(signal.SIGTERM)
         assert second.wait(timeout=60) == 0, logs["sb"].read_text()[-3000:]
@@ -260,7 +260,7 @@ ids = ["x1", "x2", "x3"]
     by_tick = ticks_of(written)
     ordered = sorted(by_tick)
     assert ordered == seconds(ordered[0], ordered[-1]), "a tick is missing"
-    assert len(ordered) >= 60
+    assert len(ordered) >= 40
     assert all(numbers == {"0", "1", "2"} for numbers in by_tick.values())
     arrived = Counter(p.message_id for p, _body in broker.drain(target))
     assert set(arrived) == set(written)   # all published (copies only under the same ID)
