@@ -124,8 +124,9 @@ class ListenerRule:
         minimum=1, check=_prefetch_check)
     consumers: int = setting(1, "consumers on the queue (one channel, shared prefetch)",
                              minimum=1)
-    max_retries: int = setting(3, "retries of a failed message before it is dead-lettered",
-                               minimum=0)
+    max_retries: int = setting(3, "retries of a failed message before it is dead-lettered "
+                               "(it runs at most max_retries + 1 times: a rerun alone, after "
+                               "a run it shared hung or died, is one)", minimum=0)
     backoff_ms: tuple[int, ...] = setting((1000, 5000, 30000),
                                           "delay before retry 1, 2, 3… (the last one repeats)",
                                           minimum=0)
