@@ -1,8 +1,8 @@
 """Bounded by bytes, on a real ``chalk run`` and RabbitMQ: a flood of 900 KB messages keeps the
 service's memory within what it holds idle plus its listener rule's ``max_inflight_bytes``
-and a margin, and nothing is lost; a full dead-letter queue refuses more (``x-max-length-bytes`` with
-``reject-publish``) and the service holds what it could not dead-letter until there is
-room."""
+and a margin, and nothing is lost; a full dead-letter queue refuses more
+(``x-max-length-bytes`` with ``reject-publish``) and the service holds what it could not
+dead-letter until there is room."""
 
 from __future__ import annotations
 

@@ -331,7 +331,7 @@ def test_a_gap_left_by_retention_blocks_the_subscriber_until_accepted(
         # reader can land in one being removed): such a later gap blocks it again, and is
         # accepted the same way; a busy broker may trim segment after segment for a while
         # (seen: six more gaps), so each is accepted until the subscriber reaches the end.
-        # The relay may publish an entry again (a confirm that came late), so the stream can
+        # The relay publishes again numbered entries it holds no confirm for, so the stream can
         # hold more offsets than entries: the end is the last entry's number, not an offset.
         # What was applied is in order, once, and reaches the end.
         for _ in range(40):
