@@ -29,6 +29,11 @@ broker process's socket pair costs (pickling both ways) against what pika's
 frame codec costs, and what a worker does with a chunk (decode, the
 blackboard, the pipelets, encode) against the same three steps on plain dicts.
 
+One figure is wall time, not CPU: how long each of the service's threads held the
+store's writer lock (on SQLite one write transaction at a time: the gather stage's
+leases, the commit, the finish stage's "sent" marks) and waited for it, as a share
+of the pass's wall time.  A stage waiting there is idle while another works.
+
 For the hand-written consumer the same probes wrap its steps (pika's
 delivery callback, the SQL statements, the three steps, the publishes,
 the confirms and acks); the rest of its process is pika's I/O loop.
@@ -40,6 +45,7 @@ Run: ``.venv/bin/python bench/bench_budget.py --messages 50000 --runs 3``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -157,6 +163,48 @@ def _thread_cpu() -> dict[str, float]:
     return dict(out)
 
 
+_writer: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])  # kind → [waited, held] s
+
+
+class _TimedWriter:
+    """The store's writer lock (on SQLite one transaction writes at a time in the service's
+    process), timing by thread how long each waited for it and held it: wall time, where
+    the CPU figures cannot show a stage that waits for another."""
+
+    def __init__(self, lock: Any):
+        self._lock = lock
+
+    def __enter__(self) -> None:
+        started = time.perf_counter()
+        self._lock.acquire()
+        now = time.perf_counter()
+        kind = _thread_kind(threading.current_thread().name)
+        _writer[kind][0] += now - started   # under the lock: one writer at a time
+        _local.writer = (kind, now)
+
+    def __exit__(self, *exc: Any) -> None:
+        kind, since = _local.writer
+        _writer[kind][1] += time.perf_counter() - since
+        self._lock.release()
+
+
+def _time_the_writer() -> None:
+    from listener_router.store import _store
+
+    init = _store.ServiceStore.__init__
+
+    def timed(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        if not isinstance(self.writes, contextlib.nullcontext):  # SQLite's
+            self.writes = _TimedWriter(self.writes)
+
+    _store.ServiceStore.__init__ = timed  # type: ignore[method-assign]
+
+
+def writer() -> dict[str, tuple[float, float]]:
+    return {k: (v[0], v[1]) for k, v in _writer.items()}
+
+
 def install_service_probes() -> None:
     """Probes on the service's hot path (see the module doc)."""
     import blackboard
@@ -189,6 +237,7 @@ def install_service_probes() -> None:
     _patch(_process.ProcessLink, "ack", "finish: ack (to the broker process)")
     _patch(_process.ProcessLink, "_handle", "relay: deliveries from the broker process")
     _count_thread_ends()
+    _time_the_writer()
     _window_on_run()
 
 
@@ -204,11 +253,11 @@ def _window_on_run() -> None:
     run = Service.run
 
     def windowed(self: Any, *args: Any, **kwargs: Any) -> Any:
-        _window["before"] = (_thread_cpu(), probes())
+        _window["before"] = (_thread_cpu(), probes(), writer(), time.perf_counter())
         try:
             return run(self, *args, **kwargs)
         finally:
-            _window["after"] = (_thread_cpu(), probes())
+            _window["after"] = (_thread_cpu(), probes(), writer(), time.perf_counter())
 
     Service.run = windowed  # type: ignore[method-assign]
 
@@ -234,16 +283,23 @@ def service_pass(bench: Any, n: int) -> dict[str, Any]:
     process, by thread and by probed step."""
     _window.clear()
     one = bench.run(n)
-    (before_threads, before_probes), (after_threads, after_probes) = \
-        _window["before"], _window["after"]
+    (before_threads, before_probes, before_writer, started), \
+        (after_threads, after_probes, after_writer, ended) = _window["before"], _window["after"]
     per = 1e6 / n
+    wall = ended - started
+    waits = {k: tuple(round(100 * (a - b) / wall, 1) for a, b in
+                      zip(after_writer[k], before_writer.get(k, (0.0, 0.0)), strict=True))
+             for k in after_writer}
     return {"rate": one["rate"], "processes": one["cpu_us"],
             "threads": {k: v * per for k, v in _diff(after_threads, before_threads).items()
                         if v * per >= 0.05},
             "steps": {k: v * per for k, v in _diff(after_probes, before_probes).items()},
             "calls": {k: (after_probes[k][1] - before_probes.get(k, (0.0, 0))[1]) / n
                       for k in after_probes},
-            "stage_ms": one["phases_ms"]}  # the service's own meter: wall time by stage
+            "stage_ms": one["phases_ms"],  # the service's own meter: wall time by stage
+            # % of the pass's wall time each thread kind waited for the writer, and held it
+            "writer_pct": {k: {"waited": w, "held": h} for k, (w, h) in waits.items()
+                           if w or h}}
 
 
 def probe_cost(calls: int = 100_000) -> float:
@@ -677,6 +733,15 @@ def main() -> int:
         [thread_rests(c) for c in chalk]).items()}
     _print_table("chalk, each thread besides its probed steps", dict(sorted(
         out["chalk"]["thread_rests"].items(), key=lambda kv: -kv[1])))
+    runs_writer = [c["writer_pct"] for c in chalk]
+    out["chalk"]["writer_pct"] = {
+        k: {x: median([r.get(k, {}).get(x, 0.0) for r in runs_writer]) for x in ("held", "waited")}
+        for k in dict.fromkeys(k for r in runs_writer for k in r)}
+    if out["chalk"]["writer_pct"]:
+        print("\nThe store's writer (SQLite: one write transaction at a time), % of a pass's wall "
+              "time, median: " + "; ".join(
+                  f"{k} held it {v['held']:.0f}, waited {v['waited']:.0f}" for k, v in sorted(
+                      out["chalk"]["writer_pct"].items(), key=lambda kv: -kv[1]["held"])))
     _print_table("hand-written, by process", out["handwritten"]["processes"])
     _print_table("hand-written, probed steps", dict(sorted(out["handwritten"]["steps"].items())))
     if not args.no_micro:

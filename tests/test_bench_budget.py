@@ -81,3 +81,28 @@ def test_the_table_gives_the_median_and_the_spread_of_the_runs() -> None:
     total = next(r for r in budget.budget_table(runs) if r["stage"] == "all own processes")
     assert total["chalk"] == {"median": 20.0, "min": 10.0, "max": 30.0}
     assert total["handwritten"] == {"median": 6.0, "min": 5.0, "max": 7.0}
+
+
+def test_the_timed_writer_tells_who_held_it_from_who_waited_for_it() -> None:
+    import threading
+
+    writer = budget._TimedWriter(threading.Lock())
+    holding = threading.Event()
+
+    def hold(seconds: float) -> None:
+        with writer:
+            holding.set()
+            time.sleep(seconds)
+
+    first = threading.Thread(target=hold, args=(0.3,), name="chalk-commit_0")
+    first.start()
+    holding.wait()
+    second = threading.Thread(target=hold, args=(0.0,), name="chalk-gather-q")
+    second.start()
+    first.join()
+    second.join()
+    spent = budget.writer()
+    waited_commit, held_commit = spent["chalk-commit"]
+    waited_gather, held_gather = spent["chalk-gather"]
+    assert 0.25 < held_commit < 1.0 and waited_commit < 0.05
+    assert 0.15 < waited_gather < 1.0 and held_gather < 0.05
