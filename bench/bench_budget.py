@@ -287,9 +287,12 @@ def service_pass(bench: Any, n: int) -> dict[str, Any]:
         (after_threads, after_probes, after_writer, ended) = _window["before"], _window["after"]
     per = 1e6 / n
     wall = ended - started
-    waits = {k: tuple(round(100 * (a - b) / wall, 1) for a, b in
-                      zip(after_writer[k], before_writer.get(k, (0.0, 0.0)), strict=True))
-             for k in after_writer}
+    writer_pct: dict[str, dict[str, float]] = {}
+    for kind, (waited, held) in after_writer.items():
+        waited_before, held_before = before_writer.get(kind, (0.0, 0.0))
+        if waited > waited_before or held > held_before:
+            writer_pct[kind] = {"waited": round(100 * (waited - waited_before) / wall, 1),
+                                "held": round(100 * (held - held_before) / wall, 1)}
     return {"rate": one["rate"], "processes": one["cpu_us"],
             "threads": {k: v * per for k, v in _diff(after_threads, before_threads).items()
                         if v * per >= 0.05},
@@ -298,8 +301,7 @@ def service_pass(bench: Any, n: int) -> dict[str, Any]:
                       for k in after_probes},
             "stage_ms": one["phases_ms"],  # the service's own meter: wall time by stage
             # % of the pass's wall time each thread kind waited for the writer, and held it
-            "writer_pct": {k: {"waited": w, "held": h} for k, (w, h) in waits.items()
-                           if w or h}}
+            "writer_pct": writer_pct}
 
 
 def probe_cost(calls: int = 100_000) -> float:
