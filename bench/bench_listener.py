@@ -41,6 +41,14 @@ each run (the same ``--messages`` records a pass: 1/100 as many messages);
 every figure is then also given per record.  The bare loop runs for one
 record a message only (it sends one message per input, not per record).
 
+``--runner`` says where the pipelets run: on Spark's warm workers (``spark``,
+the default), on the service's own worker processes (``local``, ``[engine]
+runner = "local"``), or, for a ceiling only, in the service's own thread
+(``thread``: ``engine.LocalRunner``, no isolation, no Spark; a hang or a
+crash there would take the service down, so it is not a deployment).  Its
+rate, set beside the others', says how much of the gap to the hand-written
+consumer the crossing to another process accounts for.
+
 1. *Cold*: the first ``--messages`` after the service starts, once (a new
    JVM compiles what each job runs for its first few hundred jobs).
 2. *Warm-up*: ``--warmup`` messages in batches of 100, each a Spark job.
@@ -112,6 +120,7 @@ from _measure import (
 from bench_handwritten import WORK, body_for, delete_queues
 from bench_handwritten import measure as measure_handwritten
 
+import engine
 from listener_router import (
     BatchObserver,
     BatchReport,
@@ -350,10 +359,9 @@ class Bench:
             blackboard_url=f"sqlite:///{tmp / 'bench.db'}", broker_url=args.broker,
             workflows_dir=str(tmp / "workflows"), listeners=(self.rule,),
             routers=(RouterRule(queue=f"bench.{tag}.out", attributes=WORK[self.work][1]),),
-            runner=args.runner, spark_master=args.master)
+            runner="local" if args.runner == "thread" else args.runner, spark_master=args.master)
         self.spark = None
         if args.runner == "spark":
-            import engine
             self.spark = engine.spark_session(args.master, {"spark.sql.shuffle.partitions": "2"})
         conn = pika.BlockingConnection(connection_parameters(args.broker))
         declare_all(conn, self.settings)
@@ -374,7 +382,9 @@ class Bench:
                 [body_for(first + i * per_message, per_message=per_message, work=self.work)
                  for i in range(n)], uuid.uuid4().hex[:6])
         sizes = Sizes()
-        with Service(settings, spark=self.spark, sizing=sizing, observers=[sizes]) as service:
+        runner = engine.LocalRunner() if getattr(self.args, "runner", "spark") == "thread" else None
+        with Service(settings, spark=self.spark, sizing=sizing, observers=[sizes],
+                     runner=runner) as service:
             below = descendants(os.getpid())
             jvm = named(below, "java")
             found = {"service": os.getpid(), "broker I/O": getattr(service.link, "child_pid", None),
@@ -667,7 +677,12 @@ def main(argv: list[str] | None = None) -> int:
                              "pipelets (about 1 ms a record), against 1 and 2 hand-written "
                              "processes; demo: the shipped workflows/demo.xml "
                              "(NormalizeWhitespace, WordCount), what chalk demo times")
-    parser.add_argument("--runner", choices=["spark", "local"], default="spark")
+    parser.add_argument("--runner", choices=["spark", "local", "thread"], default="spark",
+                        help="spark (default): Spark's warm workers; local: the service's own "
+                             "worker processes ([engine] runner = \"local\"); thread: the "
+                             "pipelets in the service's own thread (engine.LocalRunner), no "
+                             "isolation at all, no Spark: what the rate would be without the "
+                             "crossing to another process (a ceiling, not a deployment)")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--http", metavar="HOST:PORT",
                         help="after the runs, compare passes without and with the metrics "
