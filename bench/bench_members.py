@@ -137,6 +137,8 @@ def chalk_pass(args: argparse.Namespace, members: int, base: Any, first: int) ->
                 if p.is_alive():
                     p.kill()
             delete_lanes(args.broker, [rule.queue, settings.routers[0].queue])
+            with admin.connect() as conn:
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
     done = n - first_count
     return {"members": members, "rate": done / (now - started),
             "cpu_us": spent / done * 1e6, "rabbit_us": rabbit_spent / done * 1e6}
