@@ -11,11 +11,14 @@ from __future__ import annotations
 import os
 import platform
 import statistics
-from collections.abc import Sequence
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
 from urllib.parse import urlsplit
 
 __all__ = ["broker_pid", "cpu_seconds", "delete_lanes", "descendants", "machine", "median",
-           "named", "percentile", "postgres_pids", "tree_cpu"]
+           "named", "new_database", "percentile", "postgres_pids", "tree_cpu"]
 
 RETRY_STEPS = 8  # retry queues a lane may have declared (``Q.retry.1`` …)
 
@@ -116,6 +119,28 @@ def postgres_pids(url: str) -> list[int]:
     writers), if it runs here."""
     main = _owner(_listening(urlsplit(url).port or 5432), "postgres")
     return [] if main is None else [main, *descendants(main)]
+
+
+@contextmanager
+def new_database(base: Any, prefix: str) -> Iterator[str]:
+    """A new PostgreSQL database beside the one ``base`` (a SQLAlchemy URL) names, for the
+    block: its URL, password included; dropped when the block ends."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.pool import NullPool
+
+    url = make_url(base)
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT",
+                          poolclass=NullPool)
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield url.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
 
 
 def machine() -> str:

@@ -48,6 +48,7 @@ from _measure import (
     delete_lanes,
     machine,
     median,
+    new_database,
     postgres_pids,
     tree_cpu,
 )
@@ -55,9 +56,7 @@ from bench_failover import services
 from bench_handwritten import WORK, body_for, own_cpu
 from bench_handwritten import measure as measure_handwritten
 from bench_listener import USER_PIPELETS, USER_WORKFLOW, publish
-from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.pool import NullPool
 
 from listener_router import ListenerRule, RouterRule, Service, Settings
 from listener_router.broker import connection_parameters, declare_all, ensure_local_broker
@@ -76,14 +75,9 @@ def _member(name: str, settings: Settings, idle_exit: float) -> None:
 
 def chalk_pass(args: argparse.Namespace, members: int, base: Any, first: int) -> dict[str, Any]:
     """``args.messages`` messages through ``members`` services (see the module doc)."""
-    name = f"bench_members_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(base.set(database="postgres"), isolation_level="AUTOCOMMIT",
-                          poolclass=NullPool)
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = base.set(database=name).render_as_string(hide_password=False)
     n = args.messages
-    with tempfile.TemporaryDirectory(prefix="chalk-members-") as tmp:
+    with new_database(base, "bench_members") as url, \
+            tempfile.TemporaryDirectory(prefix="chalk-members-") as tmp:
         workflows = Path(tmp) / "workflows"
         workflows.mkdir()
         (workflows / "bench3.xml").write_text(USER_WORKFLOW)
@@ -137,8 +131,6 @@ def chalk_pass(args: argparse.Namespace, members: int, base: Any, first: int) ->
                 if p.is_alive():
                     p.kill()
             delete_lanes(args.broker, [rule.queue, settings.routers[0].queue])
-            with admin.connect() as conn:
-                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
     done = n - first_count
     return {"members": members, "rate": done / (now - started),
             "cpu_us": spent / done * 1e6, "rabbit_us": rabbit_spent / done * 1e6}
