@@ -11,15 +11,29 @@ from listener_router_helpers import (
     start_service,
     stored_counts,
     wait_for_log,
+    wait_until,
     write_config,
     write_test_workflows,
 )
+from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
 
 from listener_router import ListenerRule, RouterRule, push_records
 
 pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.postgres]
 
 RECORDS = 3000
+
+
+def committed_messages(url: str, queue: str) -> int:
+    """The messages of ``queue`` committed so far (their inbox rows)."""
+    engine = create_engine(url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            return conn.execute(text("SELECT count(*) FROM chalk_inbox WHERE queue = :q"),
+                                {"q": queue}).scalar() or 0
+    finally:
+        engine.dispose()
 
 
 def test_two_services_share_the_work_and_the_survivor_of_the_leader_takes_over(
@@ -50,8 +64,11 @@ def test_two_services_share_the_work_and_the_survivor_of_the_leader_takes_over(
         wait_for_log(logs["svc-a"], "batch of ", 3)
         wait_for_log(logs["svc-b"], "batch of ", 3)  # both take work from the queue
         kill_group(first)  # the leader dies mid-run, its broker process with it
-        # its heartbeat ages out (30 s): the survivor leads; by then it has done the rest
+        # its heartbeat ages out (30 s): the survivor leads, and the failover frees the
+        # records the leader held, which the survivor then commits: every message once
         wait_for_log(logs["svc-b"], "1 member(s) svc-b, leader svc-b", timeout=90)
+        wait_until(lambda: committed_messages(pg_url, queue) == RECORDS, 60,
+                   "every message committed", explain=lambda: logs["svc-b"].read_text()[-3000:])
         second.send_signal(signal.SIGTERM)
         assert second.wait(timeout=60) == 0, logs["svc-b"].read_text()[-3000:]
     finally:
