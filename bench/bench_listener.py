@@ -382,7 +382,7 @@ class Bench:
                 [body_for(first + i * per_message, per_message=per_message, work=self.work)
                  for i in range(n)], uuid.uuid4().hex[:6])
         sizes = Sizes()
-        runner = engine.LocalRunner() if getattr(self.args, "runner", "spark") == "thread" else None
+        runner = engine.LocalRunner() if self.args.runner == "thread" else None
         with Service(settings, spark=self.spark, sizing=sizing, observers=[sizes],
                      runner=runner) as service:
             below = descendants(os.getpid())

@@ -34,7 +34,6 @@ import json
 import multiprocessing
 import os
 import tempfile
-import threading
 import time
 import uuid
 from dataclasses import replace
@@ -56,7 +55,6 @@ from bench_failover import services
 from bench_handwritten import WORK, body_for, own_cpu
 from bench_handwritten import measure as measure_handwritten
 from bench_listener import USER_PIPELETS, USER_WORKFLOW, publish
-from sqlalchemy.engine import make_url
 
 from listener_router import ListenerRule, RouterRule, Service, Settings
 from listener_router.broker import connection_parameters, declare_all, ensure_local_broker
@@ -73,7 +71,7 @@ def _member(name: str, settings: Settings, idle_exit: float) -> None:
         service.run(idle_exit=idle_exit)
 
 
-def chalk_pass(args: argparse.Namespace, members: int, base: Any, first: int) -> dict[str, Any]:
+def chalk_pass(args: argparse.Namespace, members: int, base: str, first: int) -> dict[str, Any]:
     """``args.messages`` messages through ``members`` services (see the module doc)."""
     n = args.messages
     with new_database(base, "bench_members") as url, \
@@ -153,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     if not counts or min(counts) < 1:
         parser.error("--members: positive integers, comma-separated (1,2)")
     ensure_local_broker(args.broker)
-    base = make_url(args.postgres or services("start-postgres"))
+    base = args.postgres or services("start-postgres")
     print(f"machine: {machine()}")
     print(f"{args.messages:,} one-record messages a pass, user pipelets, runner {args.runner}; "
           f"members {counts}, {args.rounds} round(s)", flush=True)
@@ -194,5 +192,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    threading.current_thread().name = "bench"
     raise SystemExit(main())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from typing import Any
 
 import pytest
 from listener_router_helpers import (
@@ -25,13 +26,17 @@ pytestmark = [pytest.mark.slow, pytest.mark.broker, pytest.mark.postgres]
 RECORDS = 3000
 
 
-def committed_messages(url: str, queue: str) -> int:
-    """The messages of ``queue`` committed so far (their inbox rows)."""
+def wait_until_committed(url: str, queue: str, n: int, explain: Any) -> None:
+    """Wait until ``n`` messages of ``queue`` are committed (have their inbox rows)."""
     engine = create_engine(url, poolclass=NullPool)
-    try:
+
+    def committed() -> bool:
         with engine.connect() as conn:
             return conn.execute(text("SELECT count(*) FROM chalk_inbox WHERE queue = :q"),
-                                {"q": queue}).scalar() or 0
+                                {"q": queue}).scalar() == n
+
+    try:
+        wait_until(committed, 60, "every message committed", explain=explain)
     finally:
         engine.dispose()
 
@@ -67,8 +72,8 @@ def test_two_services_share_the_work_and_the_survivor_of_the_leader_takes_over(
         # its heartbeat ages out (30 s): the survivor leads, and the failover frees the
         # records the leader held, which the survivor then commits: every message once
         wait_for_log(logs["svc-b"], "1 member(s) svc-b, leader svc-b", timeout=90)
-        wait_until(lambda: committed_messages(pg_url, queue) == RECORDS, 60,
-                   "every message committed", explain=lambda: logs["svc-b"].read_text()[-3000:])
+        wait_until_committed(pg_url, queue, RECORDS,
+                             explain=lambda: logs["svc-b"].read_text()[-3000:])
         second.send_signal(signal.SIGTERM)
         assert second.wait(timeout=60) == 0, logs["svc-b"].read_text()[-3000:]
     finally:
